@@ -1,0 +1,113 @@
+"""The names a DSL kernel is written with.
+
+These objects are never called when a kernel runs: the frontend reads the kernel's source and
+recognises them by identity. Calling one from ordinary Python raises a DSLError that says so.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .errors import DSLError
+from .types import (
+    DType,
+    bfloat16,
+    bool_,
+    float8e4m3,
+    float8e5m2,
+    float16,
+    float32,
+    int8,
+    int32,
+    int64,
+)
+
+__all__ = [
+    "Tensor", "constexpr", "float32", "float16", "bfloat16", "float8e4m3", "float8e5m2", "int8", "int32",
+    "int64", "bool_", "inf", "BUILTINS",
+]
+
+inf = math.inf
+
+
+class Tensor:
+    """Annotation of a tensor parameter: `A: Tensor("M", "K")`, `ids: Tensor("P", dtype=int32)`.
+
+    Each string names the symbolic extent of one dimension; parameters that share a name must
+    agree at launch. Strides are symbolic too (any layout, transposed views included).
+    """
+
+    def __init__(self, *dims: str, dtype: DType | None = None) -> None:
+        self.dims = dims
+        self.dtype = dtype
+
+
+class constexpr:  # noqa: N801 - mirrors triton.language.constexpr
+    """Annotation of a compile-time parameter (tile sizes, flags): its value comes from the policy."""
+
+
+BUILTINS: dict[str, Any] = {}
+
+
+def _builtin(name: str, doc: str) -> Any:
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        raise DSLError(f"'{name}' is a DSL operation and only means something inside an @kernel function",
+                       fix="call the kernel instead of the operation, e.g. my_kernel(a, b, c, policy=...)")
+    stub.__name__ = name
+    stub.__qualname__ = name
+    stub.__doc__ = doc
+    stub.__argus_builtin__ = name  # type: ignore[attr-defined]
+    BUILTINS[name] = stub
+    return stub
+
+
+tile_grid = _builtin("tile_grid", "tile_grid(*extents) -> tile ids: the logical launch grid; the policy "
+                                  "maps it to hardware programs (row order, grouped order, persistent).")
+program_id = _builtin("program_id", "program_id(axis): the tile id along one axis of the tile grid.")
+arange = _builtin("arange", "arange(n) -> int32 tile [0, n); n a compile-time constant.")
+zeros = _builtin("zeros", "zeros(shape, dtype) -> tile of zeros.")
+full = _builtin("full", "full(shape, value, dtype) -> tile filled with value.")
+cdiv = _builtin("cdiv", "cdiv(a, b): ceil(a / b) for non-negative integers.")
+load = _builtin("load", "load(T[i0, i1, ...], mask=None, other=0): tile load; each index is a scalar or a "
+                        "1-D index tile; ragged edges are masked automatically.")
+store = _builtin("store", "store(T[i0, ...], value, mask=None): tile store, masked at ragged edges.")
+atomic_add = _builtin("atomic_add", "atomic_add(T[i0, ...], value, mask=None): element-wise atomic add "
+                                    "(split-k partial sums, MoE scatter-add).")
+mma = _builtin("mma", "mma(a, b, acc=None) -> a @ b + acc with float32 accumulation on the tensor cores.")
+dot = _builtin("dot", "dot(a, b, acc=None): alias of mma.")
+where = _builtin("where", "where(cond, a, b): element-wise select.")
+maximum = _builtin("maximum", "maximum(a, b): element-wise max.")
+minimum = _builtin("minimum", "minimum(a, b): element-wise min.")
+sum = _builtin("sum", "sum(x, axis): reduction.")  # noqa: A001
+max = _builtin("max", "max(x, axis): reduction.")  # noqa: A001
+min = _builtin("min", "min(x, axis): reduction.")  # noqa: A001
+argmax = _builtin("argmax", "argmax(x, axis): index of the maximum along axis.")
+argmin = _builtin("argmin", "argmin(x, axis): index of the minimum along axis.")
+trans = _builtin("trans", "trans(x): transpose of a 2-D tile.")
+reshape = _builtin("reshape", "reshape(x, shape): same elements, new static shape.")
+broadcast_to = _builtin("broadcast_to", "broadcast_to(x, shape).")
+cast = _builtin("cast", "cast(x, dtype); also x.to(dtype).")
+tag = _builtin("tag", "tag(x, name=expr, ...) -> x: attach user tags to the elements of x.")
+assert_tag = _builtin("assert_tag", "assert_tag(predicate, msg=''): a relation over tags that must hold for "
+                                    "every element at this point.")
+tag_of = _builtin("tag_of", "tag_of(x, name): the tag `name` of each element of x (only inside tags and "
+                            "assertions).")
+static_range = _builtin("static_range", "static_range(n): a loop unrolled at compile time.")
+exp = _builtin("exp", "exp(x)")
+exp2 = _builtin("exp2", "exp2(x)")
+log = _builtin("log", "log(x)")
+log2 = _builtin("log2", "log2(x)")
+sqrt = _builtin("sqrt", "sqrt(x)")
+rsqrt = _builtin("rsqrt", "rsqrt(x)")
+abs = _builtin("abs", "abs(x)")  # noqa: A001
+sigmoid = _builtin("sigmoid", "sigmoid(x)")
+tanh = _builtin("tanh", "tanh(x)")
+erf = _builtin("erf", "erf(x)")
+cos = _builtin("cos", "cos(x)")
+sin = _builtin("sin", "sin(x)")
+relu = _builtin("relu", "relu(x)")
+silu = _builtin("silu", "silu(x) = x * sigmoid(x)")
+gelu = _builtin("gelu", "gelu(x), the erf form")
+gelu_tanh = _builtin("gelu_tanh", "gelu_tanh(x), the tanh approximation")
+
+__all__ += list(BUILTINS)

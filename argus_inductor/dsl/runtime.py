@@ -1,0 +1,395 @@
+"""Turns a kernel into something you can call: lowering per policy, loading the Triton module,
+binding tensor arguments to shape symbols, computing the grid, launching."""
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+import textwrap
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import DSLError, LaunchError
+from .frontend import _MISSING, Frontend
+from .ir import KernelIR, ScalarParam, TensorParam, Value
+from .lowering import LoweredSource, lower
+from .policy import Policy
+from .types import TensorDType
+
+_LOCK = threading.Lock()
+_COMPILED: dict[tuple[str, str, str], CompiledKernel] = {}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ARGUS_CACHE_DIR", Path.home() / ".cache" / "argus"))
+
+
+def interpret_requested() -> bool:
+    return os.environ.get("ARGUS_INTERPRET", "") not in ("", "0", "false", "False")
+
+
+def default_target(device: Any = None) -> str:
+    """Where a launch runs: the interpreter for CPU tensors, else the GPU's backend."""
+    import torch
+
+    if device is not None and getattr(device, "type", "cpu") == "cpu":
+        return "interpret"
+    if device is None and (interpret_requested() or not torch.cuda.is_available()):
+        return "interpret"
+    return "hip" if getattr(torch.version, "hip", None) else "cuda"
+
+
+def _load_module(src: LoweredSource, target: str) -> Any:
+    digest = hashlib.sha256(src.source.encode()).hexdigest()[:20]
+    d = cache_dir() / "triton"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{src.name}_{digest}.py"
+    if not path.exists() or path.read_text() != src.source:
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(src.source)
+        os.replace(tmp, path)
+    modname = f"argus_generated_{src.name}_{digest}_{target}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    if target == "interpret":
+        # Triton decides between compiling and interpreting from this variable, at decoration time and
+        # again at launch; a process that interprets Argus kernels keeps it set.
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise LaunchError("this process interprets Triton kernels (TRITON_INTERPRET=1), so GPU kernels cannot be "
+                          "compiled here; unset TRITON_INTERPRET/ARGUS_INTERPRET to run on the GPU")
+    sys.modules[modname] = mod
+    spec.loader.exec_module(mod)
+    return getattr(mod, src.name)
+
+
+def eval_scalar(v: Value, env: dict[str, Any]) -> Any:
+    """Evaluate a scalar IR expression (grid extents) on concrete symbol and constexpr values."""
+    op = v.owner
+    if op is None:
+        raise LaunchError(f"cannot evaluate {v!r} on the host")
+    k = op.kind
+    if k == "const":
+        return op.attrs["value"]
+    if k in ("shape", "constexpr", "param"):
+        return env[op.attrs["name"]]
+    if k == "cast":
+        x = eval_scalar(op.args[0], env)
+        return float(x) if op.attrs["dtype"].is_float else int(x)
+    if k == "binary":
+        a, b = (eval_scalar(x, env) for x in op.args)
+        o = op.attrs["op"]
+        if o == "cdiv":
+            return -(-a // b)
+        if o in ("floordiv", "mod") and isinstance(a, int) and isinstance(b, int):
+            q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)  # C semantics, like Triton
+            return q if o == "floordiv" else a - q * b
+        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "truediv": lambda: a / b,
+                "max": lambda: max(a, b), "min": lambda: min(a, b), "lt": lambda: a < b, "le": lambda: a <= b,
+                "gt": lambda: a > b, "ge": lambda: a >= b, "eq": lambda: a == b, "ne": lambda: a != b,
+                "and": lambda: a & b, "or": lambda: a | b}[o]()
+    raise LaunchError(f"grid extent uses '{k}', which cannot be evaluated before launch")
+
+
+_FLOAT_DTYPES = None
+
+
+def _is_float_dtype(t: Any) -> bool:
+    return t.is_floating_point
+
+
+@dataclass
+class CompiledKernel:
+    ir: KernelIR
+    policy: Policy
+    target: str
+    source: LoweredSource
+    consts: dict[str, Any]
+    fn: Any
+
+    @property
+    def triton_source(self) -> str:
+        return self.source.source
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        runtime = [p for p in self.ir.params if isinstance(p, (TensorParam, ScalarParam))]
+        if len(args) > len(runtime):
+            raise LaunchError(f"{self.ir.name} takes {len(runtime)} arguments "
+                              f"({', '.join(p.name for p in runtime)}), got {len(args)}")
+        values: dict[str, Any] = {}
+        for p, a in zip(runtime, args):
+            values[p.name] = a
+        for k, a in kwargs.items():
+            if k not in {p.name for p in runtime}:
+                raise LaunchError(f"{self.ir.name} has no argument '{k}'")
+            if k in values:
+                raise LaunchError(f"argument '{k}' given twice")
+            values[k] = a
+        missing = [p.name for p in runtime if p.name not in values]
+        if missing:
+            raise LaunchError(f"{self.ir.name} is missing argument(s): {', '.join(missing)}")
+        return values
+
+    def launch_args(self, values: dict[str, Any]) -> tuple[list[Any], dict[str, int], Any]:
+        import torch
+
+        syms: dict[str, int] = {}
+        device = None
+        for p in self.ir.params:
+            if isinstance(p, TensorParam):
+                t = values[p.name]
+                if not isinstance(t, torch.Tensor):
+                    raise LaunchError(f"argument '{p.name}' must be a torch.Tensor, got {type(t).__name__}")
+                if t.dim() != len(p.dims):
+                    raise LaunchError(f"'{p.name}' must have {len(p.dims)} dimensions ({', '.join(p.dims)}), "
+                                      f"got shape {tuple(t.shape)}")
+                if p.dtype_kind == "int" and t.is_floating_point():
+                    raise LaunchError(f"'{p.name}' must be an integer tensor, got {t.dtype}")
+                if p.dtype_kind == "float" and not t.is_floating_point():
+                    raise LaunchError(f"'{p.name}' must be a floating-point tensor, got {t.dtype}")
+                if device is None:
+                    device = t.device
+                elif t.device != device:
+                    raise LaunchError(f"'{p.name}' is on {t.device} but other arguments are on {device}")
+                for d, s in enumerate(p.dims):
+                    n = int(t.shape[d])
+                    if s in syms and syms[s] != n:
+                        owner = self.ir.symbols[s]
+                        raise LaunchError(f"dimension {s} is {syms[s]} from {owner[0]}.shape[{owner[1]}] but "
+                                          f"{n} from {p.name}.shape[{d}]")
+                    syms[s] = n
+            elif isinstance(p, ScalarParam):
+                v = values[p.name]
+                if isinstance(v, torch.Tensor) and v.numel() == 1:
+                    v = v.item()
+                if not isinstance(v, (int, float)):
+                    raise LaunchError(f"argument '{p.name}' must be a number, got {type(v).__name__}")
+                values[p.name] = float(v) if p.dtype == "float32" else int(v)
+        self.check_mma_dtypes(values)
+        flat: list[Any] = []
+        for name in self.source.arg_names:
+            if name in values:
+                flat.append(values[name])
+            elif name in syms:
+                flat.append(syms[name])
+            elif "_stride" in name:
+                tname, d = name.rsplit("_stride", 1)
+                flat.append(values[tname].stride(int(d)))
+            elif name == "NUM_PROGRAMS":
+                flat.append(None)  # filled after the grid is known
+            else:
+                raise AssertionError(name)
+        return flat, syms, device
+
+    def check_mma_dtypes(self, values: dict[str, Any]) -> None:
+        def actual(dt: Any) -> str:
+            return str(values[dt.tensor].dtype).replace("torch.", "") if isinstance(dt, TensorDType) else dt.name
+
+        for op in self.ir.walk():
+            if op.kind == "mma" and not op.ghost:
+                a, b = (actual(v.dtype) for v in op.args[:2])
+                na, nb = ({"float": "float32", "half": "float16"}.get(x, x) for x in (a, b))
+                if na != nb:
+                    raise LaunchError(f"mma at line {op.line} of {self.ir.name} multiplies {a} by {b}: "
+                                      "pass tensors of one dtype or cast in the kernel")
+
+    def grid_size(self, syms: dict[str, int], values: dict[str, Any]) -> int:
+        env = {**syms, **self.consts, **{k: v for k, v in values.items() if not hasattr(v, "shape")}}
+        assert self.ir.grid is not None
+        total = 1
+        for e in self.ir.grid.args:
+            n = eval_scalar(e, env)
+            total *= max(int(n), 0)
+        return total
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        values = self.bind(args, kwargs)
+        flat, syms, device = self.launch_args(values)
+        total = self.grid_size(syms, values)
+        if total == 0:
+            return
+        programs = total
+        if self.policy.persistent:
+            programs = min(total, _num_sms(device, self.target) * self.policy.programs_per_sm)
+            flat[self.source.arg_names.index("NUM_PROGRAMS")] = programs
+        opts: dict[str, Any] = dict(self.consts)
+        if self.target != "interpret":
+            opts.update(num_warps=self.policy.num_warps, num_stages=self.policy.num_stages)
+        self.fn[(programs,)](*flat, **opts)
+
+
+def _num_sms(device: Any, target: str) -> int:
+    if target == "interpret":
+        return 3
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class Kernel:
+    """A DSL kernel: its IR, and lowering + launching under a policy."""
+
+    def __init__(self, ir: KernelIR) -> None:
+        self.ir = ir
+        self.name = ir.name
+
+    def __repr__(self) -> str:
+        return f"<argus kernel {self.name} ({self.ir.filename}:{self.ir.first_line})>"
+
+    def default_policy(self) -> Policy:
+        return Policy.make(**{p.name: p.default for p in self.ir.constexprs if p.default is not None})
+
+    def compile(self, policy: Policy | None = None, target: str | None = None) -> CompiledKernel:
+        policy = policy or self.default_policy()
+        target = target or default_target()
+        key = (self.ir.fingerprint(), policy.key(), target)
+        with _LOCK:
+            hit = _COMPILED.get(key)
+        if hit is not None:
+            return hit
+        src, consts = lower(self.ir, policy, target)
+        fn = _load_module(src, target)
+        ck = CompiledKernel(self.ir, policy, target, src, consts, fn)
+        with _LOCK:
+            _COMPILED[key] = ck
+        return ck
+
+    def triton_source(self, policy: Policy | None = None, target: str = "cuda") -> str:
+        src, _ = lower(self.ir, policy or self.default_policy(), target)
+        return src.source
+
+    def __call__(self, *args: Any, policy: Policy | None = None, target: str | None = None, **kwargs: Any) -> None:
+        if target is None:
+            dev = next((a.device for a in list(args) + list(kwargs.values()) if hasattr(a, "device")), None)
+            target = default_target(dev)
+        self.compile(policy, target)(*args, **kwargs)
+
+
+def _parse_function(tree: ast.FunctionDef, source: str, filename: str, first_line: int,
+                    resolve: Callable[[str], Any]) -> KernelIR:
+    fe = Frontend(tree, source=source, filename=filename, first_line=first_line, resolve=resolve)
+    try:
+        return fe.build()
+    except DSLError:
+        raise
+    except RecursionError:
+        raise fe.err("the kernel is nested too deeply to read", "split long expressions into named steps",
+                     None) from None
+    except Exception as e:  # an internal fault must still point at the user's line
+        raise fe.err(f"internal compiler error ({type(e).__name__}: {e})",
+                     "please report this kernel; as a workaround rewrite the statement at this line",
+                     None) from e
+
+
+def kernel(fn: Callable[..., Any]) -> Kernel:
+    """Decorator: read `fn`'s source into the DSL's IR (the body is never executed)."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise DSLError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}",
+                       fix="define kernels in a .py file (not in an interactive prompt or exec)") from e
+    source = textwrap.dedent("".join(lines))
+    tree = ast.parse(source)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise DSLError("@kernel decorates a plain `def` function", fix="write `@kernel` above `def name(...):`")
+    filename = inspect.getsourcefile(fn) or "<unknown>"
+    g = fn.__globals__
+    import builtins as _b
+
+    def resolve(name: str) -> Any:
+        if name in g:
+            return g[name]
+        return getattr(_b, name, _MISSING)
+
+    try:
+        return Kernel(_parse_function(fdef, source, filename, first, resolve))
+    except DSLError as e:
+        raise e.with_traceback(None) from None
+
+
+def kernels_from_source(source: str, filename: str = "<generated>") -> dict[str, Kernel]:
+    """Read every @kernel function of a module's source text without executing any of it.
+
+    Only imports from argus_inductor.dsl are honoured (they bind names for the frontend); any other
+    top-level statement is rejected, so text from an LLM can never run as ordinary Python.
+    """
+    from . import lang
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise DSLError(f"syntax error: {e.msg}", fix="fix the Python syntax", line=e.lineno,
+                       filename=filename, source_line=e.text) from None
+    names: dict[str, Any] = {}
+    dsl_modules = ("argus_inductor.dsl", "argus_inductor.dsl.lang")
+    import builtins as _b
+
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module in dsl_modules:
+            for a in node.names:
+                if a.name == "*":
+                    names.update({k: getattr(lang, k) for k in lang.__all__})
+                elif hasattr(lang, a.name) or a.name == "kernel":
+                    names[a.asname or a.name] = getattr(lang, a.name, "kernel")
+                else:
+                    raise DSLError(f"argus_inductor.dsl has no name '{a.name}'", fix="import DSL names only",
+                                   line=node.lineno, filename=filename)
+        elif isinstance(node, ast.Import) and all(a.name in dsl_modules for a in node.names):
+            for a in node.names:
+                names[a.asname or a.name.split(".")[0]] = lang if a.asname else _Pkg()
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+            if mod == "__future__":
+                continue
+            raise DSLError(f"import of '{mod}' is not allowed in kernel source",
+                           fix="kernel source may import only from argus_inductor.dsl", line=node.lineno,
+                           filename=filename)
+        elif isinstance(node, ast.FunctionDef):
+            continue
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        else:
+            raise DSLError(f"top-level '{type(node).__name__}' statement in kernel source",
+                           fix="kernel source holds DSL imports and @kernel functions only", line=node.lineno,
+                           filename=filename)
+    src_lines = source.splitlines()
+
+    def resolve(name: str) -> Any:
+        if name in names:
+            return names[name]
+        if name in ("range", "min", "max", "float", "int"):
+            return getattr(_b, name)
+        return _MISSING
+
+    out: dict[str, Kernel] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            text = "\n".join(src_lines[first - 1: node.end_lineno])
+            sub = ast.parse(text).body[0]
+            assert isinstance(sub, ast.FunctionDef)
+            out[node.name] = Kernel(_parse_function(sub, text, filename, first, resolve))
+    if not out:
+        raise DSLError("no kernel function found", fix="define one `@kernel def name(...):`", filename=filename)
+    return out
+
+
+class _Pkg:
+    """`import argus_inductor.dsl` binds `argus_inductor`; attribute access reaches the DSL."""
+
+    def __getattr__(self, name: str) -> Any:
+        from . import lang
+
+        if name == "dsl":
+            return lang
+        return _MISSING

@@ -1,0 +1,119 @@
+"""The MoE expert step: rows sorted and padded per expert, grouped gate-up GEMM with SiLU(gate)*up,
+grouped down GEMM, and a scatter-add back to token order weighted by the routing weights."""
+from __future__ import annotations
+
+import torch
+
+from ..dsl import Policy
+from ..dsl.lang import (
+    Tensor,
+    arange,
+    atomic_add,
+    cdiv,
+    constexpr,
+    float32,
+    int32,
+    load,
+    mma,
+    silu,
+    store,
+    tile_grid,
+    trans,
+    zeros,
+)
+from ..dsl.runtime import kernel
+
+
+@kernel
+def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: Tensor("P", dtype=int32),
+                block_expert: Tensor("NB", dtype=int32), Hout: Tensor("P", "I"),
+                TOPK: constexpr = 2, BM: constexpr = 16, BN: constexpr = 64, BK: constexpr = 32):
+    """Hout[p] = silu(x W_gate[e]^T) * (x W_up[e]^T) for the token of sorted pair p, e its block's expert.
+
+    W1[e] stacks the gate rows [0, I) over the up rows [I, 2I). Padding pairs (id >= T*TOPK) read
+    nothing and produce zeros.
+    """
+    pb, pn = tile_grid(NB, cdiv(I, BN))
+    rp = pb * BM + arange(BM)
+    pair = load(sorted_ids[rp])
+    tok = pair // TOPK
+    e = load(block_expert[pb])
+    rn = pn * BN + arange(BN)
+    gate = zeros((BM, BN), float32)
+    up = zeros((BM, BN), float32)
+    for k in range(0, HD, BK):
+        rk = k + arange(BK)
+        x = load(X[tok, rk])
+        wg = load(W1[e, rn, rk], mask=(rn < I)[:, None])
+        wu = load(W1[e, rn + I, rk])
+        gate = mma(x, trans(wg), gate)
+        up = mma(x, trans(wu), up)
+    store(Hout[rp, rn], silu(gate) * up)
+
+
+@kernel
+def moe_down(Hin: Tensor("P", "I"), W2: Tensor("E", "HD", "I"), sorted_ids: Tensor("P", dtype=int32),
+             block_expert: Tensor("NB", dtype=int32), topk_weights: Tensor("TK"), Y: Tensor("T", "HD"),
+             TOPK: constexpr = 2, BM: constexpr = 16, BN: constexpr = 64, BK: constexpr = 32):
+    """Y[token] += routing_weight * (Hin[p] W2[e]^T), scattered back to token order (Y is float32)."""
+    pb, pn = tile_grid(NB, cdiv(HD, BN))
+    rp = pb * BM + arange(BM)
+    pair = load(sorted_ids[rp])
+    tok = pair // TOPK
+    e = load(block_expert[pb])
+    rn = pn * BN + arange(BN)
+    acc = zeros((BM, BN), float32)
+    for k in range(0, I, BK):
+        rk = k + arange(BK)
+        acc = mma(load(Hin[rp, rk]), trans(load(W2[e, rn, rk])), acc)
+    w = load(topk_weights[pair]).to(float32)
+    atomic_add(Y[tok, rn], acc * w[:, None])
+
+
+def moe_align_block(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort (token, k) pairs by expert and pad each expert's run to a multiple of block_m.
+
+    Returns sorted_ids (P,) int32 of pair ids t*topk + j, padding = T*topk, and block_expert (P/block_m,)
+    int32, the expert of each block of block_m rows.
+    """
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    n = flat.numel()
+    if n and (int(flat.min()) < 0 or int(flat.max()) >= num_experts):
+        raise ValueError(f"expert ids must lie in [0, {num_experts})")
+    counts = torch.bincount(flat, minlength=num_experts)
+    padded = (counts + block_m - 1) // block_m * block_m
+    starts = torch.cumsum(padded, 0) - padded
+    order = torch.argsort(flat, stable=True)
+    expert_sorted = flat[order]
+    first = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(n, device=flat.device) - first[expert_sorted]
+    total = int(padded.sum())
+    sorted_ids = torch.full((total,), n, dtype=torch.int32, device=flat.device)
+    sorted_ids[starts[expert_sorted] + pos] = order.to(torch.int32)
+    block_expert = torch.repeat_interleave(torch.arange(num_experts, device=flat.device, dtype=torch.int32),
+                                           padded // block_m)
+    return sorted_ids, block_expert
+
+
+def moe_expert_step(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                    topk_ids: torch.Tensor, policy_up: Policy | None = None,
+                    policy_down: Policy | None = None) -> torch.Tensor:
+    """y = sum_j topk_weights[t, j] * (silu(x W1g[e]^T) * (x W1u[e]^T)) W2[e]^T with e = topk_ids[t, j].
+
+    x (T, HD); w1 (E, 2I, HD) gate rows over up rows; w2 (E, HD, I); topk_* (T, topk).
+    """
+    t, hd = x.shape
+    e, i2, hd1 = w1.shape
+    if hd1 != hd or w2.shape[0] != e or w2.shape[1] != hd or i2 % 2 or w2.shape[2] != i2 // 2:
+        raise ValueError(f"inconsistent MoE shapes: x {tuple(x.shape)}, w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)}")
+    topk = topk_ids.shape[1]
+    policy_up = policy_up or Policy.make(BM=16, BN=64, BK=32)
+    bm = policy_up.const("BM", 16)
+    policy_down = (policy_down or Policy.make(BN=64, BK=32)).with_consts(BM=bm, TOPK=topk)
+    policy_up = policy_up.with_consts(TOPK=topk)
+    sorted_ids, block_expert = moe_align_block(topk_ids, e, bm)
+    h = torch.empty(sorted_ids.numel(), i2 // 2, dtype=x.dtype, device=x.device)
+    moe_gate_up(x, w1, sorted_ids, block_expert, h, policy=policy_up)
+    y = torch.zeros(t, hd, dtype=torch.float32, device=x.device)
+    moe_down(h, w2, sorted_ids, block_expert, topk_weights.reshape(-1).contiguous(), y, policy=policy_down)
+    return y.to(x.dtype)

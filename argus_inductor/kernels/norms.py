@@ -1,0 +1,117 @@
+"""Row softmax, RMSNorm and LayerNorm over the last dimension of a 2-D view."""
+from __future__ import annotations
+
+import torch
+
+from ..dsl import Policy
+from ..dsl.lang import (
+    Tensor,
+    arange,
+    cdiv,
+    constexpr,
+    exp,
+    float32,
+    full,
+    inf,
+    load,
+    max,
+    maximum,
+    rsqrt,
+    store,
+    sum,
+    tile_grid,
+    where,
+    zeros,
+)
+from ..dsl.runtime import kernel
+
+
+@kernel
+def softmax_kernel(X: Tensor("R", "C"), Y: Tensor("R", "C"), BR: constexpr = 4, BC: constexpr = 64):
+    """Y = softmax(X, dim=1), online over column blocks (one read for the statistics, one to write)."""
+    (pr,) = tile_grid(cdiv(R, BR))
+    rr = pr * BR + arange(BR)
+    m = full((BR,), -inf, float32)
+    l = zeros((BR,), float32)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        x = load(X[rr, rc], other=-inf).to(float32)
+        m_new = maximum(m, max(x, 1))
+        l = l * exp(m - m_new) + sum(exp(x - m_new[:, None]), 1)
+        m = m_new
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        x = load(X[rr, rc], other=-inf).to(float32)
+        store(Y[rr, rc], exp(x - m[:, None]) / l[:, None])
+
+
+@kernel
+def rmsnorm_kernel(X: Tensor("R", "C"), W: Tensor("C"), Y: Tensor("R", "C"), eps: float,
+                   BR: constexpr = 4, BC: constexpr = 64):
+    """Y = X * rsqrt(mean(X^2) + eps) * W."""
+    (pr,) = tile_grid(cdiv(R, BR))
+    rr = pr * BR + arange(BR)
+    ss = zeros((BR,), float32)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        x = load(X[rr, rc]).to(float32)
+        ss = ss + sum(x * x, 1)
+    rstd = rsqrt(ss / C + eps)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        x = load(X[rr, rc]).to(float32)
+        w = load(W[rc]).to(float32)
+        store(Y[rr, rc], x * rstd[:, None] * w[None, :])
+
+
+@kernel
+def layernorm_kernel(X: Tensor("R", "C"), W: Tensor("C"), Bias: Tensor("C"), Y: Tensor("R", "C"), eps: float,
+                     BR: constexpr = 4, BC: constexpr = 64):
+    """Y = (X - mean) / sqrt(var + eps) * W + Bias (biased variance, like torch.layer_norm)."""
+    (pr,) = tile_grid(cdiv(R, BR))
+    rr = pr * BR + arange(BR)
+    s = zeros((BR,), float32)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        s = s + sum(load(X[rr, rc]).to(float32), 1)
+    mean = s / C
+    ss = zeros((BR,), float32)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        d = where(rc[None, :] < C, load(X[rr, rc]).to(float32) - mean[:, None], 0.0)
+        ss = ss + sum(d * d, 1)
+    rstd = rsqrt(ss / C + eps)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        x = load(X[rr, rc]).to(float32)
+        w = load(W[rc]).to(float32)
+        b = load(Bias[rc]).to(float32)
+        store(Y[rr, rc], (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :])
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() < 1:
+        raise ValueError("expected at least a 1-D tensor")
+    return x.reshape(-1, x.shape[-1])
+
+
+def softmax(x: torch.Tensor, policy: Policy | None = None) -> torch.Tensor:
+    x2 = _rows(x)
+    y = torch.empty_like(x2)
+    softmax_kernel(x2, y, policy=policy)
+    return y.view(x.shape)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, policy: Policy | None = None) -> torch.Tensor:
+    x2 = _rows(x)
+    y = torch.empty_like(x2)
+    rmsnorm_kernel(x2, weight, y, eps, policy=policy)
+    return y.view(x.shape)
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
+              policy: Policy | None = None) -> torch.Tensor:
+    x2 = _rows(x)
+    y = torch.empty_like(x2)
+    layernorm_kernel(x2, weight, bias, y, eps, policy=policy)
+    return y.view(x.shape)
