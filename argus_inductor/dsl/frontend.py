@@ -505,7 +505,7 @@ class Frontend:
         if isinstance(node, ast.Call):
             return self.call(node, statement)
         name = type(node).__name__
-        raise self.err(f"unsupported Python construct '{name}' in a kernel",
+        raise self.err(f"unsupported Python construct '{name.lower()}' in a kernel",
                        _UNSUPPORTED_FIX.get(name, "rewrite it with DSL operations"), node)
 
     def value(self, x: Any, node: ast.AST, what: str = "an operand") -> Value:
@@ -716,11 +716,11 @@ class Frontend:
 
     # ---- operations ---------------------------------------------------------------------------
     def op_tile_grid(self, node: ast.Call) -> tuple[Value, ...]:
-        if self.grid is not None:
-            raise self.err("tile_grid is declared twice", "declare the launch grid once, at the top", node)
         if self.loop_depth or len(self.blocks) != 1 or self.ghost:
             raise self.err("tile_grid must be declared at the top level of the kernel",
                            "move it out of loops and ifs", node)
+        if self.grid is not None:
+            raise self.err("tile_grid is declared twice", "declare the launch grid once, at the top", node)
         if node.keywords or not 1 <= len(node.args) <= 3:
             raise self.err("tile_grid takes 1 to 3 extents", "write tile_grid(cdiv(M, BM), cdiv(N, BN))", node)
         ext = [self.scalar(self.expr(a), a, "a grid extent") for a in node.args]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DSLError
+from .evaluate import eval_scalar
 from .ir import Block, KernelIR, Op, TensorParam, Value, walk_block
 from .policy import Policy
 from .types import AnyDType, DType, ScalarType, TensorDType, TileType, float32
@@ -354,6 +355,14 @@ class _Emitter:
             self.lines.append(f"{ind}    pass")
 
     def branch(self, op: Op, ind: str) -> None:
+        if op.attrs.get("static"):
+            taken = op.blocks[0] if eval_scalar(op.args[0], self.consts) else op.blocks[1]
+            self.block(taken, ind)
+            for r, y in zip(op.results, taken.yields):
+                self.names[r.id] = self.ref(y)
+                if y.id in self.nonneg:
+                    self.nonneg.add(r.id)
+            return
         names = [self.fresh(r.hint or "r") for r in op.results]
         self.lines.append(f"{ind}if {self.ref(op.args[0])}:")
         for i, blk in enumerate(op.blocks):

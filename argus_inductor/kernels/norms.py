@@ -95,23 +95,30 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
 
 
-def softmax(x: torch.Tensor, policy: Policy | None = None) -> torch.Tensor:
-    x2 = _rows(x)
-    y = torch.empty_like(x2)
-    softmax_kernel(x2, y, policy=policy)
-    return y.view(x.shape)
+def _out(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.shape != x.shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {tuple(x.shape)}")
+    return out
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, policy: Policy | None = None) -> torch.Tensor:
-    x2 = _rows(x)
-    y = torch.empty_like(x2)
-    rmsnorm_kernel(x2, weight, y, eps, policy=policy)
-    return y.view(x.shape)
+def softmax(x: torch.Tensor, out: torch.Tensor | None = None, policy: Policy | None = None) -> torch.Tensor:
+    """softmax over the last dimension."""
+    out = _out(x, out)
+    softmax_kernel(_rows(x), _rows(out), policy=policy)
+    return out
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, out: torch.Tensor | None = None,
+            policy: Policy | None = None) -> torch.Tensor:
+    out = _out(x, out)
+    rmsnorm_kernel(_rows(x), weight, _rows(out), eps, policy=policy)
+    return out
 
 
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5,
-              policy: Policy | None = None) -> torch.Tensor:
-    x2 = _rows(x)
-    y = torch.empty_like(x2)
-    layernorm_kernel(x2, weight, bias, y, eps, policy=policy)
-    return y.view(x.shape)
+              out: torch.Tensor | None = None, policy: Policy | None = None) -> torch.Tensor:
+    out = _out(x, out)
+    layernorm_kernel(_rows(x), weight, bias, _rows(out), eps, policy=policy)
+    return out

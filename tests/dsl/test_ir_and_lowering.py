@@ -1,0 +1,127 @@
+"""The IR the frontend builds, the Triton text the lowering writes, the launcher's checks and caches."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from argus_inductor.dsl import LaunchError, Policy, kernels_from_source
+from argus_inductor.dsl.ir import walk_block
+from argus_inductor.dsl.runtime import _COMPILED
+from argus_inductor.kernels import attention_fwd, gemm_epilogue, moe_gate_up
+
+SRC = '''\
+from argus_inductor.dsl import *
+
+@kernel
+def scaled_copy(X: Tensor("R", "C"), Y: Tensor("R", "C"), alpha: float, BR: constexpr = 4, BC: constexpr = 16):
+    pr, pc = tile_grid(cdiv(R, BR), cdiv(C, BC))
+    rr = pr * BR + arange(BR)
+    rc = pc * BC + arange(BC)
+    x = load(X[rr, rc])
+    tag(x, row=rr[:, None], col=rc[None, :])
+    assert_tag(tag_of(x, "row") < R)
+    store(Y[rr, rc], x * alpha)
+'''
+
+
+def test_ir_records_types_lines_and_loop_carried_values():
+    ir = gemm_epilogue.ir
+    loops = [op for op in walk_block(ir.body) if op.kind == "for"]
+    assert len(loops) == 1 and loops[0].attrs["carried"] == ["acc"]
+    (acc,) = loops[0].results
+    assert str(acc.type) == "tile[BM, BN]<float32>"
+    mma = next(op for op in walk_block(ir.body) if op.kind == "mma")
+    src_line = ir.source.splitlines()[mma.line - ir.first_line]
+    assert "mma(" in src_line
+    assert [p.name for p in ir.constexprs] == ["BM", "BN", "BK", "HAS_BIAS", "ACT"]
+    assert ir.symbols == {"M": ("A", 0), "K": ("A", 1), "N": ("B", 1), "NB": ("bias", 0)}
+    assert "for(" in ir.dump() and "# line" in ir.dump()
+
+
+def test_tags_and_assertions_are_in_the_ir_but_not_in_the_triton_source():
+    k = kernels_from_source(SRC)["scaled_copy"]
+    kinds = [op.kind for op in k.ir.walk()]
+    assert "tag" in kinds and "assert_tag" in kinds and "tag_of" in kinds
+    text = k.triton_source(Policy.make())
+    for word in ("tag", "assert", "row", "col"):
+        assert word not in text.split("def ", 1)[1], word
+
+
+def test_source_kernel_runs_and_checks_its_arguments():
+    k = kernels_from_source(SRC)["scaled_copy"]
+    x = torch.randn(7, 33)
+    y = torch.full_like(x, float("nan"))
+    k(x, y, 0.5)
+    torch.testing.assert_close(y, x * 0.5)
+    with pytest.raises(LaunchError, match="dimension C is 33 from X.shape\\[1\\] but 32 from Y.shape\\[1\\]"):
+        k(x, torch.empty(7, 32), 0.5)
+    with pytest.raises(LaunchError, match="must have 2 dimensions"):
+        k(x, torch.empty(7), 0.5)
+    with pytest.raises(LaunchError, match="missing argument"):
+        k(x, y)
+    with pytest.raises(LaunchError, match="must be a number"):
+        k(x, y, "half")
+
+
+def test_static_if_keeps_only_the_branch_the_policy_selects():
+    silu = gemm_epilogue.triton_source(Policy.make(BM=64, BN=64, BK=32, ACT=3))
+    assert "tl.sigmoid" in silu and "tl.erf" not in silu and "bias_ptrs" not in silu
+    plain = gemm_epilogue.triton_source(Policy.make(BM=64, BN=64, BK=32, HAS_BIAS=1))
+    assert "tl.sigmoid" not in plain and "bias_ptrs" in plain and "if " not in plain
+
+
+@pytest.mark.parametrize("policy", [
+    Policy.make(BM=16, BN=16, BK=16),
+    Policy.make(BM=16, BN=32, BK=16, grid_order="grouped", group_m=3),
+    Policy.make(BM=32, BN=16, BK=16, persistent=True),
+    Policy.make(BM=16, BN=16, BK=32, persistent=True, grid_order="grouped", group_m=2),
+])
+def test_grid_orders_and_persistence_give_the_same_result(policy):
+    a, b = torch.randn(50, 37), torch.randn(37, 70)
+    c = torch.full((50, 70), float("nan"))
+    gemm_epilogue(a, b, torch.empty(1), c, policy=policy)
+    torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_grouped_order_and_persistent_loop_appear_in_the_source():
+    text = gemm_epilogue.triton_source(Policy.make(BM=64, BN=64, BK=32, grid_order="grouped", persistent=True))
+    assert "GROUP_M: tl.constexpr" in text and "NUM_PROGRAMS" in text and "for tile in range(" in text
+
+
+def test_in_process_cache_reuses_compiled_kernels():
+    p = Policy.make(BM=16, BN=16, BK=16)
+    a = gemm_epilogue.compile(p, "interpret")
+    assert gemm_epilogue.compile(Policy.make(BK=16, BN=16, BM=16), "interpret") is a
+    assert gemm_epilogue.compile(p.with_consts(BK=32), "interpret") is not a
+    assert len(_COMPILED) >= 2
+
+
+def test_policy_errors_are_clear():
+    from argus_inductor.dsl import DSLError
+
+    with pytest.raises(DSLError, match="not a power of two"):
+        gemm_epilogue.triton_source(Policy.make(BM=48, BN=64, BK=32))
+    with pytest.raises(DSLError, match="below the tensor-core minimum"):
+        gemm_epilogue.triton_source(Policy.make(BM=8, BN=64, BK=32))
+    with pytest.raises(DSLError, match="does not declare"):
+        gemm_epilogue.triton_source(Policy.make(BM=64, BN=64, BK=32, BX=1))
+    with pytest.raises(DSLError, match="constexpr .BR. has no value"):
+        kernels_from_source(SRC.replace("BR: constexpr = 4", "BR: constexpr"))["scaled_copy"].triton_source()
+    assert "BD: tl.constexpr" in attention_fwd.triton_source()  # defaults fill what the policy leaves out
+    with pytest.raises(ValueError, match="num_warps"):
+        Policy.make(num_warps=3)
+    with pytest.raises(ValueError, match="grid_order"):
+        Policy.make(grid_order="diagonal")
+
+
+def test_gather_indices_and_scalar_loads_lower_to_masked_pointer_math():
+    text = moe_gate_up.triton_source(Policy.make(BM=16, BN=64, BK=32))
+    assert "X_ptrs = X + tok[:, None] * X_stride0" in text
+    assert "tl.cast(e, tl.int64) * W1_stride0" in text
+    assert "(tok[:, None] >= 0)" in text  # gathered indices are not known to be non-negative
+
+
+def test_mma_dtype_mismatch_is_a_launch_error():
+    a, b = torch.randn(16, 16), torch.randn(16, 16).to(torch.bfloat16)
+    with pytest.raises(LaunchError, match="multiplies float32 by bfloat16"):
+        gemm_epilogue(a, b, torch.empty(1), torch.empty(16, 16), policy=Policy.make(BM=16, BN=16, BK=16))

@@ -1,0 +1,44 @@
+"""Shared helpers of the kernel tests: where they run, at which sizes, and how results are judged."""
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+
+DEVICE = os.environ.get("ARGUS_TEST_DEVICE", "cpu")
+ON_GPU = DEVICE != "cpu"
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def fresh_seed() -> int:
+    """Fresh random inputs every run; the seed is reported in failure messages to reproduce."""
+    seed = random.SystemRandom().randrange(2**31)
+    torch.manual_seed(seed)
+    return seed
+
+
+def poisoned(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+def randn(*shape: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, dtype=torch.float32, device=DEVICE) * scale).to(dtype)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out64, ref64 = out.detach().double().cpu(), ref.detach().double().cpu()
+    if torch.isnan(out64).any():
+        return float("inf")
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    if dtype == torch.float32:
+        return 3e-3 if ON_GPU else 1e-5  # tf32 tensor cores on the GPU, exact fp32 in the interpreter
+    return 1.6e-2
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, seed: int, what: str) -> None:
+    err = rel_err(out, ref)
+    assert err < tolerance(dtype), f"{what}: relative error {err:.3e} (dtype {dtype}, seed {seed})"

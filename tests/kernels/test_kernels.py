@@ -1,0 +1,203 @@
+"""The library's DSL kernels against PyTorch at odd shapes (not multiples of the tiles), fp32 and bf16,
+with outputs poisoned by NaN before each run. ARGUS_TEST_DEVICE=cuda runs them on the GPU at real sizes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from argus_inductor.dsl import Policy
+from argus_inductor.kernels import (
+    attention,
+    bmm,
+    gemm,
+    layernorm,
+    moe_align_block,
+    moe_expert_step,
+    moe_gate_up,
+    rmsnorm,
+    softmax,
+)
+
+from ._support import DEVICE, DTYPES, ON_GPU, check, fresh_seed, poisoned, randn
+
+if ON_GPU:
+    GEMM_SHAPES = [(4096, 4096, 4096), (4093, 4101, 4099), (16, 14336, 4096), (1, 4096, 14336)]
+    GEMM_POLICY = Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid_order="grouped")
+    SMALL_POLICY = Policy.make(BM=16, BN=64, BK=128, num_warps=4, num_stages=4)
+    ROWS = [(4096, 4096), (8191, 14336), (33, 128256)]
+    NORM_POLICY = Policy.make(BR=1, BC=2048, num_warps=8)
+    ATTN = [(4, 32, 32, 1024, 1024, 128), (2, 32, 8, 4093, 4093, 128), (1, 16, 16, 2047, 2047, 64),
+            (2, 8, 2, 1000, 3000, 256)]
+    ATTN_POLICY = Policy.make(BM=128, BN=64, num_warps=8, num_stages=2)
+    MOE = [(4096, 4096, 14336, 8, 2), (64, 2048, 768, 128, 8), (3, 4096, 14336, 8, 2)]
+    MOE_UP = Policy.make(BM=64, BN=128, BK=64, num_warps=8, num_stages=3)
+    MOE_DOWN = Policy.make(BN=128, BK=64, num_warps=8, num_stages=3)
+else:
+    GEMM_SHAPES = [(37, 45, 53), (1, 19, 70), (50, 33, 17)]
+    GEMM_POLICY = Policy.make(BM=16, BN=32, BK=16, grid_order="grouped", group_m=2)
+    SMALL_POLICY = Policy.make(BM=16, BN=16, BK=32, persistent=True)
+    ROWS = [(13, 100), (1, 7), (5, 130)]
+    NORM_POLICY = Policy.make(BR=4, BC=32)
+    ATTN = [(2, 4, 2, 37, 37, 64), (1, 2, 1, 21, 45, 16), (1, 3, 3, 50, 50, 32)]
+    ATTN_POLICY = Policy.make(BM=16, BN=16)
+    MOE = [(13, 40, 24, 4, 2), (1, 32, 16, 8, 2), (20, 24, 40, 6, 3)]
+    MOE_UP = Policy.make(BM=16, BN=16, BK=16)
+    MOE_DOWN = Policy.make(BN=16, BK=16)
+
+TRANSPOSES = [(False, False), (False, True), (True, False), (True, True)]
+ACTS = ["none", "relu", "gelu", "silu", "gelu_tanh"]
+
+
+def _operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype) -> torch.Tensor:
+    """A (rows, cols) operand stored either row-major or as the transpose of a row-major tensor."""
+    if transposed:
+        return randn(cols, rows, dtype=dtype).t()
+    return randn(rows, cols, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ta,tb", TRANSPOSES)
+def test_gemm_bias_activation_all_layouts(dtype, ta, tb):
+    for i, (m, n, k) in enumerate(GEMM_SHAPES):
+        seed = fresh_seed()
+        act = ACTS[(i + 2 * ta + tb) % len(ACTS)]
+        a, b = _operand(m, k, ta, dtype), _operand(k, n, tb, dtype)
+        bias = randn(n, dtype=dtype)
+        out = poisoned(m, n, dtype=dtype)
+        policy = SMALL_POLICY if m <= 64 else GEMM_POLICY
+        gemm(a, b, bias, act, out=out, policy=policy)
+        ref = a.double() @ b.double() + bias.double()
+        ref = {"none": ref, "relu": F.relu(ref), "gelu": F.gelu(ref), "silu": F.silu(ref),
+               "gelu_tanh": F.gelu(ref, approximate="tanh")}[act]
+        check(out, ref, dtype, seed, f"gemm {m}x{n}x{k} ta={ta} tb={tb} act={act}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemm_without_bias(dtype):
+    m, n, k = GEMM_SHAPES[0]
+    seed = fresh_seed()
+    a, b = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
+    out = poisoned(m, n, dtype=dtype)
+    gemm(a, b, out=out, policy=GEMM_POLICY)
+    check(out, a.double() @ b.double(), dtype, seed, "gemm without bias")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batched_gemm(dtype):
+    for (m, n, k), batch in zip(GEMM_SHAPES[:2], (3, 2)):
+        seed = fresh_seed()
+        a, b = randn(batch, m, k, dtype=dtype), randn(batch, k, n, dtype=dtype)
+        out = poisoned(batch, m, n, dtype=dtype)
+        bmm(a, b, out=out, policy=GEMM_POLICY)
+        check(out, a.double() @ b.double(), dtype, seed, f"bmm {batch}x{m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_rms_layer_norm(dtype):
+    for r, c in ROWS:
+        seed = fresh_seed()
+        x = randn(r, c, dtype=dtype, scale=3.0)
+        w, b = randn(c, dtype=dtype), randn(c, dtype=dtype)
+        out = poisoned(r, c, dtype=dtype)
+        softmax(x, out=out, policy=NORM_POLICY)
+        check(out, torch.softmax(x.double(), -1), dtype, seed, f"softmax {r}x{c}")
+        out = poisoned(r, c, dtype=dtype)
+        rmsnorm(x, w, 1e-6, out=out, policy=NORM_POLICY)
+        ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+        check(out, ref, dtype, seed, f"rmsnorm {r}x{c}")
+        out = poisoned(r, c, dtype=dtype)
+        layernorm(x, w, b, 1e-5, out=out, policy=NORM_POLICY)
+        check(out, F.layer_norm(x.double(), (c,), w.double(), b.double(), 1e-5), dtype, seed,
+              f"layernorm {r}x{c}")
+
+
+def _attention_ref(q, k, v, causal):
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1)
+    s = q.double() @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_online_softmax_gqa(dtype, causal):
+    for z, h, hk, s, t, d in ATTN:
+        seed = fresh_seed()
+        q, k, v = randn(z, h, s, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype)
+        out = poisoned(z, h, s, d, dtype=dtype)
+        attention(q, k, v, causal, out=out, policy=ATTN_POLICY)
+        check(out, _attention_ref(q, k, v, causal), dtype, seed,
+              f"attention z={z} h={h} hk={hk} s={s} t={t} d={d} causal={causal}")
+
+
+def _moe_ref(x, w1, w2, tw, ti):
+    inter = w1.shape[1] // 2
+    y = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float64, device=x.device)
+    for e in range(w1.shape[0]):
+        rows, slot = (ti == e).nonzero(as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        xe = x[rows].double()
+        hcur = F.silu(xe @ w1[e, :inter].double().t()) * (xe @ w1[e, inter:].double().t())
+        y.index_add_(0, rows, tw[rows, slot].double()[:, None] * (hcur @ w2[e].double().t()))
+    return y
+
+
+def _routing(tokens: int, experts: int, topk: int, dtype: torch.dtype):
+    logits = torch.randn(tokens, experts, device=DEVICE)
+    tw, ti = torch.topk(torch.softmax(logits, -1), topk)
+    return tw.to(dtype), ti
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_moe_expert_step(dtype):
+    for t, hd, inter, e, topk in MOE:
+        seed = fresh_seed()
+        x = randn(t, hd, dtype=dtype)
+        w1 = randn(e, 2 * inter, hd, dtype=dtype, scale=hd**-0.5)
+        w2 = randn(e, hd, inter, dtype=dtype, scale=inter**-0.5)
+        tw, ti = _routing(t, e, topk, dtype)
+        y = moe_expert_step(x, w1, w2, tw, ti, policy_up=MOE_UP, policy_down=MOE_DOWN)
+        check(y, _moe_ref(x, w1, w2, tw, ti), dtype, seed, f"moe t={t} hd={hd} i={inter} e={e} topk={topk}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_moe_gate_up_writes_every_sorted_row(dtype):
+    t, hd, inter, e, topk = MOE[0]
+    seed = fresh_seed()
+    x = randn(t, hd, dtype=dtype)
+    w1 = randn(e, 2 * inter, hd, dtype=dtype, scale=hd**-0.5)
+    _, ti = _routing(t, e, topk, dtype)
+    bm = MOE_UP.const("BM")
+    sorted_ids, block_expert = moe_align_block(ti, e, bm)
+    h = poisoned(sorted_ids.numel(), inter, dtype=dtype)
+    moe_gate_up(x, w1, sorted_ids, block_expert, h, policy=MOE_UP.with_consts(TOPK=topk))
+    valid = sorted_ids < t * topk
+    pair = sorted_ids[valid].long()
+    tok, exp = pair // topk, block_expert.repeat_interleave(bm)[valid].long()
+    xe = x[tok].double()
+    g = torch.einsum("rk,rnk->rn", xe, w1[exp, :inter].double())
+    u = torch.einsum("rk,rnk->rn", xe, w1[exp, inter:].double())
+    check(h[valid], F.silu(g) * u, dtype, seed, "moe gate-up rows")
+    assert not torch.isnan(h[~valid]).any(), "padding rows were left unwritten"
+    assert (h[~valid] == 0).all(), "padding rows must be zero"
+
+
+def test_moe_align_block_groups_pairs_by_expert():
+    ti = torch.tensor([[0, 2], [2, 1], [0, 2], [1, 0]], device=DEVICE)
+    sorted_ids, block_expert = moe_align_block(ti, 4, 4)
+    assert block_expert.tolist() == [0, 1, 2]
+    ids = sorted_ids.tolist()
+    assert ids[:4] == [0, 4, 7, 8] and ids[4:8] == [3, 6, 8, 8] and ids[8:12] == [1, 2, 5, 8]
+    with pytest.raises(ValueError, match="expert ids"):
+        moe_align_block(torch.tensor([[5]]), 4, 4)
+
+
+def test_device_is_what_the_run_asked_for():
+    assert randn(2, dtype=torch.float32).device.type == ("cpu" if DEVICE == "cpu" else "cuda")
