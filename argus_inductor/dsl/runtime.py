@@ -19,7 +19,7 @@ from typing import Any
 from .errors import DSLError, LaunchError
 from .evaluate import eval_scalar
 from .frontend import _MISSING, Frontend
-from .ir import KernelIR, ScalarParam, TensorParam, Value
+from .ir import KernelIR, ScalarParam, TensorParam
 from .lowering import LoweredSource, lower
 from .policy import Policy
 from .types import TensorDType
