@@ -190,7 +190,13 @@ class CompiledKernel:
         opts: dict[str, Any] = dict(self.consts)
         if self.target != "interpret":
             opts.update(num_warps=self.policy.num_warps, num_stages=self.policy.num_stages)
-        self.fn[(programs,)](*flat, **opts)
+        try:
+            self.fn[(programs,)](*flat, **opts)
+        except Exception as e:
+            if type(e).__name__ == "OutOfResources":
+                raise LaunchError(f"policy {self.policy.key()} does not fit kernel {self.ir.name} on this GPU "
+                                  f"({e}); choose smaller tiles or fewer stages") from e
+            raise
 
 
 def _num_sms(device: Any, target: str) -> int:

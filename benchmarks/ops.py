@@ -1,0 +1,217 @@
+"""Our kernels against the vendor peers, same process, same inputs.
+
+    python benchmarks/ops.py [--ops gemm,attention,moe] [--quick] [--out benchmarks/results]
+
+For each op and shape: median time (triton.testing.do_bench), TFLOP/s or TB/s, ours/peer speed ratio
+(peer time / our time: >1 means we are faster), and max relative error against a float32 reference.
+Writes JSON and a Markdown table under --out and prints the table last. Needs a CUDA GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from argus_inductor.dsl import Policy  # noqa: E402
+from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
+
+GEMM_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
+GEMM_M = [1, 16, 128, 4096]
+ATTN = [  # (batch, q heads, kv heads, seq q, seq kv, head dim, causal)
+    (4, 32, 32, 4096, 4096, 128, True), (4, 32, 32, 4096, 4096, 128, False), (16, 32, 32, 1024, 1024, 128, True),
+    (1, 32, 32, 16384, 16384, 128, True), (8, 16, 16, 2048, 2048, 64, False), (4, 32, 8, 4096, 4096, 128, True),
+    (32, 32, 8, 1, 8192, 128, False),
+]
+MOE = [(t, *cfg) for cfg in ((4096, 14336, 8, 2), (2048, 768, 128, 8)) for t in (1, 64, 4096)]
+
+
+def bench(fn) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+
+
+def gemm_policy(m: int, n: int, k: int) -> Policy:
+    if m <= 16:
+        return Policy.make(BM=16, BN=64, BK=256, num_warps=4, num_stages=4)
+    if m <= 128:
+        return Policy.make(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)
+    return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8)
+
+
+def run_gemm(rows: list[dict], quick: bool) -> None:
+    shapes = [(m, n, k) for m in GEMM_M for n, k in GEMM_NK] + [(8192, 8192, 8192)]
+    if quick:
+        shapes = shapes[::3]
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # weights as nn.Linear stores them
+        ref = a.float() @ b.float()
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        pol = gemm_policy(m, n, k)
+        ours = bench(lambda: gemm(a, b, out=out, policy=pol))
+        err = rel(out, ref)
+        peer = bench(lambda: torch.matmul(a, b))
+        flops = 2 * m * n * k
+        byts = 2 * (m * k + n * k + m * n)
+        rows.append(dict(op="gemm", shape=f"M={m} N={n} K={k}", ours_ms=ours, peer="cuBLAS", peer_ms=peer,
+                         ratio=peer / ours, tflops=flops / ours / 1e9, tbps=byts / ours / 1e9, rel_err=err,
+                         policy=pol.key()))
+        print(rows[-1], flush=True)
+
+
+def run_attention(rows: list[dict], quick: bool) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    shapes = ATTN[::2] if quick else ATTN
+    for z, h, hk, s, t, d, causal in shapes:
+        q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        pol = Policy.make(BM=128 if s > 1 else 16, BN=64, num_warps=8 if s > 1 else 4, num_stages=2)
+        ours = bench(lambda: attention(q, k, v, causal, out=out, policy=pol))
+        ke, ve = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
+        sample = slice(0, 1)
+        ref = F.scaled_dot_product_attention(q[sample].float(), ke[sample].float(), ve[sample].float(),
+                                              is_causal=causal)
+        err = rel(out[sample], ref)
+        peers = {}
+        for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel([be]):
+                    peers[name] = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                               enable_gqa=h != hk))
+            except RuntimeError as e:
+                print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+        best = min(peers, key=peers.get) if peers else None
+        flops = 4 * z * h * s * t * d * (0.5 if causal and s == t else 1.0)
+        byts = 2 * (2 * z * h * s * d + 2 * z * hk * t * d)
+        rows.append(dict(op="attention", shape=f"Z={z} H={h}/{hk} S={s} T={t} D={d}{' causal' if causal else ''}",
+                         ours_ms=ours, peer=f"SDPA {best}" if best else "none", peer_ms=peers.get(best, math.nan),
+                         ratio=peers.get(best, math.nan) / ours, tflops=flops / ours / 1e9, tbps=byts / ours / 1e9,
+                         rel_err=err, policy=pol.key(), peers=peers))
+        print(rows[-1], flush=True)
+
+
+def run_moe(rows: list[dict], quick: bool) -> None:
+    shapes = MOE[::2] if quick else MOE
+    for t, hd, inter, e, topk in shapes:
+        x = torch.randn(t, hd, device="cuda", dtype=torch.bfloat16)
+        w1 = torch.randn(e, 2 * inter, hd, device="cuda", dtype=torch.bfloat16) * hd**-0.5
+        w2 = torch.randn(e, hd, inter, device="cuda", dtype=torch.bfloat16) * inter**-0.5
+        tw, ti = torch.topk(torch.softmax(torch.randn(t, e, device="cuda"), -1), topk)
+        tw = tw.to(torch.bfloat16)
+        bm = 16 if t * topk <= 64 * e else 64
+        up = Policy.make(BM=bm, BN=128, BK=64, num_warps=4 if bm == 16 else 8, num_stages=3)
+        down = Policy.make(BN=128, BK=64, num_warps=4 if bm == 16 else 8, num_stages=3)
+        ours = bench(lambda: moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down))
+        y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
+        ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
+        err = rel(y, ref)
+        peers = {"eager loop": bench(lambda: eager_moe(x, w1, w2, tw, ti))}
+        if hasattr(torch, "_grouped_mm"):
+            try:
+                grouped_moe(x, w1, w2, tw, ti)
+                peers["grouped_mm"] = bench(lambda: grouped_moe(x, w1, w2, tw, ti))
+            except RuntimeError as ex:
+                print(f"  grouped_mm unavailable: {str(ex).splitlines()[0]}")
+        best = "grouped_mm" if "grouped_mm" in peers else "eager loop"
+        flops = 2 * t * topk * (2 * inter * hd + hd * inter)
+        rows.append(dict(op="moe", shape=f"T={t} H={hd} I={inter} E={e} k={topk}", ours_ms=ours, peer=best,
+                         peer_ms=peers[best], ratio=peers[best] / ours, tflops=flops / ours / 1e9,
+                         tbps=math.nan, rel_err=err, policy=up.key(), peers=peers))
+        print(rows[-1], flush=True)
+
+
+def eager_moe(x, w1, w2, tw, ti):
+    inter = w1.shape[1] // 2
+    y = torch.zeros_like(x)
+    for e in range(w1.shape[0]):
+        rows, slot = (ti == e).nonzero(as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        xe = x[rows]
+        h = F.silu(xe @ w1[e, :inter].t()) * (xe @ w1[e, inter:].t())
+        y.index_add_(0, rows, (tw[rows, slot, None] * (h @ w2[e].t())).to(y.dtype))
+    return y
+
+
+def grouped_moe(x, w1, w2, tw, ti):
+    """The peer: tokens sorted by expert, torch._grouped_mm for both projections."""
+    topk = ti.shape[1]
+    flat = ti.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=w1.shape[0])
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    xs = x[order // topk]
+    gu = torch._grouped_mm(xs, w1.transpose(1, 2), offs=offs)
+    inter = w1.shape[1] // 2
+    h = F.silu(gu[:, :inter]) * gu[:, inter:]
+    yd = torch._grouped_mm(h, w2.transpose(1, 2), offs=offs)
+    yd = yd * tw.reshape(-1)[order, None]
+    y = torch.zeros_like(x)
+    y.index_add_(0, order // topk, yd)
+    return y
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| op | shape | ours ms | peer | peer ms | ours/peer speed | TFLOP/s | TB/s | rel err |",
+           "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        out.append(f"| {r['op']} | {r['shape']} | {r['ours_ms']:.4f} | {r['peer']} | {r['peer_ms']:.4f} | "
+                   f"{r['ratio']:.2f}x | {r['tflops']:.1f} | {r['tbps']:.2f} | {r['rel_err']:.1e} |")
+    for op in dict.fromkeys(r["op"] for r in rows):
+        rs = [r["ratio"] for r in rows if r["op"] == op and r["ratio"] == r["ratio"]]
+        if rs:
+            gm = math.exp(sum(math.log(x) for x in rs) / len(rs))
+            out.append(f"\n{op}: geometric mean ours/peer speed = {gm:.3f}x over {len(rs)} shapes")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", default="gemm,attention,moe", help="comma-separated subset of gemm,attention,moe")
+    ap.add_argument("--quick", action="store_true", help="a third of the shapes")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/ops.py needs a CUDA GPU (no GPU is visible)")
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    bad = set(ops) - {"gemm", "attention", "moe"}
+    if bad:
+        sys.exit(f"unknown op(s): {', '.join(sorted(bad))}")
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    rows: list[dict] = []
+    for op in ops:
+        {"gemm": run_gemm, "attention": run_attention, "moe": run_moe}[op](rows, args.quick)
+    import triton
+
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                python=platform.python_version(), date=datetime.datetime.now().isoformat(timespec="seconds"),
+                command=" ".join(["python", "benchmarks/ops.py", *sys.argv[1:]]))
+    outdir = Path(os.environ.get("OUT", args.out))
+    outdir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.date.today().isoformat()
+    (outdir / f"ops-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    md = f"# ops benchmark\n\n{json.dumps(meta)}\n\n{table(rows)}\n"
+    (outdir / f"ops-{stamp}.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
