@@ -1,0 +1,68 @@
+"""backend="argus": Argus graph rewrites, then Inductor for everything else."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from . import reporting as _report
+from .config import Options
+from .matchers import rewrite
+from .ops import set_active_options, target_for
+
+log = logging.getLogger("argus_inductor")
+_SAID: set[str] = set()
+
+
+def _say_once(msg: str) -> None:
+    if msg not in _SAID:
+        _SAID.add(msg)
+        log.warning(msg)
+
+
+def _devices(example_inputs: list[Any]) -> set[torch.device]:
+    return {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+
+
+def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
+                  options: dict[str, Any] | None = None):
+    """The Dynamo backend. `options` are Argus options (see argus_inductor.config.Options); `mode` goes to
+    Inductor (e.g. "max-autotune")."""
+    from torch._inductor.compile_fx import compile_fx
+
+    opts = Options.resolve(options)
+    set_active_options(opts)
+    devices = _devices(example_inputs) or {torch.device("cpu")}
+    targets = {target_for(d, opts) for d in devices}
+    if None in targets:
+        where = ", ".join(sorted(str(d) for d in devices))
+        _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
+                  "with ARGUS_INTERPRET=1); compiling with Inductor alone")
+    else:
+        matches = rewrite(gm, opts.enabled_ops)
+        log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
+    inductor_config: dict[str, Any] = {}
+    if mode == "max-autotune":
+        inductor_config = {"max_autotune": True}
+    elif mode not in (None, "default"):
+        inductor_config = {"triton.cudagraphs": mode == "reduce-overhead"}
+    compiled = compile_fx(gm, example_inputs, config_patches=inductor_config or None)
+    if opts.report:
+        reported = []
+
+        def run_and_report(*args: Any) -> Any:
+            out = compiled(*args)
+            if not reported:
+                reported.append(True)
+                _report.report()
+            return out
+        return run_and_report
+    return compiled
+
+
+def register() -> None:
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+    if "argus" not in _BACKENDS:
+        register_backend(name="argus")(argus_backend)

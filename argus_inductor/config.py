@@ -1,0 +1,55 @@
+"""Argus options: torch.compile(..., options={...}) over ARGUS_* environment variables over defaults."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ON_MISS = ("synthesize", "default", "fallback")
+OPS = ("gemm", "attention", "moe")
+
+
+def _env_bool(name: str, default: bool = False) -> bool:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    return v.lower() not in ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the backend does. Every field has an ARGUS_<NAME> environment variable."""
+
+    interpret: bool = False        # ARGUS_INTERPRET: run Argus kernels on CPU tensors in the Triton interpreter
+    report: bool = False           # ARGUS_REPORT: print what Argus did with each subgraph when compiled
+    on_miss: str = "default"       # ARGUS_ON_MISS: synthesize | default | fallback
+    cache_dir: str = ""            # ARGUS_CACHE_DIR (default ~/.cache/argus)
+    ops: str = "gemm,attention,moe"  # ARGUS_OPS: which subgraph kinds Argus takes
+
+    @staticmethod
+    def resolve(options: dict[str, Any] | None = None) -> Options:
+        values: dict[str, Any] = {
+            "interpret": _env_bool("ARGUS_INTERPRET"),
+            "report": _env_bool("ARGUS_REPORT"),
+            "on_miss": os.environ.get("ARGUS_ON_MISS", "default"),
+            "cache_dir": os.environ.get("ARGUS_CACHE_DIR", str(Path.home() / ".cache" / "argus")),
+            "ops": os.environ.get("ARGUS_OPS", "gemm,attention,moe"),
+        }
+        names = {f.name for f in fields(Options)}
+        for k, v in (options or {}).items():
+            key = k[len("argus_"):] if k.startswith("argus_") else k
+            if key not in names:
+                raise ValueError(f"unknown Argus option {k!r}; known options: {', '.join(sorted(names))}")
+            values[key] = v
+        opts = Options(**values)
+        if opts.on_miss not in ON_MISS:
+            raise ValueError(f"ARGUS_ON_MISS / on_miss must be one of {ON_MISS}, got {opts.on_miss!r}")
+        unknown = set(opts.enabled_ops) - set(OPS)
+        if unknown:
+            raise ValueError(f"ARGUS_OPS names unknown op kinds {sorted(unknown)}; known: {', '.join(OPS)}")
+        return opts
+
+    @property
+    def enabled_ops(self) -> tuple[str, ...]:
+        return tuple(o.strip() for o in self.ops.split(",") if o.strip())

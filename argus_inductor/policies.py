@@ -1,0 +1,31 @@
+"""The template-default policy of each library kernel for a shape: what runs before any search."""
+from __future__ import annotations
+
+from .dsl import Policy
+
+
+def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
+    if target == "interpret":
+        return Policy.make(BM=16, BN=32, BK=32)
+    if m <= 16:
+        return Policy.make(BM=16, BN=64, BK=256, num_warps=4, num_stages=4)
+    if m <= 128:
+        return Policy.make(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)
+    return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8)
+
+
+def attention_policy(s: int, d: int, target: str) -> Policy:
+    if target == "interpret":
+        return Policy.make(BM=16, BN=16)
+    if s <= 16:
+        return Policy.make(BM=16, BN=64, num_warps=4, num_stages=2)
+    return Policy.make(BM=128 if d <= 128 else 64, BN=64, num_warps=8, num_stages=2)
+
+
+def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Policy, Policy]:
+    if target == "interpret":
+        return Policy.make(BM=16, BN=16, BK=16), Policy.make(BN=16, BK=16)
+    bm = 16 if tokens * topk <= 64 * experts else 64
+    warps = 4 if bm == 16 else 8
+    return (Policy.make(BM=bm, BN=128, BK=64, num_warps=warps, num_stages=3),
+            Policy.make(BN=128, BK=64, num_warps=warps, num_stages=3))

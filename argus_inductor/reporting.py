@@ -1,0 +1,62 @@
+"""What Argus did with each matched subgraph: its signature, where its kernel came from, its time."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+_LOCK = threading.Lock()
+
+
+@dataclass
+class Entry:
+    graph_node: str          # the FX node(s) the subgraph came from
+    op: str
+    signature: str = ""
+    source: str = "pending"  # cache | synthesized | default | fallback (+ reason)
+    calls: int = 0
+    total_ms: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+_ENTRIES: dict[str, Entry] = {}
+
+
+def record_match(node_id: str, op: str, graph_node: str) -> None:
+    with _LOCK:
+        _ENTRIES.setdefault(node_id, Entry(graph_node, op))
+
+
+def record_call(node_id: str, signature: str, source: str, ms: float | None) -> None:
+    with _LOCK:
+        e = _ENTRIES.get(node_id)
+        if e is None:
+            e = _ENTRIES.setdefault(node_id, Entry("(direct call)", signature.split("(")[0]))
+        e.signature = signature
+        e.source = source
+        e.calls += 1
+        if ms is not None:
+            e.total_ms += ms
+
+
+def entries() -> list[Entry]:
+    with _LOCK:
+        return list(_ENTRIES.values())
+
+
+def clear() -> None:
+    with _LOCK:
+        _ENTRIES.clear()
+
+
+def report(file=None) -> str:
+    """Print (and return) one line per matched subgraph."""
+    rows = entries()
+    lines = [f"Argus: {len(rows)} subgraph(s) matched"]
+    for i, e in enumerate(rows):
+        t = f"{e.total_ms / e.calls:.3f} ms/call" if e.calls and e.total_ms else "not timed"
+        lines.append(f"  [{i}] {e.op:<9} {e.graph_node}")
+        lines.append(f"      signature: {e.signature or '(not run yet)'}")
+        lines.append(f"      kernel:    {e.source}; {e.calls} call(s), {t}")
+    text = "\n".join(lines)
+    print(text, file=file, flush=True)
+    return text

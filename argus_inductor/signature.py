@@ -1,0 +1,66 @@
+"""Shape signatures: what a cached kernel is specialized for."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+import torch
+
+from . import __version__
+
+
+def bucket(n: int) -> str:
+    """Dynamic dims are bucketed by power-of-two ranges: 1, 2, 3-4, 5-8, ..."""
+    if n <= 2:
+        return str(n)
+    lo = 1 << ((n - 1).bit_length() - 1)
+    return f"{lo + 1}-{lo * 2}"
+
+
+def layout_of(t: torch.Tensor) -> str:
+    """'row' when the last dim is contiguous, 'col' when the second-to-last is, else 'strided'."""
+    if t.dim() >= 2 and t.stride(-1) == 1:
+        return "row"
+    if t.dim() >= 2 and t.stride(-2) == 1:
+        return "col"
+    return "strided" if t.dim() >= 2 else "vec"
+
+
+def device_arch(device: torch.device) -> str:
+    if device.type == "cuda":
+        if getattr(torch.version, "hip", None):
+            return getattr(torch.cuda.get_device_properties(device), "gcnArchName", "rocm").split(":")[0]
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"sm_{major}{minor}"
+    return device.type
+
+
+@dataclass(frozen=True)
+class Signature:
+    op: str                        # gemm | bmm | attention | moe
+    epilogue: str                  # e.g. "bias+silu", "causal", "gqa4"
+    dtypes: tuple[str, ...]
+    layouts: tuple[str, ...]
+    static_dims: tuple[tuple[str, int], ...]
+    dynamic_dims: tuple[tuple[str, str], ...]
+    arch: str
+    versions: tuple[str, str, str]
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+
+    def short(self) -> str:
+        dims = ",".join(f"{k}={v}" for k, v in self.static_dims + self.dynamic_dims)
+        epi = f"[{self.epilogue}]" if self.epilogue else ""
+        return f"{self.op}{epi}({dims}) {'/'.join(self.dtypes)} {self.arch}"
+
+
+def make_signature(op: str, epilogue: str, tensors: list[torch.Tensor], static: dict[str, int],
+                   dynamic: dict[str, int]) -> Signature:
+    import triton
+
+    return Signature(op, epilogue, tuple(str(t.dtype).replace("torch.", "") for t in tensors),
+                     tuple(layout_of(t) for t in tensors), tuple(sorted(static.items())),
+                     tuple(sorted((k, bucket(v)) for k, v in dynamic.items())), device_arch(tensors[0].device),
+                     (torch.__version__.split("+")[0], triton.__version__, __version__))

@@ -1,0 +1,126 @@
+"""backend="argus" on the CPU: matched subgraphs run Argus kernels under the interpreter and agree
+with eager; without the interpreter the backend is Inductor alone."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import argus_inductor
+from argus_inductor import reporting as report_mod
+from argus_inductor.config import Options
+from argus_inductor.demo import TinyLlama
+from argus_inductor.matchers import rewrite
+from argus_inductor.signature import bucket
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(24, 40)
+        self.fc2 = nn.Linear(40, 24, bias=False)
+        self.w = nn.Parameter(torch.randn(24, 8))
+
+    def forward(self, x):
+        h = F.gelu(self.fc1(x))
+        y = torch.relu(self.fc2(h) @ self.w)
+        q = y.view(x.shape[0], 2, -1, 4)
+        a = F.scaled_dot_product_attention(q, q, q)
+        return torch.bmm(a.flatten(0, 1), a.flatten(0, 1).transpose(1, 2)) + torch.addmm(
+            torch.ones(8), y.reshape(-1, 8), torch.eye(8)).sum()
+
+
+def test_compiled_model_matches_eager_and_runs_argus_kernels():
+    torch._dynamo.reset()
+    report_mod.clear()
+    model = MLP().eval()
+    x = torch.randn(3, 6, 24)
+    with torch.no_grad():
+        ref = model(x)
+        out = torch.compile(model, backend="argus")(x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    rows = report_mod.entries()
+    kinds = sorted(e.op for e in rows)
+    assert kinds.count("gemm") == 5 and kinds.count("attention") == 1, kinds
+    fused = [e for e in rows if "->" in e.graph_node]
+    assert len(fused) == 2 and all(e.source.startswith("default") for e in rows), rows
+    assert {s.signature.split("(")[0] for s in fused} == {"gemm[bias+gelu]", "gemm[relu]"}
+    assert all(e.calls == 1 for e in rows)
+
+
+def test_llama_like_model_and_report_text(capsys):
+    torch._dynamo.reset()
+    report_mod.clear()
+    model = TinyLlama(layers=1).eval()
+    tokens = torch.randint(0, 256, (2, 11))
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="argus")(tokens), model(tokens), rtol=1e-4, atol=1e-4)
+    text = argus_inductor.report()
+    assert "attention[causal,gqa2]" in text and "gemm[silu]" in text and "gemm[bias]" in text
+
+
+def test_without_the_interpreter_the_cpu_gets_inductor_alone(monkeypatch, caplog):
+    torch._dynamo.reset()
+    report_mod.clear()
+    model = MLP().eval()
+    x = torch.randn(2, 4, 24)
+    with caplog.at_level(logging.WARNING, logger="argus_inductor"), torch.no_grad():
+        out = torch.compile(model, backend="argus", options={"interpret": False})(x)
+        ref = torch.compile(model, backend="inductor")(x)
+    torch.testing.assert_close(out, ref)
+    assert report_mod.entries() == []
+    assert any("compiling with Inductor alone" in r.message for r in caplog.records)
+
+
+def test_dynamic_batch_does_not_recompile_per_size():
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 16)).eval()
+    counts = {"n": 0}
+
+    def counting(gm, ex, **kw):
+        counts["n"] += 1
+        return argus_inductor.argus_backend(gm, ex, **kw)
+
+    compiled = torch.compile(model, backend=counting, dynamic=True)
+    with torch.no_grad():
+        for b in (3, 5, 9, 17):
+            x = torch.randn(b, 16)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counts["n"] == 1
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="unknown Argus option 'tiles'"):
+        Options.resolve({"tiles": 3})
+    with pytest.raises(ValueError, match="ARGUS_ON_MISS"):
+        Options.resolve({"on_miss": "pray"})
+    with pytest.raises(ValueError, match="unknown op kinds"):
+        Options.resolve({"ops": "gemm,conv"})
+    assert Options.resolve({"argus_report": True}).report
+
+
+def test_on_miss_fallback_uses_aten():
+    torch._dynamo.reset()
+    report_mod.clear()
+    model = nn.Linear(8, 8).eval()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        out = torch.compile(model, backend="argus", options={"on_miss": "fallback"})(x)
+    torch.testing.assert_close(out, model(x))
+    assert all("ARGUS_ON_MISS=fallback" in e.source for e in report_mod.entries())
+
+
+def test_matcher_leaves_masked_attention_and_inplace_activations_alone():
+    def f(q, m):
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=m)
+
+    gm = torch.fx.symbolic_trace(f)
+    assert rewrite(gm, ("gemm", "attention")) == []
+
+
+def test_signature_buckets_dynamic_dims():
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 4096, 4097)] == \
+        ["1", "2", "3-4", "3-4", "5-8", "5-8", "9-16", "2049-4096", "4097-8192"]
