@@ -64,6 +64,13 @@ def _load_module(src: LoweredSource, target: str) -> Any:
     if target == "interpret":
         # Triton decides between compiling and interpreting from this variable, at decoration time and
         # again at launch; a process that interprets Argus kernels keeps it set.
+        if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and "triton.language" in sys.modules:
+            import triton.language as tl
+
+            if not type(tl.cdiv).__name__.startswith("Interpreted"):
+                raise LaunchError("Argus kernels for CPU tensors need the Triton interpreter, but triton was "
+                                  "imported before it was enabled: set ARGUS_INTERPRET=1 (or TRITON_INTERPRET=1) "
+                                  "in the environment before Python starts")
         os.environ["TRITON_INTERPRET"] = "1"
     elif os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise LaunchError("this process interprets Triton kernels (TRITON_INTERPRET=1), so GPU kernels cannot be "
