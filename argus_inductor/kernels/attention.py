@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from dataclasses import replace
 
 import torch
 
@@ -12,7 +13,7 @@ from ..dsl.lang import (
     arange,
     cdiv,
     constexpr,
-    exp,
+    exp2,
     float32,
     full,
     inf,
@@ -38,7 +39,9 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
     """O = softmax(Q K^T * scale [+ causal mask]) V; query head h reads key/value head h // (H // HK).
 
     The causal mask is top-left aligned (key j is visible to query i when j <= i), as in
-    scaled_dot_product_attention(is_causal=True).
+    scaled_dot_product_attention(is_causal=True). Causal programs walk the keys in two loops: the
+    blocks wholly below the diagonal need no mask, only the diagonal blocks do. Scores are kept in
+    base 2 (scale * log2(e) folded in) so the softmax uses exp2.
     """
     pm, zh = tile_grid(cdiv(S, BM), Z * H)
     z = zh // H
@@ -46,27 +49,71 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
     hk = h // (H // HK)
     rm = pm * BM + arange(BM)
     rd = arange(BD)
+    qk_scale = scale * 1.4426950408889634
     q = load(Q[z, h, rm, rd])
     m_i = full((BM,), -inf, float32)
     l_i = zeros((BM,), float32)
     acc = zeros((BM, BD), float32)
-    hi = T
+    lo = T
     if CAUSAL == 1:
-        hi = minimum(T, (pm + 1) * BM)
-    for n0 in range(0, hi, BN):
+        lo = minimum(T, pm * BM)
+    for n0 in range(0, lo, BN):
         rn = n0 + arange(BN)
         k = load(K[z, hk, rn, rd])
         v = load(V[z, hk, rn, rd])
-        s = mma(q, trans(k)) * scale
-        valid = (rn[None, :] < T) & ((rn[None, :] <= rm[:, None]) | (CAUSAL == 0))
-        s = where(valid, s, -inf)
+        s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
         m_new = maximum(m_i, max(s, 1))
-        alpha = exp(m_i - m_new)
-        p = exp(s - m_new[:, None])
+        alpha = exp2(m_i - m_new)
+        p = exp2(s - m_new[:, None])
         l_i = l_i * alpha + sum(p, 1)
         acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
         m_i = m_new
+    if CAUSAL == 1:
+        for n0 in range(lo, minimum(T, (pm + 1) * BM), BN):
+            rn = n0 + arange(BN)
+            k = load(K[z, hk, rn, rd])
+            v = load(V[z, hk, rn, rd])
+            visible = (rn[None, :] < T) & (rn[None, :] <= rm[:, None])
+            s = where(visible, mma(q, trans(k)) * qk_scale, -inf)
+            m_new = maximum(m_i, max(s, 1))
+            alpha = exp2(m_i - m_new)
+            p = exp2(s - m_new[:, None])
+            l_i = l_i * alpha + sum(p, 1)
+            acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
+            m_i = m_new
     store(O[z, h, rm, rd], acc / l_i[:, None])
+
+
+@kernel
+def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"), V: Tensor("Z", "HK", "T", "D"),
+                     O: Tensor("Z", "H", "S", "D"), scale: float,
+                     BG: constexpr = 16, BN: constexpr = 64, BD: constexpr = 64):
+    """Decode: one query token (S == 1) against a long KV cache. The G = H // HK query heads that share a
+    key/value head are packed into the rows of one tile, so each K and V row is read once per group."""
+    (zk,) = tile_grid(Z * HK)
+    z = zk // HK
+    hk = zk % HK
+    g = H // HK
+    rg = arange(BG)
+    hrow = hk * g + rg
+    rd = arange(BD)
+    qk_scale = scale * 1.4426950408889634
+    q = load(Q[z, hrow, 0, rd], mask=(rg < g)[:, None])
+    m_i = full((BG,), -inf, float32)
+    l_i = zeros((BG,), float32)
+    acc = zeros((BG, BD), float32)
+    for n0 in range(0, T, BN):
+        rn = n0 + arange(BN)
+        k = load(K[z, hk, rn, rd])
+        v = load(V[z, hk, rn, rd])
+        s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
+        m_new = maximum(m_i, max(s, 1))
+        alpha = exp2(m_i - m_new)
+        p = exp2(s - m_new[:, None])
+        l_i = l_i * alpha + sum(p, 1)
+        acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
+        m_i = m_new
+    store(O[z, hrow, 0, rd], acc / l_i[:, None], mask=(rg < g)[:, None])
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -84,6 +131,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if out is None:
         out = torch.empty_like(q)
     bd = 1 << builtins.max(4, (d - 1).bit_length())
+    group = q.shape[1] // k.shape[1]
+    if q.shape[2] == 1 and group <= 64 and not causal:
+        # decode: pack the query heads of each key/value group into one tile (causal decode with top-left
+        # alignment would see key 0 only, so causal single-token queries take the general kernel)
+        bg = 1 << builtins.max(4, (group - 1).bit_length())
+        bn = policy.const("BN", 64) if policy is not None else 64
+        dec = Policy.make(BG=bg, BN=bn, BD=bd)
+        if policy is not None:
+            dec = replace(dec, num_warps=policy.num_warps, num_stages=policy.num_stages)
+        attention_decode(q, k, v, out, scale, policy=dec)
+        return out
     policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal))
     attention_fwd(q, k, v, out, scale, policy=policy)
     return out

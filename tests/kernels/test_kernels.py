@@ -31,7 +31,7 @@ if ON_GPU:
     ROWS = [(4096, 4096), (8191, 14336), (33, 128256)]
     NORM_POLICY = Policy.make(BR=1, BC=2048, num_warps=8)
     ATTN = [(4, 32, 32, 1024, 1024, 128), (2, 32, 8, 4093, 4093, 128), (1, 16, 16, 2047, 2047, 64),
-            (2, 8, 2, 1000, 3000, 256)]
+            (2, 8, 2, 1000, 3000, 256), (32, 32, 8, 1, 8192, 128)]
     ATTN_POLICY = Policy.make(BM=64, BN=64, num_warps=4, num_stages=2)
     MOE = [(4096, 4096, 14336, 8, 2), (64, 2048, 768, 128, 8), (3, 4096, 14336, 8, 2)]
     MOE_UP = Policy.make(BM=64, BN=128, BK=64, num_warps=8, num_stages=3)
@@ -42,7 +42,7 @@ else:
     SMALL_POLICY = Policy.make(BM=16, BN=16, BK=32, persistent=True)
     ROWS = [(13, 100), (1, 7), (5, 130)]
     NORM_POLICY = Policy.make(BR=4, BC=32)
-    ATTN = [(2, 4, 2, 37, 37, 64), (1, 2, 1, 21, 45, 16), (1, 3, 3, 50, 50, 32)]
+    ATTN = [(2, 4, 2, 37, 37, 64), (1, 2, 1, 21, 45, 16), (1, 3, 3, 50, 50, 32), (3, 8, 2, 1, 45, 32)]
     ATTN_POLICY = Policy.make(BM=16, BN=16)
     MOE = [(13, 40, 24, 4, 2), (1, 32, 16, 8, 2), (20, 24, 40, 6, 3)]
     MOE_UP = Policy.make(BM=16, BN=16, BK=16)
