@@ -1,0 +1,157 @@
+"""Hand-set policy sweep on the GPU: for each benchmark shape, time a grid of policies and keep the best.
+
+    python benchmarks/sweep.py [--ops gemm,attention] [--out DIR]
+
+Times with CUDA-graph replay (triton.testing.do_bench_cudagraph), ours and the peer alike, so host launch
+overhead is out of both numbers. Every candidate is checked against a float32 reference first; a wrong
+or failing candidate is recorded and skipped. Writes sweep-<date>.json (all candidates) and prints the
+best per shape with its ratio to the peer.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from argus_inductor.dsl import Policy  # noqa: E402
+from argus_inductor.kernels import attention, gemm  # noqa: E402
+from benchmarks.ops import ATTN, GEMM_M, GEMM_NK  # noqa: E402
+
+
+def bench(fn) -> float:
+    import triton.testing
+
+    fn()
+    torch.cuda.synchronize()
+    return float(triton.testing.do_bench_cudagraph(fn, rep=60, return_mode="median"))
+
+
+def rel(out, ref) -> float:
+    return float((out.float() - ref.float()).norm() / ref.float().norm())
+
+
+def gemm_candidates(m: int) -> list[Policy]:
+    out = []
+    if m <= 16:
+        for bn, bk, st in itertools.product((16, 32, 64), (128, 256, 512), (3, 5)):
+            out.append(Policy.make(BM=16, BN=bn, BK=bk, num_warps=4, num_stages=st))
+    elif m <= 128:
+        for bm, bn, bk, w in itertools.product((32, 64, 128), (32, 64, 128), (64, 128), (4, 8)):
+            out.append(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=4))
+    else:
+        for bn, st, pers in itertools.product((128, 256), (3, 4), (False, True)):
+            out.append(Policy.make(BM=128, BN=bn, BK=64, num_warps=8, num_stages=st, grid_order="grouped",
+                                   group_m=8, persistent=pers, programs_per_sm=1 if bn == 256 else 2))
+    return out
+
+
+def sweep_gemm(rows: list[dict]) -> None:
+    for m in GEMM_M + [8192]:
+        for n, k in (GEMM_NK if m != 8192 else [(8192, 8192)]):
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+            ref = a.float() @ b.float()
+            out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            peer = bench(lambda: torch.matmul(a, b))
+            best = None
+            for pol in gemm_candidates(m):
+                try:
+                    out.fill_(float("nan"))
+                    gemm(a, b, out=out, policy=pol)
+                    err = rel(out, ref)
+                    if not err < 1e-2:
+                        rows.append(dict(op="gemm", m=m, n=n, k=k, policy=pol.as_dict(), error=f"rel err {err}"))
+                        continue
+                    t = bench(lambda: gemm(a, b, out=out, policy=pol))
+                except Exception as e:  # a policy that does not fit is data, not a crash
+                    rows.append(dict(op="gemm", m=m, n=n, k=k, policy=pol.as_dict(), error=str(e)[:200]))
+                    continue
+                rows.append(dict(op="gemm", m=m, n=n, k=k, policy=pol.as_dict(), ms=t, peer_ms=peer, rel_err=err))
+                if best is None or t < best[0]:
+                    best = (t, pol)
+            if best:
+                print(f"gemm M={m} N={n} K={k}: best {best[0]:.4f} ms vs cuBLAS {peer:.4f} ms = "
+                      f"{peer / best[0]:.2f}x  {best[1].key()}", flush=True)
+
+
+def attn_candidates(s: int, d: int) -> list[Policy]:
+    if s == 1:
+        return [Policy.make(BN=bn, num_warps=w, num_stages=st) for bn, w, st in
+                itertools.product((64, 128, 256), (4, 8), (2, 3, 4))]
+    return [Policy.make(BM=bm, BN=bn, num_warps=w, num_stages=st) for bm, bn, w, st in
+            itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)) if not (d >= 256 and bm * bn > 8192)]
+
+
+def sweep_attention(rows: list[dict]) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for z, h, hk, s, t, d, causal in ATTN:
+        q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        ke, ve = k[:1].repeat_interleave(h // hk, 1).float(), v[:1].repeat_interleave(h // hk, 1).float()
+        ref = F.scaled_dot_product_attention(q[:1].float(), ke, ve, is_causal=causal)
+        peers = {}
+        for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel([be]):
+                    peers[name] = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                               enable_gqa=h != hk))
+            except RuntimeError:
+                pass
+        peer = min(peers.values()) if peers else math.nan
+        best = None
+        for pol in attn_candidates(s, d):
+            try:
+                out.fill_(float("nan"))
+                attention(q, k, v, causal, out=out, policy=pol)
+                err = rel(out[:1], ref)
+                if not err < 2e-2:
+                    rows.append(dict(op="attention", shape=[z, h, hk, s, t, d, causal], policy=pol.as_dict(),
+                                     error=f"rel err {err}"))
+                    continue
+                tm = bench(lambda: attention(q, k, v, causal, out=out, policy=pol))
+            except Exception as e:
+                rows.append(dict(op="attention", shape=[z, h, hk, s, t, d, causal], policy=pol.as_dict(),
+                                 error=str(e)[:200]))
+                continue
+            rows.append(dict(op="attention", shape=[z, h, hk, s, t, d, causal], policy=pol.as_dict(), ms=tm,
+                             peer_ms=peer, peers=peers, rel_err=err))
+            if best is None or tm < best[0]:
+                best = (tm, pol)
+        if best:
+            print(f"attention {z}x{h}/{hk} S={s} T={t} D={d} causal={causal}: best {best[0]:.4f} ms vs "
+                  f"{peer:.4f} ms = {peer / best[0]:.2f}x  {best[1].key()}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", default="gemm,attention")
+    ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/sweep.py needs a CUDA GPU")
+    rows: list[dict] = []
+    for op in args.ops.split(","):
+        {"gemm": sweep_gemm, "attention": sweep_attention}[op.strip()](rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                date=datetime.datetime.now().isoformat(timespec="seconds"), timing="do_bench_cudagraph median")
+    (out / f"sweep-{args.ops.replace(',', '-')}-{datetime.date.today()}.json").write_text(
+        json.dumps(dict(meta=meta, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
