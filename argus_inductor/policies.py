@@ -5,13 +5,18 @@ from .dsl import Policy
 
 
 def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
+    """Regimes from benchmarks/results/sweep-gemm-2026-11-22.json (H100, bf16, CUDA-graph timing)."""
     if target == "interpret":
         return Policy.make(BM=16, BN=32, BK=32)
-    if m <= 16:
-        return Policy.make(BM=16, BN=64, BK=256, num_warps=4, num_stages=4)
+    if m <= 16:  # decode: skinny tiles, many programs, deep K pipeline (memory-bound)
+        return Policy.make(BM=16, BN=32, BK=256 if n <= 4096 else 128, num_warps=4, num_stages=5)
     if m <= 128:
-        return Policy.make(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)
-    return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8)
+        if k >= 4 * n:
+            return Policy.make(BM=64, BN=64, BK=128, num_warps=4, num_stages=4)
+        return Policy.make(BM=128, BN=128 if n >= 8192 else 64, BK=128 if n < 8192 else 64, num_warps=8,
+                           num_stages=4)
+    return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
+                       persistent=True)
 
 
 def attention_policy(s: int, d: int, target: str) -> Policy:

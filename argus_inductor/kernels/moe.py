@@ -31,24 +31,25 @@ def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: T
     """Hout[p] = silu(x W_gate[e]^T) * (x W_up[e]^T) for the token of sorted pair p, e its block's expert.
 
     W1[e] stacks the gate rows [0, I) over the up rows [I, 2I). Padding pairs (id >= T*TOPK) read
-    nothing and produce zeros.
+    nothing and produce zeros; blocks whose expert is E (beyond the last real block) do nothing.
     """
     pb, pn = tile_grid(NB, cdiv(I, BN))
-    rp = pb * BM + arange(BM)
-    pair = load(sorted_ids[rp])
-    tok = pair // TOPK
     e = load(block_expert[pb])
-    rn = pn * BN + arange(BN)
-    gate = zeros((BM, BN), float32)
-    up = zeros((BM, BN), float32)
-    for k in range(0, HD, BK):
-        rk = k + arange(BK)
-        x = load(X[tok, rk])
-        wg = load(W1[e, rn, rk], mask=(rn < I)[:, None])
-        wu = load(W1[e, rn + I, rk])
-        gate = mma(x, trans(wg), gate)
-        up = mma(x, trans(wu), up)
-    store(Hout[rp, rn], silu(gate) * up)
+    if e < E:
+        rp = pb * BM + arange(BM)
+        pair = load(sorted_ids[rp])
+        tok = pair // TOPK
+        rn = pn * BN + arange(BN)
+        gate = zeros((BM, BN), float32)
+        up = zeros((BM, BN), float32)
+        for k in range(0, HD, BK):
+            rk = k + arange(BK)
+            x = load(X[tok, rk])
+            wg = load(W1[e, rn, rk], mask=(rn < I)[:, None])
+            wu = load(W1[e, rn + I, rk])
+            gate = mma(x, trans(wg), gate)
+            up = mma(x, trans(wu), up)
+        store(Hout[rp, rn], silu(gate) * up)
 
 
 @kernel
@@ -57,41 +58,46 @@ def moe_down(Hin: Tensor("P", "I"), W2: Tensor("E", "HD", "I"), sorted_ids: Tens
              TOPK: constexpr = 2, BM: constexpr = 16, BN: constexpr = 64, BK: constexpr = 32):
     """Y[token] += routing_weight * (Hin[p] W2[e]^T), scattered back to token order (Y is float32)."""
     pb, pn = tile_grid(NB, cdiv(HD, BN))
-    rp = pb * BM + arange(BM)
-    pair = load(sorted_ids[rp])
-    tok = pair // TOPK
     e = load(block_expert[pb])
-    rn = pn * BN + arange(BN)
-    acc = zeros((BM, BN), float32)
-    for k in range(0, I, BK):
-        rk = k + arange(BK)
-        acc = mma(load(Hin[rp, rk]), trans(load(W2[e, rn, rk])), acc)
-    w = load(topk_weights[pair]).to(float32)
-    atomic_add(Y[tok, rn], acc * w[:, None])
+    if e < E:
+        rp = pb * BM + arange(BM)
+        pair = load(sorted_ids[rp])
+        tok = pair // TOPK
+        rn = pn * BN + arange(BN)
+        acc = zeros((BM, BN), float32)
+        for k in range(0, I, BK):
+            rk = k + arange(BK)
+            acc = mma(load(Hin[rp, rk]), trans(load(W2[e, rn, rk])), acc)
+        w = load(topk_weights[pair]).to(float32)
+        atomic_add(Y[tok, rn], acc * w[:, None])
 
 
 def moe_align_block(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sort (token, k) pairs by expert and pad each expert's run to a multiple of block_m.
+    """Sort (token, k) pairs by expert and pad each expert's run to a multiple of block_m, on the device
+    and without a host synchronisation (so it can be captured in a CUDA graph).
 
-    Returns sorted_ids (P,) int32 of pair ids t*topk + j, padding = T*topk, and block_expert (P/block_m,)
-    int32, the expert of each block of block_m rows.
+    Returns sorted_ids (NB*block_m,) int32 of pair ids t*topk + j, padding = T*topk, and block_expert (NB,)
+    int32, the expert of each block; NB = min(E, n) + n // block_m bounds the blocks any routing needs,
+    and blocks past the last real one carry expert id E (the kernels skip them).
     """
     flat = topk_ids.reshape(-1).to(torch.int64)
     n = flat.numel()
-    if n and (int(flat.min()) < 0 or int(flat.max()) >= num_experts):
+    dev = flat.device
+    capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if n and not capturing and (int(flat.min()) < 0 or int(flat.max()) >= num_experts):
         raise ValueError(f"expert ids must lie in [0, {num_experts})")
-    counts = torch.bincount(flat, minlength=num_experts)
-    padded = (counts + block_m - 1) // block_m * block_m
-    starts = torch.cumsum(padded, 0) - padded
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=dev).scatter_add_(0, flat, torch.ones_like(flat))
+    blocks = (counts + block_m - 1) // block_m
+    block_end = torch.cumsum(blocks, 0)
+    row_start = (block_end - blocks) * block_m
     order = torch.argsort(flat, stable=True)
     expert_sorted = flat[order]
     first = torch.cumsum(counts, 0) - counts
-    pos = torch.arange(n, device=flat.device) - first[expert_sorted]
-    total = int(padded.sum())
-    sorted_ids = torch.full((total,), n, dtype=torch.int32, device=flat.device)
-    sorted_ids[starts[expert_sorted] + pos] = order.to(torch.int32)
-    block_expert = torch.repeat_interleave(torch.arange(num_experts, device=flat.device, dtype=torch.int32),
-                                           padded // block_m)
+    pos = torch.arange(n, device=dev) - first[expert_sorted]
+    nb = min(num_experts, n) + n // block_m
+    sorted_ids = torch.full((nb * block_m,), n, dtype=torch.int32, device=dev)
+    sorted_ids[row_start[expert_sorted] + pos] = order.to(torch.int32)
+    block_expert = torch.searchsorted(block_end, torch.arange(nb, device=dev), right=True).to(torch.int32)
     return sorted_ids, block_expert
 
 

@@ -197,16 +197,19 @@ def test_moe_gate_up_writes_every_sorted_row(dtype):
         xe = x[sorted_ids[rows].long() // topk].double()
         ref[rows] = F.silu(xe @ w1[ex, :inter].double().t()) * (xe @ w1[ex, inter:].double().t())
     check(h[valid], ref[valid], dtype, seed, "moe gate-up rows")
-    assert not torch.isnan(h[~valid]).any(), "padding rows were left unwritten"
-    assert (h[~valid] == 0).all(), "padding rows must be zero"
+    padding = ~valid & (row_expert < e)  # padding rows inside real expert blocks
+    assert not torch.isnan(h[padding]).any(), "padding rows of real blocks were left unwritten"
+    assert (h[padding] == 0).all(), "padding rows must be zero"
+    assert torch.isnan(h[row_expert == e]).all(), "blocks past the last real one must be skipped"
 
 
 def test_moe_align_block_groups_pairs_by_expert():
     ti = torch.tensor([[0, 2], [2, 1], [0, 2], [1, 0]], device=DEVICE)
     sorted_ids, block_expert = moe_align_block(ti, 4, 4)
-    assert block_expert.tolist() == [0, 1, 2]
+    assert block_expert.tolist() == [0, 1, 2, 4, 4, 4]  # min(E, n) + n // BM blocks; unused ones carry E
     ids = sorted_ids.tolist()
     assert ids[:4] == [0, 4, 7, 8] and ids[4:8] == [3, 6, 8, 8] and ids[8:12] == [1, 2, 5, 8]
+    assert ids[12:] == [8] * 12
     with pytest.raises(ValueError, match="expert ids"):
         moe_align_block(torch.tensor([[5]]), 4, 4)
 
