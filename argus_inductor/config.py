@@ -26,6 +26,8 @@ class Options:
     on_miss: str = "default"       # ARGUS_ON_MISS: synthesize | default | fallback
     cache_dir: str = ""            # ARGUS_CACHE_DIR (default ~/.cache/argus)
     ops: str = "gemm,attention,moe"  # ARGUS_OPS: which subgraph kinds Argus takes
+    verify: bool = True            # ARGUS_VERIFY: run the invariant checker on kernels stored in the cache
+    optimize: bool = True          # ARGUS_OPTIMIZE: replace traced MoE expert blocks by torch.ops.argus.moe
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
@@ -35,6 +37,8 @@ class Options:
             "on_miss": os.environ.get("ARGUS_ON_MISS", "default"),
             "cache_dir": os.environ.get("ARGUS_CACHE_DIR", str(Path.home() / ".cache" / "argus")),
             "ops": os.environ.get("ARGUS_OPS", "gemm,attention,moe"),
+            "verify": _env_bool("ARGUS_VERIFY", True),
+            "optimize": _env_bool("ARGUS_OPTIMIZE", True),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

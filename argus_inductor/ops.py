@@ -1,28 +1,62 @@
 """torch.ops.argus.*: the custom ops matched subgraphs become. Each has a fake (meta) implementation so
-Inductor and dynamic shapes see through it, and a real one that runs the Argus kernel for the
-tensors' signature, or the aten op where Argus does not apply."""
+Inductor and dynamic shapes see through it, and a real one that runs an Argus kernel for the tensors'
+shape signature, or the aten op where Argus does not apply.
+
+Where a call's kernel comes from (the report's "kernel" column):
+
+- cache: the disk cache (argus_inductor.cache) has an entry for the signature; its stored policy (and
+  its DSL kernels, when the agent wrote new ones) are used.
+- synthesized: ARGUS_ON_MISS=synthesize and the agent (argus_inductor.agent.synthesize) produced a
+  kernel now; it is stored in the cache.
+- default: ARGUS_ON_MISS=default (the default) - the library kernel with the policy of the nearest
+  solved signature of the same op/epilogue/dtypes, else the template default of policies.py; the
+  signature is recorded for `argus warmup`.
+- fallback: the aten op (ARGUS_ON_MISS=fallback on a miss, a device or dtype Argus does not run on,
+  or a kernel that failed to launch).
+"""
 from __future__ import annotations
 
+import builtins
+import inspect
 import logging
 import math
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from . import reporting as _report
+from .cache import CacheEntry, KernelCache
 from .config import Options
-from .kernels import attention as _attention
-from .kernels import bmm as _bmm
-from .kernels import gemm as _gemm
-from .policies import attention_policy, gemm_policy
-from .signature import device_arch, make_signature
+from .dsl import Kernel, Policy, kernels_from_source
+from .kernels.attention import attention_fwd
+from .kernels.gemm import ACTIVATIONS, bmm_kernel, gemm_epilogue
+from .kernels.gemm_residual import gemm_gate_up, gemm_residual
+from .kernels.moe import moe_align_block, moe_down, moe_gate_up
+from .policies import attention_policy, gemm_policy, moe_policies
+from .signature import Signature, device_arch, make_signature
 
 log = logging.getLogger("argus_inductor")
 _ACTIVE = Options.resolve()
 SUPPORTED_ARCHS = ("sm_90", "gfx942")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DSL_HEADER = "from argus_inductor.dsl import *\n\n"
+_LOCK = threading.Lock()
+_SAID: set[str] = set()
+
+
+def _say_once(msg: str, level: int = logging.WARNING) -> None:
+    with _LOCK:
+        if msg in _SAID:
+            return
+        _SAID.add(msg)
+    log.log(level, msg)
 
 
 def set_active_options(opts: Options) -> None:
@@ -46,36 +80,425 @@ def target_for(device: torch.device, opts: Options | None = None) -> str | None:
     return None
 
 
-def _run(node_id: str, sig_fn, kernel_fn, fallback_fn, tensors: list[Tensor]):
+# --------------------------------------------------------------------------------------------------
+# Op specs: which library kernels an op runs, their template policies, the constants a signature fixes
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    kernels: tuple[Kernel, ...]
+    template: Callable[[Signature, str], dict[str, Any]]   # policy dict (see CacheEntry.policy)
+    consts: Callable[[Signature], dict[str, dict[str, Any]]]  # kernel name -> constexprs the signature fixes
+    shapes: Callable[[Signature], dict[str, dict[str, int]]]  # kernel name -> shape symbols, for the checker
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.kernels)
+
+    def policies(self, policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
+        """Policy dict -> one Policy per kernel, with the signature's constants applied."""
+        per = {self.names[0]: policy} if len(self.kernels) == 1 else {n: policy.get(n, {}) for n in self.names}
+        consts = self.consts(sig)
+        return {n: Policy.make(**dict(per[n])).with_consts(**consts.get(n, {})) for n in self.names}
+
+
+def _epi_parts(sig: Signature) -> list[str]:
+    return [p for p in sig.epilogue.replace(",", "+").split("+") if p]
+
+
+def _act_of(sig: Signature) -> int:
+    for p in _epi_parts(sig):
+        a = p.split("*")[0]
+        if a in ACTIVATIONS and a != "none":
+            return ACTIVATIONS[a]
+    return 0
+
+
+def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
+    d = sig.dims()
+    return gemm_policy(d.get("M", 1), d["N"], d["K"], target).as_dict()
+
+
+def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
+    d = sig.dims()
+    p = gemm_policy(d.get("M", 1), d["N"], d["K"], target)
+    if target != "interpret" and p.const("BN", 64) > 128:  # two accumulators: half the tile width
+        p = p.with_consts(BN=p.const("BN") // 2)
+    return p.as_dict()
+
+
+def _gemm_shapes(sig: Signature) -> dict[str, int]:
+    d = sig.dims()
+    return {"M": d.get("M", 1), "N": d["N"], "K": d["K"]}
+
+
+def _bias_consts(sig: Signature) -> dict[str, int]:
+    return {"HAS_BIAS": int("bias" in _epi_parts(sig)), "ACT": _act_of(sig)}
+
+
+def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
+    d = sig.dims()
+    return attention_policy(d["S"], d["D"], target).as_dict()
+
+
+def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
+    d = sig.dims()["D"]
+    return {"attention_fwd": {"BD": 1 << builtins.max(4, (d - 1).bit_length()),
+                              "CAUSAL": int("causal" in _epi_parts(sig))}}
+
+
+def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
+    d = sig.dims()
+    up, down = moe_policies(d["T"], d["TOPK"], d["E"], target)
+    return {"moe_gate_up": up.as_dict(), "moe_down": down.as_dict()}
+
+
+def _moe_consts(sig: Signature) -> dict[str, dict[str, Any]]:
+    topk = sig.dims()["TOPK"]
+    return {"moe_gate_up": {"TOPK": topk}, "moe_down": {"TOPK": topk}}
+
+
+SPECS: dict[str, OpSpec] = {
+    "gemm": OpSpec("gemm", (gemm_epilogue,), _gemm_template,
+                   lambda s: {"gemm_epilogue": _bias_consts(s)}, lambda s: {"gemm_epilogue": _gemm_shapes(s)}),
+    "gemm_residual": OpSpec("gemm_residual", (gemm_residual,), _gemm_template,
+                            lambda s: {"gemm_residual": _bias_consts(s)},
+                            lambda s: {"gemm_residual": _gemm_shapes(s)}),
+    "gate_up": OpSpec("gate_up", (gemm_gate_up,), _gate_up_template,
+                      lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)}),
+    "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_template, lambda s: {},
+                  lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}),
+    "attention": OpSpec("attention", (attention_fwd,), _attention_template, _attention_consts,
+                        lambda s: {"attention_fwd": {k: v for k, v in s.dims().items()
+                                                     if k in ("Z", "H", "HK", "S", "T", "D")}}),
+    "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
+                  lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
+                             "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}}),
+}
+
+
+def spec_for(sig: Signature) -> OpSpec:
+    if sig.op == "gemm":
+        parts = _epi_parts(sig)
+        if any("*up" in p for p in parts):
+            return SPECS["gate_up"]
+        if "residual" in parts:
+            return SPECS["gemm_residual"]
+    return SPECS[sig.op]
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans: the kernels and policy a signature runs with, and where they came from
+
+_CACHES: dict[str, KernelCache] = {}
+
+
+def kernel_cache(opts: Options | None = None) -> KernelCache:
+    """The KernelCache of the active options' ARGUS_CACHE_DIR."""
+    root = (opts or _ACTIVE).cache_dir or str(Path.home() / ".cache" / "argus")
+    with _LOCK:
+        c = _CACHES.get(root)
+        if c is None:
+            c = _CACHES[root] = KernelCache(Path(root))
+        return c
+
+
+@dataclass
+class Plan:
+    kernels: dict[str, Kernel]
+    policies: dict[str, Policy]
+    source: str                    # cache | synthesized | default
+    detail: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def label(self) -> str:
+        return f"{self.source} ({self.detail})" if self.detail else self.source
+
+
+_PLANS: dict[tuple[str, str, str], Plan] = {}
+
+
+def dsl_source(kernels: tuple[Kernel, ...] | list[Kernel]) -> str:
+    """The DSL text of `kernels`, readable again with kernels_from_source."""
+    return DSL_HEADER + "\n\n".join(k.ir.source.rstrip() + "\n" for k in kernels)
+
+
+def _kernels_of(spec: OpSpec, text: str) -> dict[str, Kernel]:
+    """The kernels an entry's DSL source defines (the library's when it is the library's text)."""
+    if text == dsl_source(spec.kernels):
+        return {k.name: k for k in spec.kernels}
+    found = kernels_from_source(text, filename="<argus cache>")
+    missing = [n for n in spec.names if n not in found]
+    if missing:
+        raise ValueError(f"the cached DSL source defines no kernel {', '.join(missing)} (op {spec.name} runs "
+                         f"{', '.join(spec.names)} with the library's parameters)")
+    return {n: found[n] for n in spec.names}
+
+
+def _verification_summary(v: dict[str, Any]) -> str:
+    status = v.get("status")
+    if status == "verified":
+        return "verified"
+    if status == "violations":
+        return f"verification found {v.get('problems', '?')} problem(s)"
+    return str(status or "not verified")
+
+
+def _plan_from_entry(spec: OpSpec, sig: Signature, entry: CacheEntry, source: str, detail: str) -> Plan:
+    kernels = _kernels_of(spec, entry.dsl_source)
+    return Plan(kernels, spec.policies(entry.policy, sig), source, detail)
+
+
+def _verifier() -> Callable[..., Any] | None:
+    """The invariant checker's verify(kernel, policy, shapes=None), where that package provides it.
+
+    Hook: the checker lives in argus_inductor.invariants (being written alongside); until it exports
+    verify, entries are stored with {"status": "not verified"}."""
+    try:
+        from . import invariants
+    except ImportError:
+        return None
+    fn = getattr(invariants, "verify", None)
+    if fn is None:
+        try:
+            from .invariants.api import verify as fn  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    return fn if callable(fn) else None
+
+
+def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
+                policies: dict[str, Policy]) -> dict[str, Any]:
+    """Run the invariant checker on each kernel of a plan at the signature's shapes; a JSON summary."""
+    fn = _verifier()
+    if fn is None:
+        return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
+    shapes = spec.shapes(sig)
+    results: dict[str, Any] = {}
+    problems = 0
+    for name, k in kernels.items():
+        want = {s: v for s, v in shapes.get(name, {}).items() if s in k.ir.symbols}
+        try:
+            r = fn(k, policies[name], want)
+            js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
+        except Exception as e:  # the checker is young: its failure is a result, not a crash
+            js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}
+        results[name] = js
+        if not js.get("ok"):
+            problems += builtins.max(1, len(js.get("violations", [])) + len(js.get("errors", [])))
+    return {"status": "verified" if problems == 0 else "violations", "problems": problems, "kernels": results}
+
+
+def _versions(sig: Signature) -> dict[str, Any]:
+    torch_v, triton_v, argus_v = sig.versions
+    return {"torch": torch_v, "triton": triton_v, "argus_inductor": argus_v, "cache_format": 1}
+
+
+def make_entry(sig: Signature, policy: dict[str, Any] | None = None, origin: str = "warmup",
+               target: str | None = None, kernels: dict[str, Kernel] | None = None,
+               timings: dict[str, Any] | None = None, verification: dict[str, Any] | None = None,
+               verify: bool | None = None) -> CacheEntry:
+    """A cache entry for `sig`: the DSL and generated Triton source, the policy (template default when
+    none is given), the checker's verdict, timings and versions."""
+    spec = spec_for(sig)
+    target = target or ("interpret" if sig.arch == "cpu" else ("hip" if sig.arch.startswith("gfx") else "cuda"))
+    policy = policy if policy is not None else spec.template(sig, target)
+    kernels = kernels or {k.name: k for k in spec.kernels}
+    pols = spec.policies(policy, sig)
+    tri = []
+    for name, k in kernels.items():
+        try:
+            tri.append(f"# ---- {name} ({pols[name].key()})\n{k.triton_source(pols[name], target)}")
+        except Exception as e:
+            tri.append(f"# ---- {name}: lowering failed: {type(e).__name__}: {e}")
+    if verification is None:
+        do = _ACTIVE.verify if verify is None else verify
+        verification = verify_plan(spec, sig, kernels, pols) if do else {"status": "not verified",
+                                                                          "reason": "ARGUS_VERIFY=0"}
+    return CacheEntry(signature=sig.as_dict(), dsl_source=dsl_source(list(kernels.values())),
+                      triton_source="\n\n".join(tri), policy=policy, verification=verification,
+                      timings=dict(timings or {}), versions=_versions(sig), origin=origin)
+
+
+def warm(sig: Signature, policy: dict[str, Any] | None = None, origin: str = "warmup",
+         cache: KernelCache | None = None) -> CacheEntry:
+    """Build and store the entry for `sig` (template policy unless one is given); what `argus warmup`
+    does for a signature it does not send to the agent."""
+    entry = make_entry(sig, policy, origin)
+    (cache or kernel_cache()).put(sig.key(), entry)
+    return entry
+
+
+def _agent_synthesize() -> Callable[..., Any] | None:
+    try:
+        from . import agent
+    except ImportError:
+        return None
+    fn = getattr(agent, "synthesize", None)
+    return fn if callable(fn) else None
+
+
+def _synthesize(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]) -> tuple[Plan | None, str]:
+    fn = _agent_synthesize()
+    if fn is None:
+        return None, "agent not available (argus_inductor.agent has no synthesize()); used the default plan"
+    offered = {"reference": ctx.get("reference"), "example_inputs": ctx.get("tensors"), "target": target,
+               "kernels": {k.name: k for k in spec.kernels}, "cache": kernel_cache(),
+               "template_policy": spec.template(sig, target)}
+    try:
+        params = inspect.signature(fn).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        kwargs = {k: v for k, v in offered.items() if takes_any or k in params}
+        result = fn(sig, **kwargs)
+        if result is None:
+            return None, "the agent found no kernel; used the default plan"
+        if isinstance(result, CacheEntry):
+            entry = result
+            entry.origin = "synthesized"
+        else:
+            pol = result.as_dict() if isinstance(result, Policy) else dict(result.get("policy", result))
+            entry = make_entry(sig, pol, "synthesized", target)
+        plan = _plan_from_entry(spec, sig, entry, "synthesized", "agent")
+        kernel_cache().put(sig.key(), entry)
+        return plan, ""
+    except Exception as e:
+        _say_once(f"argus: the agent failed on {sig.short()}: {type(e).__name__}: {e}")
+        return None, f"agent failed ({type(e).__name__}: {e}); used the default plan"
+
+
+def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache) -> Plan:
+    near = None
+    try:
+        near = cache.nearest(sig)
+    except OSError as e:
+        _say_once(f"argus: cannot read the kernel cache in {cache.root} ({e})")
+    if near is not None:
+        entry, dist = near
+        try:
+            return _plan_from_entry(spec, sig, entry, "default", f"policy of nearest solved {entry.sig().short()}")
+        except Exception as e:
+            _say_once(f"argus: cached entry for {entry.sig().short()} is unusable ({e}); using the template")
+    return Plan({k.name: k for k in spec.kernels}, spec.policies(spec.template(sig, target), sig), "default",
+                "template policy")
+
+
+def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> Plan | None:
+    """The kernels and policies `sig` runs with, or None for the aten op (ARGUS_ON_MISS=fallback on a miss)."""
+    opts = _ACTIVE
+    memo = (sig.key(), opts.on_miss, opts.cache_dir)
+    with _LOCK:
+        hit = _PLANS.get(memo)
+    if hit is not None:
+        return hit
+    spec = spec_for(sig)
+    cache = kernel_cache(opts)
+    plan: Plan | None = None
+    entry = cache.get(sig.key())
+    if entry is not None:
+        try:
+            plan = _plan_from_entry(spec, sig, entry, "cache",
+                                    f"{entry.origin}, {_verification_summary(entry.verification)}")
+        except Exception as e:
+            _say_once(f"argus: cache entry {cache.path(sig.key())} cannot be used ({type(e).__name__}: {e}); "
+                      "treating it as a miss")
+            entry = None
+    if plan is None:
+        if opts.on_miss == "fallback":
+            cache.record_miss(sig)
+            return None
+        note = ""
+        if opts.on_miss == "synthesize":
+            plan, note = _synthesize(spec, sig, target, ctx or {})
+        if plan is None:
+            plan = _default_plan(spec, sig, target, cache)
+            cache.record_miss(sig)
+            if note:
+                plan.notes.append(note)
+    with _LOCK:
+        _PLANS[memo] = plan
+    return plan
+
+
+def forget_plans() -> None:
+    """Drop the in-process memo of plans (the next call of each signature reads the cache again)."""
+    with _LOCK:
+        _PLANS.clear()
+
+
+# --------------------------------------------------------------------------------------------------
+# Running one op call
+
+_SIG_MEMO: dict[tuple, Signature] = {}
+
+
+def _memo_sig(parts: tuple, make: Callable[[], Signature]) -> Signature:
+    s = _SIG_MEMO.get(parts)
+    if s is None:
+        s = make()
+        if len(_SIG_MEMO) > 4096:
+            _SIG_MEMO.clear()
+        _SIG_MEMO[parts] = s
+    return s
+
+
+def _tkey(t: Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+def _run(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
+         fallback_fn: Callable[[], Tensor], tensors: list[Tensor], memo: tuple = ()) -> Tensor:
     target = target_for(tensors[0].device)
+    sig = _memo_sig((node_id, *memo, *(_tkey(t) for t in tensors)), sig_fn)
     reason = None
+    plan: Plan | None = None
     if target is None:
         reason = f"fallback (no Argus target for {device_arch(tensors[0].device)})"
     elif any(t.dtype not in DTYPES for t in tensors):
-        reason = f"fallback (dtype {tensors[0].dtype} not supported)"
-    elif _ACTIVE.on_miss == "fallback":
-        reason = "fallback (ARGUS_ON_MISS=fallback)"
+        reason = f"fallback (dtype {next(t.dtype for t in tensors if t.dtype not in DTYPES)} not supported)"
+    else:
+        plan = plan_for(sig, target, {"reference": fallback_fn, "tensors": tensors})
+        if plan is None:
+            reason = "fallback (cache miss, ARGUS_ON_MISS=fallback)"
     timed = _ACTIVE.report or not tensors[0].is_cuda  # a host clock costs nothing on the CPU
     if timed and tensors[0].is_cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    if reason is None:
-        out = kernel_fn(target)
-        source = "default (template policy, untuned)"
-    else:
+    out = None
+    if plan is not None:
+        try:
+            out = kernel_fn(plan, target)  # type: ignore[arg-type]
+            source = plan.label()
+        except Exception as e:
+            _say_once(f"argus: the {plan.source} kernel for {sig.short()} failed ({type(e).__name__}: {e}); "
+                      "using the aten op")
+            reason = f"fallback (kernel failed: {type(e).__name__})"
+    if out is None:
         out = fallback_fn()
-        source = reason
+        source = reason or "fallback"
     ms = None
     if timed:
         if tensors[0].is_cuda:
             torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
-    _report.record_call(node_id, sig_fn().short(), source, ms)
+    _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None)
     return out
 
 
 _ACTS = {"none": lambda x: x, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
          "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
+def _epilogue(*parts: str) -> str:
+    return "+".join(p for p in parts if p and p != "none")
+
+
+def _dummy(t: Tensor) -> Tensor:
+    return t.new_empty(1)
+
+
+# --------------------------------------------------------------------------------------------------
+# The ops
 
 
 @torch.library.custom_op("argus::linear", mutates_args=())
@@ -86,19 +509,20 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
 
-    def sig():
-        epi = "+".join(p for p in ("bias" if bias is not None else "", activation if activation != "none" else "") if p)
-        return make_signature("gemm", epi, [x2, weight], {"N": n, "K": k}, {"M": m})
+    def sig() -> Signature:
+        return make_signature("gemm", _epilogue("bias" if bias is not None else "", activation), [x2, weight],
+                              {"N": n, "K": k}, {"M": m})
 
-    def run(target: str) -> Tensor:
+    def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-        _gemm(x2, weight.t(), bias, activation, out=out, policy=gemm_policy(m, n, k, target))
+        plan.kernels["gemm_epilogue"](x2, weight.t(), bias if bias is not None else _dummy(out), out,
+                                      policy=plan.policies["gemm_epilogue"], target=target)
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
         return _ACTS[activation](F.linear(x, weight, bias))
 
-    return _run(node_id, sig, run, fallback, [x, weight])
+    return _run(node_id, sig, run, fallback, [x, weight], (activation, bias is None))
 
 
 @linear.register_fake
@@ -106,17 +530,77 @@ def _(x, weight, bias, activation, node_id):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
+@torch.library.custom_op("argus::linear_residual", mutates_args=())
+def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor, activation: str,
+                    node_id: str) -> Tensor:
+    """residual + act(x @ weight.T + bias) for x (..., K), weight (N, K), residual (..., N)."""
+    k = x.shape[-1]
+    n = weight.shape[0]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    r2 = residual.reshape(m, n)
+
+    def sig() -> Signature:
+        return make_signature("gemm", _epilogue("bias" if bias is not None else "", activation, "residual"),
+                              [x2, weight, r2], {"N": n, "K": k}, {"M": m})
+
+    def run(plan: Plan, target: str) -> Tensor:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        plan.kernels["gemm_residual"](x2, weight.t(), bias if bias is not None else _dummy(out), r2, out,
+                                      policy=plan.policies["gemm_residual"], target=target)
+        return out.view(*x.shape[:-1], n)
+
+    def fallback() -> Tensor:
+        return residual + _ACTS[activation](F.linear(x, weight, bias))
+
+    return _run(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None))
+
+
+@linear_residual.register_fake
+def _(x, weight, bias, residual, activation, node_id):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+@torch.library.custom_op("argus::gate_up", mutates_args=())
+def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: str) -> Tensor:
+    """act(x @ w_gate.T) * (x @ w_up.T) for x (..., K), w_gate and w_up (N, K): the gated MLP's first half."""
+    k = x.shape[-1]
+    n = w_gate.shape[0]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+
+    def sig() -> Signature:
+        return make_signature("gemm", f"{activation}*up", [x2, w_gate, w_up], {"N": n, "K": k}, {"M": m})
+
+    def run(plan: Plan, target: str) -> Tensor:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        plan.kernels["gemm_gate_up"](x2, w_gate.t(), w_up.t(), out, policy=plan.policies["gemm_gate_up"],
+                                     target=target)
+        return out.view(*x.shape[:-1], n)
+
+    def fallback() -> Tensor:
+        return _ACTS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
+
+    return _run(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,))
+
+
+@gate_up.register_fake
+def _(x, w_gate, w_up, activation, node_id):
+    return x.new_empty(*x.shape[:-1], w_gate.shape[0])
+
+
 @torch.library.custom_op("argus::bmm", mutates_args=())
 def bmm(a: Tensor, b: Tensor, node_id: str) -> Tensor:
     bt, m, k = a.shape
     n = b.shape[2]
 
-    def sig():
+    def sig() -> Signature:
         return make_signature("bmm", "", [a, b], {"N": n, "K": k}, {"B": bt, "M": m})
 
-    def run(target: str) -> Tensor:
+    def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(bt, m, n, dtype=a.dtype, device=a.device)
-        return _bmm(a, b, out=out, policy=gemm_policy(m, n, k, target))
+        plan.kernels["bmm_kernel"](a, b, out, policy=plan.policies["bmm_kernel"], target=target)
+        return out
 
     return _run(node_id, sig, run, lambda: torch.bmm(a, b), [a, b])
 
@@ -126,31 +610,145 @@ def _(a, b, node_id):
     return a.new_empty(a.shape[0], a.shape[1], b.shape[2])
 
 
+def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, node_id: str,
+                   fallback: Callable[[], Tensor]) -> Tensor:
+    z, h, s, d = q.shape
+    hk, t = k.shape[1], k.shape[2]
+    sc = scale if scale is not None else 1.0 / math.sqrt(d)
+
+    def sig() -> Signature:
+        epi = ",".join(p for p in ("causal" if causal else "", f"gqa{h // hk}" if h != hk else "") if p)
+        return make_signature("attention", epi, [q, k, v], {"H": h, "HK": hk, "D": d}, {"Z": z, "S": s, "T": t})
+
+    def run(plan: Plan, target: str) -> Tensor:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, as the fake says
+        plan.kernels["attention_fwd"](q, k, v, out, sc, policy=plan.policies["attention_fwd"], target=target)
+        return out
+
+    if v.shape != k.shape or h % hk or q.shape[0] != k.shape[0] or q.shape[-1] != d:
+        return fallback()
+    return _run(node_id, sig, run, fallback, [q, k, v], (causal,))
+
+
 @torch.library.custom_op("argus::attention", mutates_args=())
 def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float | None, node_id: str) -> Tensor:
     """softmax(q k^T * scale [causal]) v for q (Z, H, S, D), k/v (Z, HK, T, D), H % HK == 0."""
-    z, h, s, d = q.shape
-    hk, t = k.shape[1], k.shape[2]
-
-    def sig():
-        epi = ",".join(p for p in ("causal" if is_causal else "", f"gqa{h // hk}" if h != hk else "") if p)
-        return make_signature("attention", epi, [q, k, v], {"H": h, "HK": hk, "D": d}, {"Z": z, "S": s, "T": t})
-
-    def run(target: str) -> Tensor:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, as the fake says
-        return _attention(q, k, v, is_causal, scale, out=out, policy=attention_policy(s, d, target))
+    h, hk = q.shape[1], k.shape[1]
 
     def fallback() -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=h != hk)
 
-    if v.shape[-1] != d or h % hk:
-        return fallback()
-    return _run(node_id, sig, run, fallback, [q, k, v])
+    return _attention_run(q, k, v, is_causal, scale, node_id, fallback)
 
 
 @attention.register_fake
 def _(q, k, v, is_causal, scale, node_id):
     return q.new_empty(*q.shape[:-1], v.shape[-1])
+
+
+def mask_kind(mask: Tensor, s: int, t: int) -> str:
+    """'none' when `mask` hides nothing, 'causal' when it is the top-left causal mask (key j visible to
+    query i iff j <= i, as is_causal=True), else 'other'. A bool mask keeps True; a float mask is
+    additive (0 keeps, a very large negative number or -inf hides)."""
+    if mask.dim() < 2 or mask.shape[-2] not in (1, s) or mask.shape[-1] not in (1, t):
+        return "other"
+    if mask.dtype == torch.bool:
+        keep = mask
+    elif mask.is_floating_point():
+        keep = mask == 0
+        hidden = mask <= torch.finfo(mask.dtype).min / 2
+        if not bool((keep | hidden).all()):
+            return "other"
+    else:
+        return "other"
+    if bool(keep.all()):
+        return "none"
+    rows = torch.arange(s, device=mask.device)[:, None]
+    cols = torch.arange(t, device=mask.device)[None, :]
+    if bool((keep == (cols <= rows)).all()):
+        return "causal"
+    return "other"
+
+
+@torch.library.custom_op("argus::attention_mask", mutates_args=())
+def attention_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None, node_id: str) -> Tensor:
+    """softmax(q k^T * scale + mask) v (a bool mask keeps True) for q (Z, H, S, D), k/v (Z, HK, T, D).
+
+    The mask is looked at when the op runs: a causal or all-visible mask runs the Argus kernel; any
+    other mask runs the aten op with it."""
+    z, h, s, d = q.shape
+    hk, t = k.shape[1], k.shape[2]
+
+    def fallback() -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=h != hk)
+
+    kind = mask_kind(mask, s, t)
+    if kind == "other":
+        t0 = time.perf_counter()
+        out = fallback()
+        ms = None if q.is_cuda else (time.perf_counter() - t0) * 1e3
+        sig = make_signature("attention", "mask", [q, k, v], {"H": h, "HK": hk, "D": d}, {"Z": z, "S": s, "T": t})
+        _report.record_call(node_id, sig.short(), "fallback (mask neither causal nor empty)", ms)
+        return out
+    return _attention_run(q, k, v, kind == "causal", scale, node_id, fallback)
+
+
+@attention_mask.register_fake
+def _(q, k, v, mask, scale, node_id):
+    return q.new_empty(*q.shape[:-1], v.shape[-1])
+
+
+def moe_reference(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    """The MoE expert step in plain torch (what the aten fallback runs)."""
+    inter = w1.shape[1] // 2
+    out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
+    for e in range(w1.shape[0]):
+        tok, j = torch.where(topk_ids == e)
+        if tok.numel() == 0:
+            continue
+        gu = F.linear(hidden[tok], w1[e])
+        y = F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], w2[e])
+        out.index_add_(0, tok, y.float() * topk_weights[tok, j, None].float())
+    return out.to(hidden.dtype)
+
+
+@torch.library.custom_op("argus::moe", mutates_args=())
+def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: Tensor, node_id: str) -> Tensor:
+    """sum_j topk_weights[t, j] * (silu(x W1g[e]^T) * (x W1u[e]^T)) W2[e]^T, e = topk_ids[t, j].
+
+    hidden (T, HD); topk_weights and topk_ids (T, topk); w1 (E, 2I, HD) gate rows over up rows;
+    w2 (E, HD, I): transformers' stacked expert weights (gate_up_proj, down_proj)."""
+    t, hd = hidden.shape
+    e, i2, _ = w1.shape
+    topk = topk_ids.shape[1]
+
+    def sig() -> Signature:
+        return make_signature("moe", f"top{topk},silu", [hidden, w1, w2],
+                              {"E": e, "I": i2 // 2, "HD": hd, "TOPK": topk}, {"T": t})
+
+    def run(plan: Plan, target: str) -> Tensor:
+        p_up, p_down = plan.policies["moe_gate_up"], plan.policies["moe_down"]
+        bm = p_up.const("BM", 16)
+        p_down = p_down.with_consts(BM=bm)
+        sorted_ids, block_expert = moe_align_block(topk_ids, e, bm)
+        h = torch.empty(sorted_ids.numel(), i2 // 2, dtype=hidden.dtype, device=hidden.device)
+        plan.kernels["moe_gate_up"](hidden, w1, sorted_ids, block_expert, h, policy=p_up, target=target)
+        y = torch.zeros(t, hd, dtype=torch.float32, device=hidden.device)
+        plan.kernels["moe_down"](h, w2, sorted_ids, block_expert, topk_weights.reshape(-1).contiguous(), y,
+                                 policy=p_down, target=target)
+        return y.to(hidden.dtype)
+
+    def fallback() -> Tensor:
+        return moe_reference(hidden, topk_weights, topk_ids, w1, w2)
+
+    if t == 0:
+        return hidden.new_zeros(hidden.shape)
+    return _run(node_id, sig, run, fallback, [hidden, w1, w2], (topk,))
+
+
+@moe.register_fake
+def _(hidden, topk_weights, topk_ids, w1, w2, node_id):
+    return hidden.new_empty(hidden.shape)
 
 
 def default_scale(d: int) -> float:

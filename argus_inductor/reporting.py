@@ -26,7 +26,8 @@ def record_match(node_id: str, op: str, graph_node: str) -> None:
         _ENTRIES.setdefault(node_id, Entry(graph_node, op))
 
 
-def record_call(node_id: str, signature: str, source: str, ms: float | None) -> None:
+def record_call(node_id: str, signature: str, source: str, ms: float | None,
+                notes: list[str] | None = None) -> None:
     with _LOCK:
         e = _ENTRIES.get(node_id)
         if e is None:
@@ -36,6 +37,9 @@ def record_call(node_id: str, signature: str, source: str, ms: float | None) -> 
         e.calls += 1
         if ms is not None:
             e.total_ms += ms
+        for n in notes or ():
+            if n not in e.notes:
+                e.notes.append(n)
 
 
 def entries() -> list[Entry]:
@@ -57,6 +61,7 @@ def report(file=None) -> str:
         lines.append(f"  [{i}] {e.op:<9} {e.graph_node}")
         lines.append(f"      signature: {e.signature or '(not run yet)'}")
         lines.append(f"      kernel:    {e.source}; {e.calls} call(s), {t}")
+        lines.extend(f"      note:      {n}" for n in e.notes)
     text = "\n".join(lines)
     print(text, file=file, flush=True)
     return text

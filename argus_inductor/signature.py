@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -49,6 +51,36 @@ class Signature:
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Signature:
+        """The inverse of as_dict (what the cache and the misses file store)."""
+        return Signature(str(d["op"]), str(d["epilogue"]), tuple(d["dtypes"]), tuple(d["layouts"]),
+                         tuple((str(k), int(v)) for k, v in d["static_dims"]),
+                         tuple((str(k), str(v)) for k, v in d["dynamic_dims"]), str(d["arch"]),
+                         tuple(d["versions"]))  # type: ignore[arg-type]
+
+    def dims(self) -> dict[str, int]:
+        """Every dim as a number: static dims exactly, dynamic dims as the top of their bucket."""
+        out = dict(self.static_dims)
+        for k, v in self.dynamic_dims:
+            out[k] = int(v.split("-")[-1])
+        return out
+
+    def same_family(self, other: Signature) -> bool:
+        """Same op, epilogue, dtypes, layouts and device: a policy of one is a sensible start for the other."""
+        return (self.op, self.epilogue, self.dtypes, self.layouts, self.arch) == \
+            (other.op, other.epilogue, other.dtypes, other.layouts, other.arch)
+
+    def distance(self, other: Signature) -> float:
+        """How far apart two signatures of one family are: the sum of |log2| ratios of their dims."""
+        a, b = self.dims(), other.dims()
+        if set(a) != set(b):
+            return math.inf
+        return sum(abs(math.log2(max(a[k], 1)) - math.log2(max(b[k], 1))) for k in a)
 
     def short(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in self.static_dims + self.dynamic_dims)

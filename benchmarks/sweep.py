@@ -87,9 +87,9 @@ def sweep_gemm(rows: list[dict]) -> None:
 def attn_candidates(s: int, d: int) -> list[Policy]:
     if s == 1:
         return [Policy.make(BN=bn, num_warps=w, num_stages=st) for bn, w, st in
-                itertools.product((64, 128, 256), (4, 8), (2, 3, 4))]
+                itertools.product((64, 128, 256), (4, 8), (2, 3))]
     return [Policy.make(BM=bm, BN=bn, num_warps=w, num_stages=st) for bm, bn, w, st in
-            itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)) if not (d >= 256 and bm * bn > 8192)]
+            itertools.product((64, 128), (64, 128), (4, 8), (2, 3)) if not (d >= 256 and bm * bn > 8192)]
 
 
 def sweep_attention(rows: list[dict]) -> None:

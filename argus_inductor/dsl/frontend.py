@@ -675,7 +675,7 @@ class Frontend:
             raise self.err(f"'{ast.unparse(f)}' is not a DSL operation",
                            "only DSL operations can be called inside a kernel; inline Python helpers by hand",
                            node)
-        if statement and name not in ("store", "atomic_add", "assert_tag", "tag"):
+        if statement and name not in ("store", "atomic_add", "assert_tag", "tag", "assume"):
             raise self.err(f"the result of {name}(...) is unused", "assign it to a name or remove the call", node)
         handler = getattr(self, f"op_{name}", None)
         if handler is None:
@@ -973,6 +973,17 @@ class Frontend:
                                "tag_of(s, 'k') <= tag_of(s, 'q')", p_n)
             msg = m_n.value if isinstance(m_n, ast.Constant) and isinstance(m_n.value, str) else ""
             self.emit("assert_tag", [p], {"msg": msg}, [], node)
+        finally:
+            self.ghost -= 1
+
+    def op_assume(self, node: ast.Call) -> None:
+        (p_n,) = self.args(node, ["predicate"], 1)
+        self.ghost += 1
+        try:
+            p = self.value(self.expr(p_n), p_n)
+            if p.dtype != bool_:
+                raise self.err("assume needs a boolean predicate", "compare, e.g. assume((e >= 0) & (e < E))", p_n)
+            self.emit("assume", [p], {}, [], node)
         finally:
             self.ghost -= 1
 

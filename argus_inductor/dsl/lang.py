@@ -90,6 +90,9 @@ cast = _builtin("cast", "cast(x, dtype); also x.to(dtype).")
 tag = _builtin("tag", "tag(x, name=expr, ...) -> x: attach user tags to the elements of x.")
 assert_tag = _builtin("assert_tag", "assert_tag(predicate, msg=''): a relation over tags that must hold for "
                                     "every element at this point.")
+assume = _builtin("assume", "assume(predicate): a precondition (e.g. on the contents of an index tensor) the "
+                            "checker may rely on for every element at this point; never checked, never run.")
+implies = _builtin("implies", "implies(a, b): (not a) or b, for tag assertions.")
 tag_of = _builtin("tag_of", "tag_of(x, name): the tag `name` of each element of x (only inside tags and "
                             "assertions).")
 static_range = _builtin("static_range", "static_range(n): a loop unrolled at compile time.")
