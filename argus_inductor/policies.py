@@ -19,12 +19,17 @@ def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
                        persistent=True)
 
 
-def attention_policy(s: int, d: int, target: str) -> Policy:
+def attention_policy(s: int, d: int, target: str, causal: bool = False) -> Policy:
+    """From benchmarks/results/sweep-attention-2026-11-22.json (H100, bf16)."""
     if target == "interpret":
         return Policy.make(BM=16, BN=16)
     if s <= 16:
-        return Policy.make(BM=16, BN=64, num_warps=4, num_stages=2)
-    return Policy.make(BM=128 if d <= 128 else 64, BN=64, num_warps=8, num_stages=2)
+        return Policy.make(BM=16, BN=128, num_warps=8, num_stages=3)
+    if d > 128:
+        return Policy.make(BM=64, BN=64, num_warps=4, num_stages=2)
+    if causal:
+        return Policy.make(BM=128, BN=64, num_warps=4, num_stages=2)
+    return Policy.make(BM=64, BN=64, num_warps=4, num_stages=3)
 
 
 def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Policy, Policy]:
