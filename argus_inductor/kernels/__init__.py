@@ -1,9 +1,12 @@
 """The kernel library: DSL kernels for GEMM, normalizations, attention and MoE, with host wrappers."""
 from .attention import attention, attention_decode, attention_fwd
-from .gemm import ACTIVATIONS, bmm, bmm_kernel, gemm, gemm_epilogue
+from .gemm import ACTIVATIONS, bias_act_cast, bmm, bmm_kernel, gemm, gemm_epilogue, gemm_splitk
 from .moe import moe_align_block, moe_down, moe_expert_step, moe_gate_up
 from .norms import layernorm, layernorm_kernel, rmsnorm, rmsnorm_kernel, softmax, softmax_kernel
 
-__all__ = ["ACTIVATIONS", "gemm", "gemm_epilogue", "bmm", "bmm_kernel", "softmax", "softmax_kernel",
-           "rmsnorm", "rmsnorm_kernel", "layernorm", "layernorm_kernel", "attention", "attention_fwd",
-           "attention_decode",            "moe_align_block", "moe_gate_up", "moe_down", "moe_expert_step"]
+__all__ = [
+    "ACTIVATIONS", "gemm", "gemm_epilogue", "gemm_splitk", "bias_act_cast", "bmm", "bmm_kernel",
+    "softmax", "softmax_kernel", "rmsnorm", "rmsnorm_kernel", "layernorm", "layernorm_kernel",
+    "attention", "attention_fwd", "attention_decode",
+    "moe_align_block", "moe_gate_up", "moe_down", "moe_expert_step",
+]

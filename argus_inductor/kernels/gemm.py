@@ -1,18 +1,22 @@
 """GEMM with fused epilogue, and batched GEMM."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
     arange,
+    atomic_add,
     cdiv,
     constexpr,
     float32,
     gelu,
     gelu_tanh,
     load,
+    minimum,
     mma,
     relu,
     silu,
@@ -64,6 +68,46 @@ def bmm_kernel(A: Tensor("Bt", "M", "K"), B: Tensor("Bt", "K", "N"), C: Tensor("
     store(C[b, rm, rn], acc)
 
 
+@kernel
+def gemm_splitk(A: Tensor("M", "K"), B: Tensor("K", "N"), C: Tensor("M", "N"),
+                BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 64, SPLIT_K: constexpr = 2):
+    """C += A @ B with K cut into SPLIT_K partitions of whole BK tiles, one program per (partition, tile).
+
+    For GEMMs with too few output tiles to fill the GPU (decode, M <= 128). C is float32 and zeroed
+    first; the partial sums meet in C through atomic adds.
+    """
+    s, pm, pn = tile_grid(SPLIT_K, cdiv(M, BM), cdiv(N, BN))
+    chunk = cdiv(cdiv(K, BK), SPLIT_K) * BK
+    rm = pm * BM + arange(BM)
+    rn = pn * BN + arange(BN)
+    acc = zeros((BM, BN), float32)
+    for k in range(s * chunk, minimum(K, (s + 1) * chunk), BK):
+        rk = k + arange(BK)
+        acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
+    atomic_add(C[rm, rn], acc)
+
+
+@kernel
+def bias_act_cast(X: Tensor("M", "N"), bias: Tensor("NB"), Y: Tensor("M", "N"),
+                  BM: constexpr = 16, BN: constexpr = 128, HAS_BIAS: constexpr = 0, ACT: constexpr = 0):
+    """Y = act(X + bias) in Y's dtype: the epilogue of a split-k GEMM."""
+    pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
+    rm = pm * BM + arange(BM)
+    rn = pn * BN + arange(BN)
+    y = load(X[rm, rn]).to(float32)
+    if HAS_BIAS == 1:
+        y = y + load(bias[rn]).to(float32)[None, :]
+    if ACT == 1:
+        y = relu(y)
+    if ACT == 2:
+        y = gelu(y)
+    if ACT == 3:
+        y = silu(y)
+    if ACT == 4:
+        y = gelu_tanh(y)
+    store(Y[rm, rn], y)
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",
          out: torch.Tensor | None = None, policy: Policy | None = None) -> torch.Tensor:
     """act(a @ b + bias) through the DSL kernel; `a` (M, K) and `b` (K, N) may be any strided views."""
@@ -74,8 +118,17 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, act
     if out is None:
         out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
     policy = policy or Policy.make(BM=64, BN=64, BK=32)
-    policy = policy.with_consts(HAS_BIAS=int(bias is not None), ACT=ACTIVATIONS[activation])
-    gemm_epilogue(a, b, bias if bias is not None else out.new_empty(1), out, policy=policy)
+    epilogue = dict(HAS_BIAS=int(bias is not None), ACT=ACTIVATIONS[activation])
+    bias_arg = bias if bias is not None else out.new_empty(1)
+    split = policy.const("SPLIT_K", 1)
+    if split > 1:
+        part = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+        gemm_splitk(a, b, part, policy=policy)
+        bias_act_cast(part, bias_arg, out, policy=Policy.make(BM=16, BN=128, **epilogue))
+        return out
+    consts = {k: v for k, v in policy.consts if k != "SPLIT_K"}
+    policy = replace(policy, consts=tuple(sorted({**consts, **epilogue}.items())))
+    gemm_epilogue(a, b, bias_arg, out, policy=policy)
     return out
 
 

@@ -87,6 +87,22 @@ def test_gemm_bias_activation_all_layouts(dtype, ta, tb):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split", [2, 3])
+def test_split_k_gemm_with_epilogue(dtype, split):
+    for i, (m, n, k) in enumerate(GEMM_SHAPES[:2]):
+        seed = fresh_seed()
+        act = ACTS[(i + split) % len(ACTS)]
+        a, b = randn(m, k, dtype=dtype), _operand(k, n, True, dtype)
+        bias = randn(n, dtype=dtype)
+        out = poisoned(m, n, dtype=dtype)
+        gemm(a, b, bias, act, out=out, policy=for_dtype(SMALL_POLICY, dtype).with_consts(SPLIT_K=split))
+        ref = a.double() @ b.double() + bias.double()
+        ref = {"none": ref, "relu": F.relu(ref), "gelu": F.gelu(ref), "silu": F.silu(ref),
+               "gelu_tanh": F.gelu(ref, approximate="tanh")}[act]
+        check(out, ref, dtype, seed, f"split-k {split} gemm {m}x{n}x{k} act={act}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_gemm_without_bias(dtype):
     m, n, k = GEMM_SHAPES[0]
     seed = fresh_seed()
