@@ -11,8 +11,8 @@ def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
     if m <= 16:  # decode: skinny tiles, many programs, deep K pipeline (memory-bound)
         return Policy.make(BM=16, BN=32, BK=256 if n <= 4096 else 128, num_warps=4, num_stages=5)
     if m <= 128:
-        if k >= 4 * n:
-            return Policy.make(BM=64, BN=64, BK=128, num_warps=4, num_stages=4)
+        if k >= 3 * n:  # long K, few output tiles: split K in two (sweep-gemm-splitk-2026-11-22.json)
+            return Policy.make(BM=128, BN=64, BK=128, num_warps=8, num_stages=4, SPLIT_K=2)
         return Policy.make(BM=128, BN=128 if n >= 8192 else 64, BK=128 if n < 8192 else 64, num_warps=8,
                            num_stages=4)
     return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
