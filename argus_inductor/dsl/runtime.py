@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DSLError, LaunchError
-from .evaluate import eval_scalar
+from .evaluate import compile_scalar
 from .frontend import _MISSING, Frontend
 from .ir import KernelIR, ScalarParam, TensorParam
 from .lowering import LoweredSource, lower
@@ -89,26 +89,53 @@ class CompiledKernel:
     consts: dict[str, Any]
     fn: Any
 
+    def __post_init__(self) -> None:
+        # Everything that does not depend on the arguments is worked out once, so a launch costs a few
+        # dictionary look-ups (this runs on every call of a compiled model's Argus op).
+        self._runtime = [p for p in self.ir.params if isinstance(p, (TensorParam, ScalarParam))]
+        self._names = {p.name for p in self._runtime}
+        self._tensors = [p for p in self._runtime if isinstance(p, TensorParam)]
+        self._scalars = [p for p in self._runtime if isinstance(p, ScalarParam)]
+        self._mma_pairs = [(op.line, op.args[0].dtype, op.args[1].dtype) for op in self.ir.walk()
+                           if op.kind == "mma" and not op.ghost
+                           and (isinstance(op.args[0].dtype, TensorDType) or isinstance(op.args[1].dtype, TensorDType))]
+        self._checked_dtypes: set[tuple[Any, ...]] = set()
+        getters: list[tuple[str, Any]] = []
+        for name in self.source.arg_names:
+            if name in self._names:
+                getters.append(("value", name))
+            elif name in self.ir.symbols:
+                getters.append(("symbol", name))
+            elif name == "NUM_PROGRAMS":
+                getters.append(("programs", None))
+            else:
+                tname, d = name.rsplit("_stride", 1)
+                getters.append(("stride", (tname, int(d))))
+        self._getters = getters
+        assert self.ir.grid is not None
+        self._grid_extents = [compile_scalar(e) for e in self.ir.grid.args]
+        self._opts: dict[str, Any] = dict(self.consts)
+        if self.target != "interpret":
+            self._opts.update(num_warps=self.policy.num_warps, num_stages=self.policy.num_stages)
+
     @property
     def triton_source(self) -> str:
         return self.source.source
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        runtime = [p for p in self.ir.params if isinstance(p, (TensorParam, ScalarParam))]
+        runtime = self._runtime
         if len(args) > len(runtime):
             raise LaunchError(f"{self.ir.name} takes {len(runtime)} arguments "
                               f"({', '.join(p.name for p in runtime)}), got {len(args)}")
-        values: dict[str, Any] = {}
-        for p, a in zip(runtime, args):
-            values[p.name] = a
+        values: dict[str, Any] = {p.name: a for p, a in zip(runtime, args)}
         for k, a in kwargs.items():
-            if k not in {p.name for p in runtime}:
+            if k not in self._names:
                 raise LaunchError(f"{self.ir.name} has no argument '{k}'")
             if k in values:
                 raise LaunchError(f"argument '{k}' given twice")
             values[k] = a
-        missing = [p.name for p in runtime if p.name not in values]
-        if missing:
+        if len(values) != len(runtime):
+            missing = [p.name for p in runtime if p.name not in values]
             raise LaunchError(f"{self.ir.name} is missing argument(s): {', '.join(missing)}")
         return values
 
@@ -117,71 +144,70 @@ class CompiledKernel:
 
         syms: dict[str, int] = {}
         device = None
-        for p in self.ir.params:
-            if isinstance(p, TensorParam):
-                t = values[p.name]
-                if not isinstance(t, torch.Tensor):
-                    raise LaunchError(f"argument '{p.name}' must be a torch.Tensor, got {type(t).__name__}")
-                if t.dim() != len(p.dims):
-                    raise LaunchError(f"'{p.name}' must have {len(p.dims)} dimensions ({', '.join(p.dims)}), "
-                                      f"got shape {tuple(t.shape)}")
-                if p.dtype_kind == "int" and t.is_floating_point():
-                    raise LaunchError(f"'{p.name}' must be an integer tensor, got {t.dtype}")
-                if p.dtype_kind == "float" and not t.is_floating_point():
-                    raise LaunchError(f"'{p.name}' must be a floating-point tensor, got {t.dtype}")
-                if device is None:
-                    device = t.device
-                elif t.device != device:
-                    raise LaunchError(f"'{p.name}' is on {t.device} but other arguments are on {device}")
-                for d, s in enumerate(p.dims):
-                    n = int(t.shape[d])
-                    if s in syms and syms[s] != n:
-                        owner = self.ir.symbols[s]
-                        raise LaunchError(f"dimension {s} is {syms[s]} from {owner[0]}.shape[{owner[1]}] but "
-                                          f"{n} from {p.name}.shape[{d}]")
-                    syms[s] = n
-            elif isinstance(p, ScalarParam):
-                v = values[p.name]
-                if isinstance(v, torch.Tensor) and v.numel() == 1:
-                    v = v.item()
-                if not isinstance(v, (int, float)):
-                    raise LaunchError(f"argument '{p.name}' must be a number, got {type(v).__name__}")
-                values[p.name] = float(v) if p.dtype == "float32" else int(v)
-        self.check_mma_dtypes(values)
+        for p in self._tensors:
+            t = values[p.name]
+            if not isinstance(t, torch.Tensor):
+                raise LaunchError(f"argument '{p.name}' must be a torch.Tensor, got {type(t).__name__}")
+            shape = t.shape
+            if len(shape) != len(p.dims):
+                raise LaunchError(f"'{p.name}' must have {len(p.dims)} dimensions ({', '.join(p.dims)}), "
+                                  f"got shape {tuple(shape)}")
+            if t.is_floating_point() != (p.dtype_kind == "float"):
+                kind = "a floating-point" if p.dtype_kind == "float" else "an integer"
+                raise LaunchError(f"'{p.name}' must be {kind} tensor, got {t.dtype}")
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                raise LaunchError(f"'{p.name}' is on {t.device} but other arguments are on {device}")
+            for d, s in enumerate(p.dims):
+                n = shape[d]
+                old = syms.setdefault(s, n)
+                if old != n:
+                    owner = self.ir.symbols[s]
+                    raise LaunchError(f"dimension {s} is {old} from {owner[0]}.shape[{owner[1]}] but "
+                                      f"{n} from {p.name}.shape[{d}]")
+        for p in self._scalars:
+            v = values[p.name]
+            if isinstance(v, torch.Tensor) and v.numel() == 1:
+                v = v.item()
+            if not isinstance(v, (int, float)):
+                raise LaunchError(f"argument '{p.name}' must be a number, got {type(v).__name__}")
+            values[p.name] = float(v) if p.dtype == "float32" else int(v)
+        if self._mma_pairs:
+            self.check_mma_dtypes(values)
         flat: list[Any] = []
-        for name in self.source.arg_names:
-            if name in values:
-                flat.append(values[name])
-            elif name in syms:
-                flat.append(syms[name])
-            elif "_stride" in name:
-                tname, d = name.rsplit("_stride", 1)
-                flat.append(values[tname].stride(int(d)))
-            elif name == "NUM_PROGRAMS":
-                flat.append(None)  # filled after the grid is known
+        for kind, key in self._getters:
+            if kind == "value":
+                flat.append(values[key])
+            elif kind == "symbol":
+                flat.append(syms[key])
+            elif kind == "stride":
+                flat.append(values[key[0]].stride(key[1]))
             else:
-                raise AssertionError(name)
+                flat.append(None)  # NUM_PROGRAMS, filled once the grid is known
         return flat, syms, device
 
     def check_mma_dtypes(self, values: dict[str, Any]) -> None:
-        def actual(dt: Any) -> str:
-            return str(values[dt.tensor].dtype).replace("torch.", "") if isinstance(dt, TensorDType) else dt.name
+        key = tuple(values[p.name].dtype for p in self._tensors)
+        if key in self._checked_dtypes:
+            return
 
-        for op in self.ir.walk():
-            if op.kind == "mma" and not op.ghost:
-                a, b = (actual(v.dtype) for v in op.args[:2])
-                na, nb = ({"float": "float32", "half": "float16"}.get(x, x) for x in (a, b))
-                if na != nb:
-                    raise LaunchError(f"mma at line {op.line} of {self.ir.name} multiplies {a} by {b}: "
-                                      "pass tensors of one dtype or cast in the kernel")
+        def actual(dt: Any) -> str:
+            name = str(values[dt.tensor].dtype).replace("torch.", "") if isinstance(dt, TensorDType) else dt.name
+            return {"float": "float32", "half": "float16"}.get(name, name)
+
+        for line, da, db in self._mma_pairs:
+            a, b = actual(da), actual(db)
+            if a != b:
+                raise LaunchError(f"mma at line {line} of {self.ir.name} multiplies {a} by {b}: "
+                                  "pass tensors of one dtype or cast in the kernel")
+        self._checked_dtypes.add(key)
 
     def grid_size(self, syms: dict[str, int], values: dict[str, Any]) -> int:
-        env = {**syms, **self.consts, **{k: v for k, v in values.items() if not hasattr(v, "shape")}}
-        assert self.ir.grid is not None
+        env = {**values, **syms, **self.consts}
         total = 1
-        for e in self.ir.grid.args:
-            n = eval_scalar(e, env)
-            total *= max(int(n), 0)
+        for f in self._grid_extents:
+            total *= max(int(f(env)), 0)
         return total
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
@@ -194,11 +220,8 @@ class CompiledKernel:
         if self.policy.persistent:
             programs = min(total, _num_sms(device, self.target) * self.policy.programs_per_sm)
             flat[self.source.arg_names.index("NUM_PROGRAMS")] = programs
-        opts: dict[str, Any] = dict(self.consts)
-        if self.target != "interpret":
-            opts.update(num_warps=self.policy.num_warps, num_stages=self.policy.num_stages)
         try:
-            self.fn[(programs,)](*flat, **opts)
+            self.fn[(programs,)](*flat, **self._opts)
         except Exception as e:
             if type(e).__name__ == "OutOfResources":
                 raise LaunchError(f"policy {self.policy.key()} does not fit kernel {self.ir.name} on this GPU "
@@ -206,12 +229,18 @@ class CompiledKernel:
             raise
 
 
+_SMS: dict[Any, int] = {}
+
+
 def _num_sms(device: Any, target: str) -> int:
     if target == "interpret":
         return 3
-    import torch
+    n = _SMS.get(device)
+    if n is None:
+        import torch
 
-    return torch.cuda.get_device_properties(device).multi_processor_count
+        n = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n
 
 
 class Kernel:
