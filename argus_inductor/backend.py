@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from . import optimize as _optimize  # noqa: F401  (makes argus_inductor.optimize(model) callable)
 from . import reporting as _report
 from .config import Options
 from .matchers import rewrite
@@ -26,7 +28,7 @@ def _devices(example_inputs: list[Any]) -> set[torch.device]:
 
 
 def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
-                  options: dict[str, Any] | None = None):
+                  options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The Dynamo backend. `options` are Argus options (see argus_inductor.config.Options); `mode` goes to
     Inductor (e.g. "max-autotune")."""
     from torch._inductor.compile_fx import compile_fx
@@ -40,7 +42,7 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
                   "with ARGUS_INTERPRET=1); compiling with Inductor alone")
     else:
-        matches = rewrite(gm, opts.enabled_ops)
+        matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize)
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
     inductor_config: dict[str, Any] = {}
     if mode == "max-autotune":

@@ -1,10 +1,27 @@
-"""Pattern matchers over the graph Dynamo hands the backend: GEMM (+ epilogue) and attention
-subgraphs become torch.ops.argus.* calls; every other node is left for Inductor."""
+"""Pattern matchers over the graph Dynamo hands the backend. Matched subgraphs become torch.ops.argus.*
+calls; every other node is left for Inductor.
+
+Passes, in order (each sees the graph the previous one left):
+
+1. moe: the nodes of a transformers sparse-MoE experts module (found through the nn_module_stack that
+   Dynamo records, e.g. MixtralExperts, Qwen2MoeExperts, Qwen3MoeExperts, DeepseekV3Experts) whose
+   implementation traced into the graph (transformers' grouped_mm / batched_mm experts) -> argus::moe.
+2. attention: scaled_dot_product_attention in every form Dynamo records (positional or keyword
+   arguments, scale, enable_gqa, is_causal, a mask, 3-D inputs), and the hand-written
+   softmax(Q K^T * scale [+ mask]) V of transformers' eager attention, with the GQA key/value
+   repetition (repeat_kv's expand+reshape, repeat_interleave) looked through.
+3. gate*up: act(linear(x, Wg)) * linear(x, Wu) -> argus::gate_up (one kernel, two accumulators).
+4. gemm: linear, matmul, mm, addmm, bmm, with the activation that follows and a residual add after it.
+"""
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -13,15 +30,26 @@ import torch.nn.functional as F
 from . import ops  # noqa: F401  (registers torch.ops.argus.*)
 from . import reporting as report
 
+log = logging.getLogger("argus_inductor")
 _GRAPH_IDS = itertools.count()
+_SAID: set[str] = set()
 
 LINEAR = {torch._C._nn.linear, F.linear}
 MATMUL = {torch.matmul, operator.matmul, torch.mm}
 BMM = {torch.bmm}
 ADDMM = {torch.addmm}
+ADD = {operator.add, torch.add, torch.Tensor.add}
+MUL = {operator.mul, torch.mul, torch.Tensor.mul}
+DIV = {operator.truediv, torch.div, torch.true_divide}
 SDPA = {F.scaled_dot_product_attention, getattr(torch._C._nn, "scaled_dot_product_attention", None)} - {None}
-ACTIVATIONS = {torch.relu: "relu", F.relu: "relu", torch.nn.functional.silu: "silu", F.gelu: "gelu"}
+SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax}
+DROPOUT = {F.dropout, torch.dropout}
+TRANSPOSE = {torch.transpose, torch.Tensor.transpose}
+REPEAT_INTERLEAVE = {torch.repeat_interleave, torch.Tensor.repeat_interleave}
+SILU = {F.silu, torch.nn.functional.silu, torch.ops.aten.silu.default}
+ACTIVATIONS = {torch.relu: "relu", F.relu: "relu", F.silu: "silu", F.gelu: "gelu"}
 METHOD_ACTS = {"relu": "relu"}
+SDPA_ARGS = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
 
 
 @dataclass
@@ -30,11 +58,89 @@ class Match:
     nodes: list[str]
 
 
-def _val(n) -> torch.Tensor | None:
+def _say_once(msg: str) -> None:
+    if msg not in _SAID:
+        _SAID.add(msg)
+        log.warning(msg)
+
+
+def _val(n: Any) -> torch.Tensor | None:
     if not isinstance(n, fx.Node):
         return None
     v = n.meta.get("example_value", n.meta.get("val"))
     return v if isinstance(v, torch.Tensor) else None
+
+
+def _known_eq(a: Any, b: Any) -> bool:
+    """a == b, decided without adding a guard (symbolic sizes count only when provably equal)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    try:
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        return bool(statically_known_true(a == b))
+    except Exception:
+        return False
+
+
+def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dim() == b.dim() and all(_known_eq(x, y) for x, y in zip(a.shape, b.shape))
+
+
+def _int(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _is(node: Any, targets: set, methods: tuple[str, ...] = ()) -> bool:
+    return isinstance(node, fx.Node) and ((node.op == "call_function" and node.target in targets)
+                                          or (node.op == "call_method" and node.target in methods))
+
+
+def _bind(node: fx.Node, names: list[str]) -> dict[str, Any]:
+    a = dict(zip(names, node.args))
+    a.update(node.kwargs)
+    return a
+
+
+def _alive(n: fx.Node) -> bool:
+    return not getattr(n, "_erased", False)
+
+
+def _only_user(n: fx.Node, user: fx.Node) -> bool:
+    return list(n.users) == [user]
+
+
+def _pure(n: fx.Node) -> bool:
+    """Whether erasing `n` once it has no users changes nothing (no mutation, no side effect)."""
+    if n.op not in ("call_function", "call_method"):
+        return False
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    if name.endswith("_") and not name.startswith("__"):
+        return False
+    if n.target in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv):
+        return False
+    try:
+        return not n.is_impure()
+    except Exception:
+        return False
+
+
+def _drop(g: fx.Graph, nodes: Iterable[fx.Node]) -> None:
+    """Erase `nodes` (which must have no users) and then every input of theirs that is left unused and
+    pure. Not a whole-graph dead-code pass: that would drop in-place updates such as copy_ or scatter_
+    that Dynamo records without users."""
+    work = list(nodes)
+    while work:
+        n = work.pop()
+        if not _alive(n) or n.users or (n.op not in ("call_function", "call_method")):
+            continue
+        inputs = list(n.all_input_nodes)
+        g.erase_node(n)
+        work.extend(i for i in inputs if _alive(i) and not i.users and _pure(i))
 
 
 def _activation(node: fx.Node) -> str | None:
@@ -50,36 +156,42 @@ def _activation(node: fx.Node) -> str | None:
     return None
 
 
-def _is(node: fx.Node, targets: set, methods: tuple[str, ...] = ()) -> bool:
-    return (node.op == "call_function" and node.target in targets) or (node.op == "call_method"
-                                                                          and node.target in methods)
-
-
-def rewrite(gm: fx.GraphModule, enabled: tuple[str, ...]) -> list[Match]:
+def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True) -> list[Match]:
     """Rewrite matched subgraphs in place; returns what was matched."""
+    enabled = tuple(enabled)
     gid = next(_GRAPH_IDS)
     g = gm.graph
     matches: list[Match] = []
-    for node in list(g.nodes):
-        if node.op not in ("call_function", "call_method"):
-            continue
-        if "gemm" in enabled:
-            m = _match_gemm(g, node, gid)
-            if m:
-                matches.append(m)
+    if "moe" in enabled and moe_regions:
+        matches += _match_moe_regions(g, gid)
+    if "attention" in enabled:
+        for node in list(g.nodes):
+            if not _alive(node) or node.op not in ("call_function", "call_method"):
                 continue
-        if "attention" in enabled and _is(node, SDPA):
-            m = _match_sdpa(g, node, gid)
+            m = _match_sdpa(g, node, gid) if _is(node, SDPA) else _match_eager_attention(g, node, gid)
             if m:
                 matches.append(m)
+    if "gemm" in enabled:
+        for node in list(g.nodes):
+            if _alive(node) and node.op in ("call_function", "call_method"):
+                m = _match_gate_up(g, node, gid)
+                if m:
+                    matches.append(m)
+        for node in list(g.nodes):
+            if _alive(node) and node.op in ("call_function", "call_method"):
+                m = _match_gemm(g, node, gid)
+                if m:
+                    matches.append(m)
     if matches:
-        g.eliminate_dead_code()
         g.lint()
         gm.recompile()
     return matches
 
 
-def _fold_activation(g: fx.Graph, node: fx.Node) -> tuple[str, fx.Node | None]:
+# ------------------------------------------------------------------------------------------------ GEMM
+
+
+def _fold_activation(node: fx.Node) -> tuple[str, fx.Node | None]:
     users = list(node.users)
     if len(users) == 1:
         act = _activation(users[0])
@@ -88,18 +200,38 @@ def _fold_activation(g: fx.Graph, node: fx.Node) -> tuple[str, fx.Node | None]:
     return "none", None
 
 
+def _residual_of(last: fx.Node) -> tuple[fx.Node, fx.Node] | None:
+    """(the add node, the residual) when `last`'s only user adds a tensor of its own shape and dtype."""
+    users = list(last.users)
+    if len(users) != 1:
+        return None
+    u = users[0]
+    if not _is(u, ADD, ("add",)) or len(u.args) != 2 or u.kwargs:
+        return None
+    other = u.args[1] if u.args[0] is last else u.args[0]
+    if other is last or not isinstance(other, fx.Node):
+        return None
+    rv, ov = _val(other), _val(last)
+    if rv is None or ov is None or rv.dtype != ov.dtype or rv.device != ov.device or not _same_shape(rv, ov):
+        return None
+    return u, other
+
+
 def _match_gemm(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
     bias = None
     if _is(node, LINEAR):
         x, w = node.args[0], node.args[1]
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
         wt = None
+        wv = _val(w)
+        if wv is None or wv.dim() != 2:
+            return None
     elif _is(node, MATMUL, ("matmul", "mm", "__matmul__")):
         x, b = node.args[0], node.args[1]
         xv, bv = _val(x), _val(b)
         if xv is None or bv is None:
             return None
-        if xv.dim() == 3 and bv.dim() == 3 and xv.shape[0] == bv.shape[0]:
+        if xv.dim() == 3 and bv.dim() == 3 and _known_eq(xv.shape[0], bv.shape[0]):
             return _replace(g, node, "bmm", (x, b), gid, [node.name])
         if xv.dim() < 2 or bv.dim() != 2:
             return None
@@ -115,22 +247,67 @@ def _match_gemm(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
     else:
         return None
     xv = _val(x)
-    if xv is None or xv.dim() < 2:
+    if xv is None or xv.dim() < 2 or (bias is not None and not isinstance(bias, fx.Node)):
         return None
-    act, act_node = _fold_activation(g, node)
-    with g.inserting_before(node):
+    act, act_node = _fold_activation(node)
+    last = act_node or node
+    res = _residual_of(last)
+    anchor = res[0] if res else last
+    with g.inserting_before(anchor):
         if w is None:
             w = g.call_function(torch.t, (wt,))
         node_id = f"g{gid}:{node.name}"
-        new = g.call_function(torch.ops.argus.linear.default, (x, w, bias, act, node_id))
-    names = [node.name] + ([act_node.name] if act_node is not None else [])
+        if res:
+            new = g.call_function(torch.ops.argus.linear_residual.default, (x, w, bias, res[1], act, node_id))
+        else:
+            new = g.call_function(torch.ops.argus.linear.default, (x, w, bias, act, node_id))
+    names = [node.name] + ([act_node.name] if act_node is not None else []) + ([res[0].name] if res else [])
     report.record_match(node_id, "gemm", " -> ".join(names))
-    new.meta.update((act_node or node).meta)
-    (act_node or node).replace_all_uses_with(new)
-    if act_node is not None:
-        g.erase_node(act_node)
-    g.erase_node(node)
+    new.meta.update(anchor.meta)
+    anchor.replace_all_uses_with(new)
+    _drop(g, ([res[0]] if res else []) + ([act_node] if act_node is not None else []) + [node])
     return Match("gemm", names)
+
+
+def _plain_linear(n: Any) -> tuple[fx.Node, fx.Node] | None:
+    """(x, weight) of a bias-free linear(x, weight) with a 2-D weight."""
+    if not _is(n, LINEAR):
+        return None
+    bias = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
+    wv = _val(n.args[1])
+    if bias is not None or wv is None or wv.dim() != 2:
+        return None
+    return n.args[0], n.args[1]
+
+
+def _match_gate_up(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
+    if not _is(node, MUL, ("mul", "__mul__")) or len(node.args) != 2 or node.kwargs:
+        return None
+    for act_node, up in (node.args, node.args[::-1]):
+        if not isinstance(act_node, fx.Node) or not isinstance(up, fx.Node) or act_node is up:
+            continue
+        act = _activation(act_node)
+        if act is None or not act_node.args:
+            continue
+        gate = act_node.args[0]
+        lg, lu = _plain_linear(gate), _plain_linear(up)
+        if lg is None or lu is None or lg[0] is not lu[0]:
+            continue
+        wgv, wuv = _val(lg[1]), _val(lu[1])
+        if wgv is None or wuv is None or not _same_shape(wgv, wuv) or wgv.dtype != wuv.dtype:
+            continue
+        if not (_only_user(gate, act_node) and _only_user(act_node, node) and _only_user(up, node)):
+            continue
+        node_id = f"g{gid}:{node.name}"
+        with g.inserting_before(node):
+            new = g.call_function(torch.ops.argus.gate_up.default, (lg[0], lg[1], lu[1], act, node_id))
+        names = [gate.name, act_node.name, up.name, node.name]
+        report.record_match(node_id, "gemm", " -> ".join(names))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        _drop(g, [node, act_node, gate, up])
+        return Match("gemm", names)
+    return None
 
 
 def _replace(g: fx.Graph, node: fx.Node, kind: str, args: tuple, gid: int, names: list[str]) -> Match:
@@ -140,28 +317,301 @@ def _replace(g: fx.Graph, node: fx.Node, kind: str, args: tuple, gid: int, names
     report.record_match(node_id, "gemm" if kind == "bmm" else kind, " -> ".join(names))
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
-    g.erase_node(node)
+    _drop(g, [node])
     return Match(kind, names)
 
 
+# ------------------------------------------------------------------------------------------- attention
+
+
+def _strip_repeat(n: Any) -> tuple[Any, int]:
+    """Look through a GQA key/value repetition along dim 1 (head h reads kv head h // rep): transformers'
+    repeat_kv (x[:, :, None].expand(b, hk, rep, s, d).reshape(b, hk * rep, s, d)) and
+    repeat_interleave(x, rep, dim=1). Returns (the un-repeated node, rep), rep 1 when there is none."""
+    if not isinstance(n, fx.Node):
+        return n, 1
+    if _is(n, REPEAT_INTERLEAVE, ("repeat_interleave",)):
+        a = _bind(n, ["input", "repeats", "dim"])
+        rep, dim, src = _int(a.get("repeats")), a.get("dim"), a.get("input", n.args[0] if n.args else None)
+        sv = _val(src)
+        if rep and sv is not None and sv.dim() == 4 and dim in (1, -3) and "output_size" not in a:
+            return src, rep
+        return n, 1
+    if not _is(n, {torch.reshape}, ("reshape", "view")):
+        return n, 1
+    e = n.args[0]
+    if not _is(e, set(), ("expand",)):
+        return n, 1
+    u = e.args[0]
+    src = None
+    if _is(u, {operator.getitem}):
+        idx = u.args[1]
+        if isinstance(idx, tuple) and 3 <= len(idx) <= 5 and idx[2] is None and all(
+                isinstance(s, slice) and s == slice(None) for i, s in enumerate(idx) if i != 2):
+            src = u.args[0]
+    elif _is(u, {torch.unsqueeze}, ("unsqueeze",)) and len(u.args) > 1 and u.args[1] == 2:
+        src = u.args[0]
+    sv, ev, nv = _val(src), _val(e), _val(n)
+    if src is None or sv is None or ev is None or nv is None or sv.dim() != 4 or ev.dim() != 5 or nv.dim() != 4:
+        return n, 1
+    rep = ev.shape[2]
+    if not isinstance(rep, int) or not _known_eq(ev.shape[1], sv.shape[1]) or not _known_eq(nv.shape[1],
+                                                                                             sv.shape[1] * rep):
+        return n, 1
+    if not all(_known_eq(ev.shape[i], sv.shape[j]) for i, j in ((0, 0), (3, 2), (4, 3))):
+        return n, 1
+    return src, rep
+
+
+def _qkv_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (q.dtype == k.dtype == v.dtype):
+        return False
+    if not _same_shape(k, v) or not _known_eq(q.shape[-1], k.shape[-1]) or not _known_eq(q.shape[0], k.shape[0]):
+        return False
+    h, hk = q.shape[1], k.shape[1]
+    return isinstance(h, int) and isinstance(hk, int) and hk > 0 and h % hk == 0
+
+
+def _emit_attention(g: fx.Graph, anchor: fx.Node, q: Any, k: Any, v: Any, mask: Any, causal: bool,
+                    scale: float | None, gid: int, names: list[str], squeeze: bool = False) -> Match:
+    node_id = f"g{gid}:{anchor.name}"
+    with g.inserting_before(anchor):
+        if squeeze:
+            q, k, v = (g.call_method("unsqueeze", (t, 0)) for t in (q, k, v))
+            if mask is not None:
+                mv = _val(mask)
+                if mv is not None and mv.dim() == 3:
+                    mask = g.call_method("unsqueeze", (mask, 0))
+        if mask is not None:
+            new = g.call_function(torch.ops.argus.attention_mask.default, (q, k, v, mask, scale, node_id))
+        else:
+            new = g.call_function(torch.ops.argus.attention.default, (q, k, v, causal, scale, node_id))
+        out = g.call_method("squeeze", (new, 0)) if squeeze else new
+    report.record_match(node_id, "attention", " -> ".join(names))
+    out.meta.update(anchor.meta)
+    anchor.replace_all_uses_with(out)
+    _drop(g, [anchor])
+    return Match("attention", names)
+
+
 def _match_sdpa(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
-    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
-    a = dict(zip(names, node.args))
-    a.update(node.kwargs)
-    if a.get("attn_mask") is not None or a.get("dropout_p", 0.0) not in (0, 0.0):
+    a = _bind(node, SDPA_ARGS)
+    if a.get("dropout_p", 0.0) not in (0, 0.0) or not isinstance(a.get("is_causal", False), bool):
         return None
-    q, k, v = a["query"], a["key"], a["value"]
-    vals = [_val(t) for t in (q, k, v)]
-    if any(t is None or t.dim() != 4 for t in vals):
+    scale = a.get("scale")
+    if scale is not None and _num(scale) is None:
         return None
-    if vals[0].shape[1] != vals[1].shape[1] and not a.get("enable_gqa", False):
+    mask = a.get("attn_mask")
+    if mask is not None and (a.get("is_causal") or not isinstance(mask, fx.Node)):
         return None
-    node_id = f"g{gid}:{node.name}"
-    with g.inserting_before(node):
-        new = g.call_function(torch.ops.argus.attention.default,
-                              (q, k, v, bool(a.get("is_causal", False)), a.get("scale"), node_id))
-    report.record_match(node_id, "attention", node.name)
-    new.meta.update(node.meta)
-    node.replace_all_uses_with(new)
-    g.erase_node(node)
-    return Match("attention", [node.name])
+    q = a["query"]
+    k, rk = _strip_repeat(a["key"])
+    v, rv = _strip_repeat(a["value"])
+    if rk != rv:
+        k, v = a["key"], a["value"]
+    qv, kv, vv = _val(q), _val(k), _val(v)
+    if qv is None or kv is None or vv is None:
+        return None
+    squeeze = qv.dim() == 3 and kv.dim() == 3 and vv.dim() == 3
+    if squeeze:
+        qv, kv, vv = qv.unsqueeze(0), kv.unsqueeze(0), vv.unsqueeze(0)
+    if not _qkv_ok(qv, kv, vv):
+        return None
+    if qv.shape[1] != kv.shape[1] and not a.get("enable_gqa", False) and rk == 1:
+        return None  # aten would refuse it; so do we
+    return _emit_attention(g, node, q, k, v, mask, bool(a.get("is_causal", False)),
+                           None if scale is None else float(scale), gid, [node.name], squeeze)
+
+
+def _transposed_last2(n: Any) -> Any:
+    """x for x.transpose(-2, -1) (any spelling) of a 4-D x, else None."""
+    if not isinstance(n, fx.Node):
+        return None
+    xv = _val(n.args[0]) if n.args and isinstance(n.args[0], fx.Node) else None
+    if xv is None or xv.dim() != 4:
+        return None
+    if _is(n, TRANSPOSE, ("transpose",)):
+        dims = {d % 4 for d in n.args[1:3] if isinstance(d, int)}
+        return n.args[0] if dims == {2, 3} else None
+    if _is(n, {torch.permute}, ("permute",)):
+        perm = n.args[1] if len(n.args) == 2 and isinstance(n.args[1], (tuple, list)) else n.args[1:]
+        return n.args[0] if tuple(d % 4 for d in perm) == (0, 1, 3, 2) else None
+    if n.op == "call_function" and n.target is getattr and n.args[1] == "mT":
+        return n.args[0]
+    return None
+
+
+def _match_eager_attention(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
+    """matmul(softmax(matmul(q, k^T) * scale [+ mask]) [.to(dtype)] [dropout(p=0)], v)."""
+    if not _is(node, {torch.matmul, operator.matmul}, ("matmul", "__matmul__")) or len(node.args) != 2:
+        return None
+    chain = [node]
+    p, v_rep = node.args
+    cur = p
+    while isinstance(cur, fx.Node):
+        if _is(cur, DROPOUT, ("dropout",)):
+            d = _bind(cur, ["input", "p", "training", "inplace"])
+            if d.get("p", 0.5) not in (0, 0.0) and d.get("training", True) is not False:
+                return None
+        elif _is(cur, set(), ("to", "type_as", "float", "half", "bfloat16")):
+            pass
+        else:
+            break
+        chain.append(cur)
+        cur = cur.args[0]
+    sm = cur
+    if not _is(sm, SOFTMAX, ("softmax",)):
+        return None
+    s = _bind(sm, ["input", "dim", "_stacklevel", "dtype"] if sm.op == "call_function" and sm.target is F.softmax
+              else ["input", "dim", "dtype"])
+    dim = s.get("dim")
+    scores = s.get("input", sm.args[0])
+    sv = _val(scores)
+    if sv is None or sv.dim() != 4 or not isinstance(dim, int) or dim % 4 != 3:
+        return None
+    chain.append(sm)
+    mask = None
+    cur = scores
+    if _is(cur, ADD, ("add",)) and len(cur.args) == 2 and not cur.kwargs:
+        for lhs, rhs in (cur.args, cur.args[::-1]):
+            if isinstance(rhs, fx.Node) and _val(rhs) is not None and isinstance(lhs, fx.Node):
+                mask, nxt = rhs, lhs
+                break
+        else:
+            return None
+        chain.append(cur)
+        cur = nxt
+    scale = 1.0
+    if _is(cur, MUL, ("mul",)) and len(cur.args) == 2:
+        c0, c1 = _num(cur.args[0]), _num(cur.args[1])
+        if c1 is not None and isinstance(cur.args[0], fx.Node):
+            scale, nxt = c1, cur.args[0]
+        elif c0 is not None and isinstance(cur.args[1], fx.Node):
+            scale, nxt = c0, cur.args[1]
+        else:
+            return None
+        chain.append(cur)
+        cur = nxt
+    elif _is(cur, DIV, ("div", "__truediv__")) and len(cur.args) == 2 and _num(cur.args[1]):
+        scale = 1.0 / _num(cur.args[1])  # type: ignore[operator]
+        chain.append(cur)
+        cur = cur.args[0]
+    if not _is(cur, {torch.matmul, operator.matmul}, ("matmul", "__matmul__")) or len(cur.args) != 2:
+        return None
+    chain.append(cur)
+    q, kt = cur.args
+    k_rep = _transposed_last2(kt)
+    if k_rep is None:
+        return None
+    chain.append(kt)
+    k, rk = _strip_repeat(k_rep)
+    v, rv = _strip_repeat(v_rep)
+    if rk != rv:
+        k, v = k_rep, v_rep
+    qv, kv, vv = _val(q), _val(k), _val(v)
+    if qv is None or kv is None or vv is None or not _qkv_ok(qv, kv, vv) or not math.isfinite(scale):
+        return None
+    # Every intermediate must feed only the next step (an attention-weights output keeps the aten path).
+    for later, earlier in zip(chain, chain[1:]):
+        if not _only_user(earlier, later):
+            return None
+    names = [n.name for n in reversed(chain)]
+    return _emit_attention(g, node, q, k, v, mask, False, scale, gid, names)
+
+
+# -------------------------------------------------------------------------------------------------- MoE
+
+
+def _experts_class(cls: Any) -> bool:
+    name = getattr(cls, "__name__", str(cls))
+    return name.endswith("Experts") and "Shared" not in name
+
+
+def _match_moe_regions(g: fx.Graph, gid: int) -> list[Match]:
+    regions: dict[str, list[fx.Node]] = {}
+    classes: dict[str, Any] = {}
+    for n in g.nodes:
+        stack = n.meta.get("nn_module_stack") or {}
+        for path, cls in stack.values():
+            if _experts_class(cls):
+                regions.setdefault(path, []).append(n)
+                classes[path] = cls
+                break
+    out = []
+    for path, nodes in regions.items():
+        m = _replace_moe_region(g, path, classes[path], nodes, gid)
+        if m:
+            out.append(m)
+    return out
+
+
+def _replace_moe_region(g: fx.Graph, path: str, cls: Any, nodes: list[fx.Node], gid: int) -> Match | None:
+    cname = getattr(cls, "__name__", str(cls))
+    where = f"{path} ({cname})"
+    inside = set(nodes)
+    params = [n for n in nodes if n.op in ("placeholder", "get_attr")]
+    body = [n for n in nodes if n.op not in ("placeholder", "get_attr", "output")]
+    ext: list[fx.Node] = []
+    for n in body:
+        for a in n.all_input_nodes:
+            if a not in inside and a not in ext:
+                ext.append(a)
+    outs = [n for n in body if any(u not in inside for u in n.users)]
+    tensors = [a for a in ext if _val(a) is not None]
+    weights3d = [p for p in params + tensors if (_val(p) is not None and _val(p).dim() == 3)]
+    others = [t for t in tensors if t not in weights3d]
+
+    def refuse(why: str) -> None:
+        _say_once(f"argus: MoE experts module {where} left to Inductor: {why}")
+
+    if len(outs) != 1 or not body:
+        return refuse("it is not whole in this graph (its implementation breaks the graph, as transformers' "
+                      "eager experts loop does); call argus_inductor.optimize(model) before torch.compile")
+    if len(weights3d) != 2 or len(others) != 3 or any(_val(p).dim() != 3 for p in params):
+        return refuse(f"expected two stacked expert weights and three inputs, found {len(weights3d)} and "
+                      f"{len(others)} (biases, or another layout)")
+    a, b = (_val(w) for w in weights3d)
+    w1, w2 = None, None
+    for x, y, nx, ny in ((a, b, weights3d[0], weights3d[1]), (b, a, weights3d[1], weights3d[0])):
+        if x.shape[0] == y.shape[0] and x.shape[1] == 2 * y.shape[2] and x.shape[2] == y.shape[1]:
+            w1, w2 = nx, ny
+    if w1 is None:
+        return refuse(f"weights {tuple(a.shape)} and {tuple(b.shape)} are not (E, 2I, H) and (E, H, I)")
+    hd = _val(w1).shape[2]
+    hidden = ids = tw = None
+    for t in others:
+        tv = _val(t)
+        if tv.dim() == 2 and not tv.is_floating_point() and ids is None:
+            ids = t
+        elif tv.dim() == 2 and tv.is_floating_point() and _known_eq(tv.shape[1], hd) and hidden is None:
+            hidden = t
+        elif tv.dim() == 2 and tv.is_floating_point() and tw is None:
+            tw = t
+    if hidden is None or ids is None or tw is None or not _known_eq(_val(ids).shape[1], _val(tw).shape[1]):
+        return refuse("its inputs are not hidden (T, H), top-k ids and top-k weights (T, k)")
+    if not any(_is(n, SILU, ("silu",)) or any("SiLU" in getattr(c, "__name__", str(c))
+                                             for _, c in (n.meta.get("nn_module_stack") or {}).values())
+               for n in body):
+        return refuse("its activation is not SiLU")
+    if any(_is(n, {operator.getitem}) and isinstance(n.args[1], tuple) and any(
+            isinstance(s, slice) and s.step not in (None, 1) for s in n.args[1]) for n in body):
+        return refuse("its gate/up rows are interleaved")
+    if any(not _pure(n) and n.args and isinstance(n.args[0], fx.Node) and n.args[0] not in inside for n in body):
+        return refuse("it updates a tensor from outside it in place")
+    out = outs[0]
+    ov, hv = _val(out), _val(hidden)
+    if ov is None or not _same_shape(ov, hv):
+        return refuse("its output is not (T, H)")
+    node_id = f"g{gid}:{path}"
+    with g.inserting_before(out):
+        new = g.call_function(torch.ops.argus.moe.default, (hidden, tw, ids, w1, w2, node_id))
+        res = new if ov.dtype == hv.dtype else g.call_method("to", (new, ov.dtype))
+    new.meta.update(out.meta)
+    if "example_value" in new.meta:
+        new.meta["example_value"] = hv.new_empty(hv.shape) if ov.dtype != hv.dtype else new.meta["example_value"]
+    out.replace_all_uses_with(res)
+    for n in reversed(list(g.nodes)):
+        if n in inside and n.op not in ("placeholder", "get_attr") and not n.users:
+            g.erase_node(n)
+    report.record_match(node_id, "moe", where)
+    return Match("moe", [where])

@@ -22,8 +22,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,8 @@ from . import reporting as _report
 from .cache import CacheEntry, KernelCache
 from .config import Options
 from .dsl import Kernel, Policy, kernels_from_source
-from .kernels.attention import attention_fwd
-from .kernels.gemm import ACTIVATIONS, bmm_kernel, gemm_epilogue
+from .kernels.attention import attention_decode, attention_fwd
+from .kernels.gemm import ACTIVATIONS, bias_act_cast, bmm_kernel, gemm_epilogue, gemm_splitk
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
 from .policies import attention_policy, gemm_policy, moe_policies
@@ -47,6 +47,7 @@ _ACTIVE = Options.resolve()
 SUPPORTED_ARCHS = ("sm_90", "gfx942")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DSL_HEADER = "from argus_inductor.dsl import *\n\n"
+MASKED = -1e4  # an additive mask value at or below this hides its key
 _LOCK = threading.Lock()
 _SAID: set[str] = set()
 
@@ -91,13 +92,17 @@ class OpSpec:
     template: Callable[[Signature, str], dict[str, Any]]   # policy dict (see CacheEntry.policy)
     consts: Callable[[Signature], dict[str, dict[str, Any]]]  # kernel name -> constexprs the signature fixes
     shapes: Callable[[Signature], dict[str, dict[str, int]]]  # kernel name -> shape symbols, for the checker
+    # policy dict -> the kernels that run and their policies, where that is not one per kernel
+    select: Callable[[dict[str, Any], Signature], dict[str, Policy]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.kernels)
 
     def policies(self, policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
-        """Policy dict -> one Policy per kernel, with the signature's constants applied."""
+        """Policy dict -> a Policy for each kernel that runs, with the signature's constants applied."""
+        if self.select is not None:
+            return self.select(policy, sig)
         per = {self.names[0]: policy} if len(self.kernels) == 1 else {n: policy.get(n, {}) for n in self.names}
         consts = self.consts(sig)
         return {n: Policy.make(**dict(per[n])).with_consts(**consts.get(n, {})) for n in self.names}
@@ -120,12 +125,38 @@ def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
     return gemm_policy(d.get("M", 1), d["N"], d["K"], target).as_dict()
 
 
+def _unsplit(p: Policy) -> Policy:
+    """The policy without split-K (the residual and gate*up kernels keep the whole K loop)."""
+    return replace(p, consts=tuple((k, v) for k, v in p.consts if k != "SPLIT_K"))
+
+
+def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
+    d = sig.dims()
+    return _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target)).as_dict()
+
+
 def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    p = gemm_policy(d.get("M", 1), d["N"], d["K"], target)
+    p = _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target))
     if target != "interpret" and p.const("BN", 64) > 128:  # two accumulators: half the tile width
         p = p.with_consts(BN=p.const("BN") // 2)
     return p.as_dict()
+
+
+def _gemm_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
+    """gemm_epilogue, or with SPLIT_K > 1 the split-K kernel (fp32 partial sums) then bias/act/cast."""
+    epi = _bias_consts(sig)
+    p = Policy.make(**dict(policy))
+    if int(p.const("SPLIT_K", 1) or 1) > 1:
+        return {"gemm_splitk": p, "bias_act_cast": Policy.make(BM=16, BN=128, **epi)}
+    return {"gemm_epilogue": _unsplit(p).with_consts(**epi)}
+
+
+def _fused_select(name: str, consts: Callable[[Signature], dict[str, Any]]) \
+        -> Callable[[dict[str, Any], Signature], dict[str, Policy]]:
+    def select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
+        return {name: _unsplit(Policy.make(**dict(policy))).with_consts(**consts(sig))}
+    return select
 
 
 def _gemm_shapes(sig: Signature) -> dict[str, int]:
@@ -139,13 +170,29 @@ def _bias_consts(sig: Signature) -> dict[str, int]:
 
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    return attention_policy(d["S"], d["D"], target).as_dict()
+    return attention_policy(d["S"], d["D"], target, "causal" in _epi_parts(sig)).as_dict()
 
 
 def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
     d = sig.dims()["D"]
     return {"attention_fwd": {"BD": 1 << builtins.max(4, (d - 1).bit_length()),
                               "CAUSAL": int("causal" in _epi_parts(sig))}}
+
+
+def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
+    """attention_fwd; for one query token (no causal mask) attention_decode, which packs the query heads
+    of a key/value group into one tile so each K/V row is read once per group."""
+    dims = dict(sig.dynamic_dims)
+    st = sig.dims()
+    p = Policy.make(**dict(policy))
+    bd = 1 << builtins.max(4, (st["D"] - 1).bit_length())
+    group = st["H"] // st["HK"]
+    if dims.get("S") == "1" and "causal" not in _epi_parts(sig) and group <= 64 and "BG" not in dict(p.consts):
+        dec = Policy.make(BG=1 << builtins.max(4, (group - 1).bit_length()), BN=p.const("BN", 64), BD=bd)
+        return {"attention_decode": replace(dec, num_warps=p.num_warps, num_stages=p.num_stages)}
+    if "BG" in dict(p.consts):  # a stored decode policy
+        return {"attention_decode": p.with_consts(BD=bd)}
+    return {"attention_fwd": p.with_consts(**_attention_consts(sig)["attention_fwd"])}
 
 
 def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -160,18 +207,23 @@ def _moe_consts(sig: Signature) -> dict[str, dict[str, Any]]:
 
 
 SPECS: dict[str, OpSpec] = {
-    "gemm": OpSpec("gemm", (gemm_epilogue,), _gemm_template,
-                   lambda s: {"gemm_epilogue": _bias_consts(s)}, lambda s: {"gemm_epilogue": _gemm_shapes(s)}),
-    "gemm_residual": OpSpec("gemm_residual", (gemm_residual,), _gemm_template,
+    "gemm": OpSpec("gemm", (gemm_epilogue, gemm_splitk, bias_act_cast), _gemm_template,
+                   lambda s: {"gemm_epilogue": _bias_consts(s)},
+                   lambda s: {n: _gemm_shapes(s) for n in ("gemm_epilogue", "gemm_splitk", "bias_act_cast")},
+                   _gemm_select),
+    "gemm_residual": OpSpec("gemm_residual", (gemm_residual,), _gemm_fused_template,
                             lambda s: {"gemm_residual": _bias_consts(s)},
-                            lambda s: {"gemm_residual": _gemm_shapes(s)}),
+                            lambda s: {"gemm_residual": _gemm_shapes(s)},
+                            _fused_select("gemm_residual", _bias_consts)),
     "gate_up": OpSpec("gate_up", (gemm_gate_up,), _gate_up_template,
-                      lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)}),
-    "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_template, lambda s: {},
+                      lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)},
+                      _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)})),
+    "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},
                   lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}),
-    "attention": OpSpec("attention", (attention_fwd,), _attention_template, _attention_consts,
-                        lambda s: {"attention_fwd": {k: v for k, v in s.dims().items()
-                                                     if k in ("Z", "H", "HK", "S", "T", "D")}}),
+    "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,
+                        lambda s: {n: {k: v for k, v in s.dims().items() if k in ("Z", "H", "HK", "S", "T", "D")}
+                                   for n in ("attention_fwd", "attention_decode")},
+                        _attention_select),
     "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
                   lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
                              "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}}),
@@ -224,16 +276,24 @@ def dsl_source(kernels: tuple[Kernel, ...] | list[Kernel]) -> str:
     return DSL_HEADER + "\n\n".join(k.ir.source.rstrip() + "\n" for k in kernels)
 
 
-def _kernels_of(spec: OpSpec, text: str) -> dict[str, Kernel]:
-    """The kernels an entry's DSL source defines (the library's when it is the library's text)."""
-    if text == dsl_source(spec.kernels):
-        return {k.name: k for k in spec.kernels}
+def library_kernels(spec: OpSpec, names: Iterable[str]) -> dict[str, Kernel]:
+    lib = {k.name: k for k in spec.kernels}
+    return {n: lib[n] for n in names}
+
+
+def _kernels_of(spec: OpSpec, text: str, names: Iterable[str]) -> dict[str, Kernel]:
+    """The kernels `names` as an entry's DSL source defines them (the library's when it is the library's
+    text). An agent-written kernel keeps the library kernel's name and parameters."""
+    names = list(names)
+    lib = library_kernels(spec, names)
+    if text == dsl_source(list(lib.values())):
+        return lib
     found = kernels_from_source(text, filename="<argus cache>")
-    missing = [n for n in spec.names if n not in found]
+    missing = [n for n in names if n not in found]
     if missing:
         raise ValueError(f"the cached DSL source defines no kernel {', '.join(missing)} (op {spec.name} runs "
-                         f"{', '.join(spec.names)} with the library's parameters)")
-    return {n: found[n] for n in spec.names}
+                         f"{', '.join(names)} with the library's parameters)")
+    return {n: found[n] for n in names}
 
 
 def _verification_summary(v: dict[str, Any]) -> str:
@@ -246,8 +306,8 @@ def _verification_summary(v: dict[str, Any]) -> str:
 
 
 def _plan_from_entry(spec: OpSpec, sig: Signature, entry: CacheEntry, source: str, detail: str) -> Plan:
-    kernels = _kernels_of(spec, entry.dsl_source)
-    return Plan(kernels, spec.policies(entry.policy, sig), source, detail)
+    pols = spec.policies(entry.policy, sig)
+    return Plan(_kernels_of(spec, entry.dsl_source, pols), pols, source, detail)
 
 
 def _verifier() -> Callable[..., Any] | None:
@@ -304,8 +364,8 @@ def make_entry(sig: Signature, policy: dict[str, Any] | None = None, origin: str
     spec = spec_for(sig)
     target = target or ("interpret" if sig.arch == "cpu" else ("hip" if sig.arch.startswith("gfx") else "cuda"))
     policy = policy if policy is not None else spec.template(sig, target)
-    kernels = kernels or {k.name: k for k in spec.kernels}
     pols = spec.policies(policy, sig)
+    kernels = kernels or library_kernels(spec, pols)
     tri = []
     for name, k in kernels.items():
         try:
@@ -345,7 +405,7 @@ def _synthesize(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]) 
         return None, "agent not available (argus_inductor.agent has no synthesize()); used the default plan"
     offered = {"reference": ctx.get("reference"), "example_inputs": ctx.get("tensors"), "target": target,
                "kernels": {k.name: k for k in spec.kernels}, "cache": kernel_cache(),
-               "template_policy": spec.template(sig, target)}
+               "cache_root": kernel_cache().root, "template_policy": spec.template(sig, target)}
     try:
         params = inspect.signature(fn).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -356,6 +416,8 @@ def _synthesize(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]) 
         if isinstance(result, CacheEntry):
             entry = result
             entry.origin = "synthesized"
+        elif callable(getattr(result, "cache_entry", None)):  # the agent's SynthesisResult
+            entry = result.cache_entry("synthesized")
         else:
             pol = result.as_dict() if isinstance(result, Policy) else dict(result.get("policy", result))
             entry = make_entry(sig, pol, "synthesized", target)
@@ -379,8 +441,8 @@ def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache)
             return _plan_from_entry(spec, sig, entry, "default", f"policy of nearest solved {entry.sig().short()}")
         except Exception as e:
             _say_once(f"argus: cached entry for {entry.sig().short()} is unusable ({e}); using the template")
-    return Plan({k.name: k for k in spec.kernels}, spec.policies(spec.template(sig, target), sig), "default",
-                "template policy")
+    pols = spec.policies(spec.template(sig, target), sig)
+    return Plan(library_kernels(spec, pols), pols, "default", "template policy")
 
 
 def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> Plan | None:
@@ -515,8 +577,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-        plan.kernels["gemm_epilogue"](x2, weight.t(), bias if bias is not None else _dummy(out), out,
-                                      policy=plan.policies["gemm_epilogue"], target=target)
+        b = bias if bias is not None else _dummy(out)
+        if "gemm_splitk" in plan.policies:  # fp32 partial sums over K slices, then bias/activation/cast
+            part = torch.zeros(m, n, dtype=torch.float32, device=x.device)
+            plan.kernels["gemm_splitk"](x2, weight.t(), part, policy=plan.policies["gemm_splitk"], target=target)
+            plan.kernels["bias_act_cast"](part, b, out, policy=plan.policies["bias_act_cast"], target=target)
+        else:
+            plan.kernels["gemm_epilogue"](x2, weight.t(), b, out, policy=plan.policies["gemm_epilogue"],
+                                          target=target)
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
@@ -622,7 +690,8 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, as the fake says
-        plan.kernels["attention_fwd"](q, k, v, out, sc, policy=plan.policies["attention_fwd"], target=target)
+        name = "attention_decode" if "attention_decode" in plan.policies else "attention_fwd"
+        plan.kernels[name](q, k, v, out, sc, policy=plan.policies[name], target=target)
         return out
 
     if v.shape != k.shape or h % hk or q.shape[0] != k.shape[0] or q.shape[-1] != d:
@@ -649,14 +718,14 @@ def _(q, k, v, is_causal, scale, node_id):
 def mask_kind(mask: Tensor, s: int, t: int) -> str:
     """'none' when `mask` hides nothing, 'causal' when it is the top-left causal mask (key j visible to
     query i iff j <= i, as is_causal=True), else 'other'. A bool mask keeps True; a float mask is
-    additive (0 keeps, a very large negative number or -inf hides)."""
+    additive (0 keeps, -inf or a number <= -1e4 hides, like the dtype minimum transformers uses)."""
     if mask.dim() < 2 or mask.shape[-2] not in (1, s) or mask.shape[-1] not in (1, t):
         return "other"
     if mask.dtype == torch.bool:
         keep = mask
     elif mask.is_floating_point():
         keep = mask == 0
-        hidden = mask <= torch.finfo(mask.dtype).min / 2
+        hidden = mask <= MASKED  # exp(score - 1e4) is 0 in every float type for any sane score
         if not bool((keep | hidden).all()):
             return "other"
     else:

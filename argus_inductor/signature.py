@@ -53,7 +53,8 @@ class Signature:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready (lists for tuples): what the cache and the misses file store."""
+        return json.loads(json.dumps(asdict(self)))
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Signature:

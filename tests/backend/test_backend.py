@@ -59,7 +59,8 @@ def test_llama_like_model_and_report_text(capsys):
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model, backend="argus")(tokens), model(tokens), rtol=1e-4, atol=1e-4)
     text = argus_inductor.report()
-    assert "attention[causal,gqa2]" in text and "gemm[silu]" in text and "gemm[bias]" in text
+    assert "attention[causal,gqa2]" in text and "gemm[silu*up]" in text and "gemm[residual]" in text
+    assert "gemm[bias]" in text
 
 
 def test_without_the_interpreter_the_cpu_gets_inductor_alone(monkeypatch, caplog):

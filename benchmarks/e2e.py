@@ -1,0 +1,382 @@
+"""End to end on one GPU: Llama-3-8B and Mixtral-8x7B dims (2 layers each, random bf16 weights) under eager,
+backend="inductor", mode="max-autotune" and backend="argus".
+
+    python benchmarks/e2e.py [--models llama,mixtral] [--backends eager,inductor,max-autotune,argus]
+                             [--budget-s 450] [--out DIR]
+    python benchmarks/e2e.py --smoke      # tiny dims on the CPU (Argus kernels interpreted): checks the script
+
+For each model: outputs of every compiled backend against eager (bf16 tolerance: relative error of the
+logits), prefill latency (batch 1 x 2048 tokens, batch 8 x 512) and per-token decode latency (batch 1
+and 32, one token against a 1024-token static KV cache), with speed ratios against eager and against
+max-autotune Inductor. Every phase is time-boxed: a phase that would start after the budget is spent
+is recorded as skipped, so the whole run stays within --budget-s (default 450 s, for an 8-minute slot).
+Writes e2e-<date>.json and e2e-<date>.md under --out (default $OUT, else benchmarks/results/) and prints
+the table last. Needs a CUDA GPU and transformers (the demo's Llama-like model is used without it).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+SMOKE = "--smoke" in sys.argv
+if SMOKE:  # before argus_inductor (and triton) are imported
+    os.environ.setdefault("ARGUS_INTERPRET", "1")
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import argus_inductor  # noqa: E402  (registers backend="argus")
+
+BACKENDS = ("eager", "inductor", "max-autotune", "argus")
+PREFILL = ((1, 2048), (8, 512))
+DECODE = (1, 32)
+CONTEXT = 1024      # decode: tokens already in the KV cache
+DECODE_STEPS = 8    # decode: tokens timed per measurement
+TOL = 3e-2          # bf16: relative error of the logits (routing ties may flip an expert for a few tokens)
+# A phase is started only when this many seconds of the budget are left (a compile of a 2-layer 8B-dims
+# model takes tens of seconds; max-autotune benchmarks its GEMM choices and takes longer).
+NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90}
+
+LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                 num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)
+MIXTRAL_8X7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                    num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, rope_theta=1e6,
+                    max_position_embeddings=8192, rms_norm_eps=1e-5)
+if SMOKE:
+    PREFILL, DECODE, CONTEXT, DECODE_STEPS = ((1, 16), (2, 8)), (1, 2), 16, 2
+    LLAMA3_8B = {**LLAMA3_8B, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+                 "num_attention_heads": 4, "num_key_value_heads": 2}
+    MIXTRAL_8X7B = {**MIXTRAL_8X7B, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------ models
+
+
+def build(name: str, layers: int, device: str) -> tuple[torch.nn.Module, str]:
+    """The model with random bf16 weights, created on the GPU (no CPU init of billions of weights)."""
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+    if transformers is None:
+        if name != "llama":
+            raise RuntimeError("transformers is not installed: only the demo's Llama-like model can be built")
+        from argus_inductor.demo import TinyLlama
+
+        with torch.device(device):
+            m = TinyLlama(vocab=32000, dim=4096, layers=layers, heads=32, kv_heads=8, hidden=14336)
+        return m.to(torch.bfloat16).eval(), "argus_inductor.demo.TinyLlama (transformers missing)"
+    if name == "llama":
+        cfg = transformers.LlamaConfig(num_hidden_layers=layers, **LLAMA3_8B)
+        cls = transformers.LlamaForCausalLM
+    else:
+        cfg = transformers.MixtralConfig(num_hidden_layers=layers, **MIXTRAL_8X7B)
+        cls = transformers.MixtralForCausalLM
+    cfg._attn_implementation = "sdpa"
+    if name == "mixtral" and device == "cuda" and hasattr(torch, "_grouped_mm"):
+        # torch's grouped GEMM for the experts: the peer, and a block Dynamo traces whole (the eager loop
+        # breaks the graph for every compiler)
+        cfg._experts_implementation = "grouped_mm"
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            m = cls(cfg)
+    finally:
+        torch.set_default_dtype(old)
+    m = m.to(device=device, dtype=torch.bfloat16).eval()
+    experts = getattr(m.config, "_experts_implementation", None)
+    return m, f"transformers {transformers.__version__} {cls.__name__}" + (f" (experts: {experts})" if experts else "")
+
+
+def is_hf(model: torch.nn.Module) -> bool:
+    return hasattr(model, "config") and hasattr(model, "generation_config")
+
+
+def prefill_fn(model: Callable, tokens: torch.Tensor, hf: bool) -> Callable[[], torch.Tensor]:
+    if hf:
+        return lambda: model(input_ids=tokens, use_cache=False, logits_to_keep=1).logits
+    return lambda: model(tokens)[:, -1:]
+
+
+class Decoder:
+    """One decode step for `batch` sequences at position CONTEXT + i against a StaticCache (fixed shapes,
+    so one compiled graph serves every step). The cache content does not change the work done."""
+
+    def __init__(self, model: torch.nn.Module, batch: int, device: str) -> None:
+        from transformers import StaticCache
+
+        self.model = model
+        self.cache = StaticCache(config=model.config, max_cache_len=CONTEXT + DECODE_STEPS + 8)
+        self.tokens = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
+        self.positions = [torch.tensor([CONTEXT + i], device=device) for i in range(DECODE_STEPS)]
+
+    def step(self, fn: Callable, i: int) -> torch.Tensor:
+        pos = self.positions[i % DECODE_STEPS]
+        return fn(input_ids=self.tokens, past_key_values=self.cache, cache_position=pos, position_ids=pos[None],
+                  use_cache=True).logits
+
+    def steps(self, fn: Callable) -> Callable[[], None]:
+        def run() -> None:
+            for i in range(DECODE_STEPS):
+                self.step(fn, i)
+        return run
+
+
+# ----------------------------------------------------------------------------------------- timing
+
+
+def bench_ms(fn: Callable[[], Any], budget_s: float = 20.0) -> float:
+    """Median ms of fn (CUDA events around each call, after warm-up), within about budget_s."""
+    if SMOKE:
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times: list[float] = []
+    t_end = time.perf_counter() + budget_s
+    while len(times) < 30 and (len(times) < 5 or time.perf_counter() < t_end):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def compile_for(model: torch.nn.Module, backend: str) -> Callable:
+    """dynamic=True for every compiler alike: one graph for both prefill shapes and one for both decode
+    batch sizes (four static compiles per backend would not fit the time box)."""
+    if backend == "eager":
+        return model
+    torch._dynamo.reset()
+    if backend == "inductor":
+        return torch.compile(model, backend="inductor", dynamic=True)
+    if backend == "max-autotune":
+        return torch.compile(model, backend="inductor", mode="max-autotune", dynamic=True)
+    return torch.compile(model, backend="argus", dynamic=True)
+
+
+# ------------------------------------------------------------------------------------------- run
+
+
+def run_model(name: str, backends: list[str], layers: int, deadline: float, device: str) -> dict[str, Any]:
+    res: dict[str, Any] = {"model": name, "layers": layers, "results": {}, "notes": []}
+    t0 = time.perf_counter()
+    model, how = build(name, layers, device)
+    res["built_with"] = how
+    res["params_b"] = round(sum(p.numel() for p in model.parameters()) / 1e9, 3)
+    log(f"{name}: {how}, {res['params_b']}B parameters, built in {time.perf_counter() - t0:.1f}s")
+    hf = is_hf(model)
+    g = torch.Generator(device=device).manual_seed(0)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    vocab = model.config.vocab_size if hf else model.embed.num_embeddings
+    prompts = {f"prefill {b}x{s}": torch.randint(0, vocab, (b, s), device=device, generator=g) for b, s in PREFILL}
+    refs: dict[str, torch.Tensor] = {}
+    decoders: dict[int, Any] = {}
+    if hf:
+        try:
+            decoders = {b: Decoder(model, b, device) for b in DECODE}
+        except Exception as e:  # an older/newer transformers without this StaticCache
+            res["notes"].append(f"decode skipped: {type(e).__name__}: {e}")
+    with torch.no_grad():
+        for key, toks in prompts.items():
+            refs[key] = prefill_fn(model, toks, hf)()
+        for b, dec in decoders.items():
+            refs[f"decode b={b}"] = dec.step(model, 0)
+        # Argus and its comparison first: what the time box cuts, if anything, is plain Inductor.
+        order = sorted(backends, key=lambda b: ("eager", "argus", "max-autotune", "inductor").index(b))
+        for backend in order:
+            left = deadline - time.perf_counter()
+            row: dict[str, Any] = {}
+            res["results"][backend] = row
+            if left < NEEDS[backend]:
+                row["skipped"] = f"time box ({left:.0f}s left of the budget, needs ~{NEEDS[backend]}s)"
+                log(f"{name} {backend}: {row['skipped']}")
+                continue
+            try:
+                argus_inductor.reporting.clear()
+                fn = compile_for(model, backend)
+                for key, toks in prompts.items():
+                    if time.perf_counter() > deadline:
+                        row[key] = {"skipped": "time box"}
+                        continue
+                    call = prefill_fn(fn, toks, hf)
+                    t = time.perf_counter()
+                    out = call()
+                    sync()
+                    first = time.perf_counter() - t
+                    err = rel_err(out, refs[key])
+                    ms = bench_ms(call, budget_s=min(15.0, max(2.0, deadline - time.perf_counter())))
+                    row[key] = {"ms": ms, "rel_err": err, "ok": err < TOL, "first_call_s": round(first, 2)}
+                    log(f"{name} {backend} {key}: {ms:.3f} ms (first call {first:.1f}s incl. compile), "
+                        f"rel err {err:.2e}")
+                for b, dec in decoders.items():
+                    key = f"decode b={b}"
+                    if time.perf_counter() > deadline:
+                        row[key] = {"skipped": "time box"}
+                        continue
+                    t = time.perf_counter()
+                    out = dec.step(fn, 0)
+                    sync()
+                    first = time.perf_counter() - t
+                    err = rel_err(out, refs[key])
+                    ms = bench_ms(dec.steps(fn), budget_s=min(15.0, max(2.0, deadline - time.perf_counter())))
+                    ms /= DECODE_STEPS
+                    row[key] = {"ms": ms, "rel_err": err, "ok": err < TOL, "first_call_s": round(first, 2)}
+                    log(f"{name} {backend} {key}: {ms:.3f} ms/token (first call {first:.1f}s), rel err {err:.2e}")
+                if backend == "argus":
+                    row["argus_report"] = argus_inductor.report()
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"
+                row["traceback"] = traceback.format_exc(limit=8)
+                log(f"{name} {backend}: FAILED {row['error']}")
+            finally:
+                torch._dynamo.reset()
+    del model, decoders
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    """b's time / a's time: > 1 means a is faster."""
+    if not a or not b or "ms" not in a or "ms" not in b or not a["ms"]:
+        return "-"
+    return f"{b['ms'] / a['ms']:.2f}x"
+
+
+def table(results: list[dict[str, Any]], backends: list[str]) -> str:
+    lines = []
+    for r in results:
+        lines.append(f"### {r['model']} ({r['layers']} layers, {r.get('params_b', '?')}B parameters; "
+                     f"{r.get('built_with', '')})\n")
+        head = "| workload | " + " | ".join(f"{b} ms" for b in backends) + \
+               " | argus vs eager | argus vs max-autotune | argus rel. err |"
+        lines += [head, "|" + "---|" * (len(backends) + 4)]
+        keys = [f"prefill {b}x{s}" for b, s in PREFILL] + [f"decode b={b}" for b in DECODE]
+        for key in keys:
+            cells = []
+            for b in backends:
+                row = r["results"].get(b, {})
+                c = row.get(key) if isinstance(row.get(key), dict) else None
+                if "error" in row:
+                    cells.append("error")
+                elif "skipped" in row or (c and "skipped" in c):
+                    cells.append("skipped")
+                elif c is None:
+                    cells.append("-")
+                else:
+                    cells.append(f"{c['ms']:.3f}" + ("" if c["ok"] else " (MISMATCH)"))
+            arg = r["results"].get("argus", {}).get(key)
+            arg = arg if isinstance(arg, dict) else None
+            eager = r["results"].get("eager", {}).get(key)
+            ma = r["results"].get("max-autotune", {}).get(key)
+            err = f"{arg['rel_err']:.1e}" if arg and "rel_err" in arg else "-"
+            lines.append(f"| {key}{' (per token)' if key.startswith('decode') else ''} | " + " | ".join(cells) +
+                         f" | {ratio(arg, eager if isinstance(eager, dict) else None)} | "
+                         f"{ratio(arg, ma if isinstance(ma, dict) else None)} | {err} |")
+        for b in backends:
+            row = r["results"].get(b, {})
+            if "error" in row:
+                lines.append(f"\n{b}: {row['error']}")
+            if "skipped" in row:
+                lines.append(f"\n{b}: skipped ({row['skipped']})")
+        lines += [f"\nnote: {n}" for n in r.get("notes", [])]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="llama,mixtral")
+    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for the whole run")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--smoke", action="store_true", help="tiny dims on the CPU: checks the script, times nothing")
+    args = ap.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        print("benchmarks/e2e.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    bad = [b for b in backends if b not in BACKENDS] + [m for m in models if m not in ("llama", "mixtral")]
+    if bad:
+        ap.error(f"unknown model/backend {bad}")
+    if "eager" not in backends:
+        backends = ["eager", *backends]
+    start = time.perf_counter()
+    device = "cpu" if args.smoke else "cuda"
+    if args.smoke:
+        backends = [b for b in backends if b != "max-autotune"]
+    results = []
+    for i, name in enumerate(models):
+        # each model gets an equal share of what is left
+        share = (args.budget_s - (time.perf_counter() - start)) / (len(models) - i)
+        deadline = time.perf_counter() + share
+        try:
+            results.append(run_model(name, backends, args.layers, deadline, device))
+        except Exception as e:
+            log(f"{name}: FAILED {type(e).__name__}: {e}")
+            results.append({"model": name, "layers": args.layers, "results": {},
+                            "notes": [f"failed: {type(e).__name__}: {e}", traceback.format_exc(limit=8)]})
+    stamp = datetime.date.today().isoformat() + ("-smoke" if args.smoke else "")
+    meta = {"date": stamp, "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
+            "torch": torch.__version__,
+            "python": platform.python_version(), "argus_inductor": argus_inductor.__version__,
+            "wall_s": round(time.perf_counter() - start, 1), "tolerance_rel": TOL, "decode_context": CONTEXT}
+    try:
+        import transformers
+
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        meta["transformers"] = None
+    try:
+        import triton
+
+        meta["triton"] = triton.__version__
+    except ImportError:
+        pass
+    md = (f"# End to end: eager, Inductor, max-autotune, Argus ({meta['gpu']}, {stamp})\n\n"
+          f"torch {meta['torch']}, transformers {meta['transformers']}, random bf16 weights; median ms per call "
+          f"(prefill, last-token logits) or per token (decode, {CONTEXT}-token static KV cache); ratios are "
+          f"the other's time / Argus's time (> 1: Argus faster). MISMATCH: relative error of the logits "
+          f"above {TOL:g} against eager.\n\n" + table(results, backends))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"e2e-{stamp}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    (out / f"e2e-{stamp}.md").write_text(md)
+    print(md)
+    log(f"wrote {out / f'e2e-{stamp}.json'} and .md in {meta['wall_s']}s")
+    ok = all(not isinstance(c, dict) or c.get("ok", True) for r in results for row in r["results"].values()
+             for c in (row.values() if isinstance(row, dict) else []))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

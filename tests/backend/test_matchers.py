@@ -1,0 +1,215 @@
+"""The matchers on small Dynamo graphs: every form of attention, gate*up, residual epilogues; what they
+must leave alone. Each rewritten graph is run (kernels under the interpreter) against eager."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from argus_inductor import reporting as report_mod
+from argus_inductor.matchers import rewrite
+from argus_inductor.ops import mask_kind
+
+ALL = ("gemm", "attention", "moe")
+
+
+def _capture(fn: Callable, *args: torch.Tensor) -> tuple[torch.fx.GraphModule, list]:
+    """Dynamo's graph of fn and its inputs (in the graph's order, which is not always the call's)."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args)
+    assert len(graphs) == 1
+    return graphs[0]
+
+
+def _check(fn: Callable, *args: torch.Tensor, kinds: list[str], tol: float = 1e-4) -> list:
+    report_mod.clear()
+    gm, inputs = _capture(fn, *args)
+    matches = rewrite(gm, ALL)
+    assert sorted(m.kind for m in matches) == sorted(kinds), [(m.kind, m.nodes) for m in matches]
+    with torch.no_grad():
+        out = gm(*inputs)
+        ref = fn(*args)
+    ref = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
+    torch.testing.assert_close(tuple(out), ref, rtol=tol, atol=tol)
+    return matches
+
+
+def _qkv(z=2, h=4, hk=2, s=7, t=7, d=16):
+    torch.manual_seed(0)
+    return torch.randn(z, h, s, d), torch.randn(z, hk, t, d), torch.randn(z, hk, t, d)
+
+
+def _repeat_kv(x: torch.Tensor, n: int) -> torch.Tensor:  # as transformers writes it
+    b, hk, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, hk, n, s, d).reshape(b, hk * n, s, d)
+
+
+@pytest.mark.parametrize("form", ["positional", "keywords", "scale", "gqa", "repeat_kv", "three_d"])
+def test_sdpa_forms(form: str) -> None:
+    q, k, v = _qkv()
+    if form == "positional":
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, 1),
+                                                  None, 0.0, True)
+    elif form == "keywords":
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(query=q, key=k, value=v, is_causal=False, enable_gqa=True)
+    elif form == "scale":
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3, enable_gqa=True)
+    elif form == "gqa":
+        q, k, v = _qkv(h=8, hk=1, s=5, t=9)
+
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    elif form == "repeat_kv":
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), _repeat_kv(v, 2), is_causal=True)
+    else:
+        q, k, v = (t[0] for t in _qkv(h=3, hk=3))
+
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    _check(f, q, k, v, kinds=["attention"])
+    assert report_mod.entries()[0].source.startswith("default")
+    if form in ("positional", "repeat_kv"):  # the repetition is looked through: the kernel reads HK heads
+        assert "gqa2" in report_mod.entries()[0].signature
+
+
+@pytest.mark.parametrize("mask", ["bool_causal", "float_causal", "all_visible", "padding"])
+def test_sdpa_with_a_mask_runs_argus_when_the_mask_allows(mask: str) -> None:
+    q, k, v = _qkv()
+    s = q.shape[2]
+    causal = torch.ones(s, s, dtype=torch.bool).tril()
+    m = {"bool_causal": causal[None, None].expand(2, 1, s, s),
+         "float_causal": torch.zeros(s, s).masked_fill(~causal, torch.finfo(torch.float32).min),
+         "all_visible": torch.zeros(2, 1, 1, s),
+         "padding": torch.ones(2, 1, s, s, dtype=torch.bool).index_fill_(3, torch.tensor([0]), False)}[mask]
+
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), _repeat_kv(v, 2), attn_mask=m)
+
+    _check(f, q, k, v, m, kinds=["attention"])
+    src = report_mod.entries()[0].source
+    assert src.startswith("fallback (mask") if mask == "padding" else src.startswith("default"), src
+
+
+def _eager_attention(q, k, v, mask=None, scaling=None, rep="expand", dtype_cast=True, div=False):
+    n = q.shape[1] // k.shape[1]
+    if rep == "expand":
+        k, v = _repeat_kv(k, n), _repeat_kv(v, n)
+    else:
+        k, v = torch.repeat_interleave(k, n, dim=1), v.repeat_interleave(n, dim=1)
+    if div:
+        w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    else:
+        w = torch.matmul(q, k.transpose(2, 3)) * scaling
+    if mask is not None:
+        w = w + mask
+    if dtype_cast:
+        w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+    else:
+        w = w.softmax(-1)
+    w = F.dropout(w, p=0.0, training=False)
+    return torch.matmul(w, v).transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("variant", ["causal_expand", "no_mask_interleave", "div_scale", "method_softmax"])
+def test_hand_written_attention_with_gqa_repetition(variant: str) -> None:
+    q, k, v = _qkv()
+    s = q.shape[2]
+    causal = torch.zeros(2, 1, s, s).masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), -1e38)
+    if variant == "causal_expand":
+        def f(q, k, v, m):
+            return _eager_attention(q, k, v, m, scaling=0.25)
+        args = (q, k, v, causal)
+    elif variant == "no_mask_interleave":
+        def f(q, k, v):
+            return _eager_attention(q, k, v, scaling=0.25, rep="interleave")
+        args = (q, k, v)
+    elif variant == "div_scale":
+        def f(q, k, v, m):
+            return _eager_attention(q, k, v, m, div=True)
+        args = (q, k, v, causal)
+    else:
+        def f(q, k, v):
+            return _eager_attention(q, k, v, scaling=0.5, dtype_cast=False)
+        args = (q, k, v)
+    matches = _check(f, *args, kinds=["attention"])
+    assert len(matches[0].nodes) >= 5  # matmul, scale, [mask,] softmax, [cast, dropout,] matmul
+    e = report_mod.entries()[0]
+    assert e.source.startswith("default") and "gqa2" in e.signature
+    assert ("causal" in e.signature) == (variant in ("causal_expand", "div_scale"))
+
+
+def test_hand_written_attention_whose_weights_are_also_returned_stays_aten() -> None:
+    q, k, v = _qkv(hk=4)
+
+    def f(q, k, v):
+        w = torch.softmax(q @ k.transpose(-2, -1) * 0.25, dim=-1)
+        return w @ v, w
+
+    _check(f, q, k, v, kinds=[])
+
+
+def test_gate_up_and_residual_epilogues() -> None:
+    torch.manual_seed(0)
+    x, r = torch.randn(2, 5, 24), torch.randn(2, 5, 24)
+    wg, wu, wd = torch.randn(40, 24), torch.randn(40, 24), torch.randn(24, 40)
+    b = torch.randn(24)
+
+    def mlp(x, r, wg, wu, wd, b):
+        h = F.linear(x, wu) * F.gelu(F.linear(x, wg), approximate="tanh")  # up * act(gate): either order
+        return r + F.relu(F.linear(h, wd, b))
+
+    matches = _check(mlp, x, r, wg, wu, wd, b, kinds=["gemm", "gemm"], tol=1e-3)
+    sigs = sorted(e.signature.split("(")[0] for e in report_mod.entries())
+    assert sigs == ["gemm[bias+relu+residual]", "gemm[gelu_tanh*up]"], sigs
+    assert len(matches[0].nodes) == 4 and len(matches[1].nodes) == 3
+
+
+def test_broadcast_adds_and_shared_intermediates_are_not_fused() -> None:
+    torch.manual_seed(0)
+    x, w, bias_like = torch.randn(6, 24), torch.randn(24, 24), torch.randn(24)
+
+    def f(x, w, bias_like):
+        y = F.linear(x, w)
+        g = F.silu(F.linear(x, w))
+        return y + bias_like, g * F.linear(x, w), g  # g has two users: no gate*up fusion
+
+    _check(f, x, w, bias_like, kinds=["gemm", "gemm", "gemm"])
+    assert sorted(e.signature.split("(")[0] for e in report_mod.entries()) == ["gemm", "gemm", "gemm[silu]"]
+
+
+def test_in_place_updates_survive_the_rewrite() -> None:
+    """Dynamo records x[..., :4].copy_(y) as a node nobody uses; it must not be dropped as dead code."""
+    torch.manual_seed(0)
+    a, w = torch.randn(3, 8), torch.randn(8, 8)
+
+    def f(a, w):
+        out = torch.zeros(3, 8)
+        out[:, :4].copy_(a[:, 4:])
+        return F.linear(a, w) + out
+
+    _check(f, a, w, kinds=["gemm"])
+
+
+def test_mask_kinds() -> None:
+    s, t = 4, 4
+    tril = torch.ones(s, t, dtype=torch.bool).tril()
+    assert mask_kind(tril, s, t) == "causal"
+    assert mask_kind(torch.zeros(1, 1, s, t), s, t) == "none"
+    assert mask_kind(torch.zeros(s, t).masked_fill(~tril, float("-inf")), s, t) == "causal"
+    assert mask_kind(torch.zeros(s, t).masked_fill(~tril, -1.0), s, t) == "other"  # a bias, not a mask
+    assert mask_kind(torch.ones(s, t + 2, dtype=torch.bool).tril(), s, t + 2) == "causal"  # top-left, S < T
+    assert mask_kind(torch.ones(s, t + 2, dtype=torch.bool).tril(2), s, t + 2) == "other"  # bottom-right
+    assert mask_kind(torch.ones(2, 1, 1, t, dtype=torch.bool), 1, t) == "none"

@@ -1,0 +1,162 @@
+"""Where a call's kernel comes from: the cache, the agent, the nearest solved signature or the template
+(recording the miss for warm-up), or the aten op."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import argus_inductor.agent as agent_pkg
+from argus_inductor import ops
+from argus_inductor import reporting as report_mod
+from argus_inductor.config import Options
+from argus_inductor.dsl import Policy
+from argus_inductor.signature import Signature
+
+
+def _linear(m: int, node: str = "t:lin", act: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(m)
+    x, w, b = torch.randn(m, 24), torch.randn(40, 24), torch.randn(40)
+    out = torch.ops.argus.linear(x, w, b, act, node)
+    ref = F.silu(F.linear(x, w, b)) if act == "silu" else F.linear(x, w, b)
+    return out, ref
+
+
+def _source(node: str = "t:lin") -> str:
+    return next(e.source for e in report_mod.entries() if e.graph_node == "(direct call)" and node in
+                [k for k, v in report_mod._ENTRIES.items() if v is e])
+
+
+def _use(**opts: object) -> None:
+    ops.set_active_options(Options.resolve({"interpret": True, **opts}))
+    ops.forget_plans()
+
+
+def test_default_records_misses_and_warmup_turns_them_into_cache_hits(fresh_cache: Path) -> None:
+    _use()
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert _source() == "default (template policy)"
+    cache = ops.kernel_cache()
+    missed = cache.misses()
+    assert len(missed) == 1 and not missed[0]["solved"]
+    for m in missed:  # what `argus warmup` does for signatures it does not send to the agent
+        ops.warm(Signature.from_dict(m["signature"]), policy={"BM": 32, "BN": 16, "BK": 16, "num_warps": 2})
+    _use()
+    out, ref = _linear(7)  # same bucket (5-8): same signature
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert _source().startswith("cache (warmup, ")
+    plan = next(iter(ops._PLANS.values()))
+    assert plan.policies["gemm_epilogue"].const("BM") == 32 and plan.policies["gemm_epilogue"].num_warps == 2
+    assert plan.policies["gemm_epilogue"].const("ACT") == 3 and plan.policies["gemm_epilogue"].const("HAS_BIAS") == 1
+    assert cache.misses()[0]["solved"]
+
+
+def test_default_uses_the_nearest_solved_signature(fresh_cache: Path) -> None:
+    _use()
+    _linear(100)
+    solved = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
+    ops.warm(solved, policy={"BM": 32, "BN": 32, "BK": 16})
+    _use()
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert _source().startswith("default (policy of nearest solved gemm[bias+silu](K=24,N=40,M=65-128)")
+    assert len(ops.kernel_cache().misses()) == 2
+
+
+def test_synthesize_without_an_agent_falls_back_to_default_with_a_note(fresh_cache: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ops, "_agent_synthesize", lambda: None)  # as if argus_inductor.agent offered none
+    _use(on_miss="synthesize")
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    e = next(iter(report_mod.entries()))
+    assert e.source == "default (template policy)" and "agent not available" in e.notes[0]
+    assert "agent not available" in report_mod.report()
+    assert len(ops.kernel_cache().misses()) == 1
+
+
+def test_synthesize_calls_the_agent_and_stores_its_kernel(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def synthesize(signature: Signature, reference=None, template_policy=None):
+        seen["sig"], seen["ref"], seen["template"] = signature, reference, template_policy
+        return Policy.make(BM=16, BN=16, BK=16, num_warps=2)
+
+    monkeypatch.setattr(agent_pkg, "synthesize", synthesize, raising=False)
+    _use(on_miss="synthesize")
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert _source() == "synthesized (agent)"
+    torch.testing.assert_close(seen["ref"](), ref)  # the agent is handed the aten reference
+    entry = ops.kernel_cache().get(seen["sig"].key())
+    assert entry.origin == "synthesized" and entry.policy["BN"] == 16 and entry.policy["num_warps"] == 2
+    _use(on_miss="synthesize")
+    _linear(6)
+    assert _source().startswith("cache (synthesized, ")
+
+
+def test_failing_agent_is_reported_and_default_runs(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    def synthesize(signature: Signature):
+        raise RuntimeError("LLM endpoint unreachable")
+
+    monkeypatch.setattr(agent_pkg, "synthesize", synthesize, raising=False)
+    _use(on_miss="synthesize")
+    with caplog.at_level(logging.WARNING, logger="argus_inductor"):
+        out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert _source() == "default (template policy)"
+    assert "LLM endpoint unreachable" in next(iter(report_mod.entries())).notes[0]
+
+
+def test_fallback_on_miss_but_cache_hits_still_run_argus(fresh_cache: Path) -> None:
+    _use(on_miss="fallback")
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref)
+    assert _source() == "fallback (cache miss, ARGUS_ON_MISS=fallback)"
+    ops.warm(Signature.from_dict(ops.kernel_cache().misses()[0]["signature"]))
+    _use(on_miss="fallback")
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert _source().startswith("cache (warmup")
+
+
+def test_cached_agent_written_dsl_runs_and_unusable_entries_are_misses(fresh_cache: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    _use()
+    _linear(6)
+    sig = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
+    entry = ops.make_entry(sig, verify=False)
+    # The agent's kernel: the library's parameters, its own body (here: the same maths, written anew).
+    entry.dsl_source = entry.dsl_source.replace("acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)",
+                                                "a = load(A[rm, rk])\n        acc = mma(a, load(B[rk, rn]), acc)")
+    assert "a = load(A[rm, rk])" in entry.dsl_source
+    ops.kernel_cache().put(sig.key(), entry)
+    _use()
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    plan = next(iter(ops._PLANS.values()))
+    assert plan.source == "cache" and plan.kernels["gemm_epilogue"] is not ops.SPECS["gemm"].kernels[0]
+    entry.dsl_source = "from argus_inductor.dsl import *\n\n@kernel\ndef other(X: Tensor(\"N\")):\n    pass\n"
+    ops.kernel_cache().put(sig.key(), entry)
+    _use()
+    with caplog.at_level(logging.WARNING, logger="argus_inductor"):
+        out, ref = _linear(6)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert _source() == "default (template policy)"
+    assert any("cannot be used" in r.getMessage() for r in caplog.records)
+
+
+def test_a_kernel_that_fails_to_launch_falls_back_to_aten(fresh_cache: Path) -> None:
+    _use()
+    _linear(6)
+    sig = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
+    ops.warm(sig, policy={"BM": 3, "BN": 16, "BK": 16})  # not a power of two: Triton refuses it
+    _use()
+    out, ref = _linear(6)
+    torch.testing.assert_close(out, ref)
+    assert _source().startswith("fallback (kernel failed")
