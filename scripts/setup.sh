@@ -13,6 +13,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # machines' compiler so its interpreter behaves the same; numpy < 2.4 for that interpreter.
   .venv/bin/python -m pip install --quiet --disable-pip-version-check \
     "torch==2.13.0" "triton==3.6.*" "numpy<2.4"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,hf]"
   echo "$want" > "$stamp"
 fi
