@@ -1,0 +1,267 @@
+"""The checker's entry points: verify one kernel, or every kernel of a source file."""
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from ..dsl.errors import DSLError
+from ..dsl.ir import KernelIR
+from ..dsl.lowering import resolve_consts
+from ..dsl.policy import LAUNCH_FIELDS, Policy
+from ..dsl.runtime import Kernel, kernels_from_source
+from .counterexample import Violation, render
+from .interpreter import CheckerError, Interpreter, StagingHook, default_staging
+from .obligations import kernel_obligations, solve
+from .tags import free_vars
+
+SPECIALIZED_TIMEOUT_MS = 10_000
+SYMBOLIC_TIMEOUT_MS = 30_000
+
+
+@dataclass
+class VerificationResult:
+    kernel: str
+    ok: bool                       # no violation found and every assertion could be checked
+    violations: list[Violation]
+    seconds: float
+    mode: str                      # "specialized" (all shapes given) or "symbolic"
+    obligations: int = 0
+    undecided: list[str] = field(default_factory=list)  # obligations z3 could not settle in time
+    errors: list[str] = field(default_factory=list)     # assertions the checker could not read
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def proved(self) -> bool:
+        """ok, and every obligation was decided (nothing left unknown)."""
+        return self.ok and not self.undecided
+
+    def text(self) -> str:
+        head = (f"{self.kernel}: OK ({self.obligations} obligations proved, {self.mode}, {self.seconds:.2f} s)"
+                if self.ok else f"{self.kernel}: {len(self.violations) + len(self.errors)} problem(s) "
+                                f"({self.mode}, {self.seconds:.2f} s)")
+        lines = [head]
+        lines += [f"  error: {e}" for e in self.errors]
+        lines += [v.text() for v in self.violations]
+        lines += [f"  undecided: {u}" for u in self.undecided]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "ok": self.ok, "proved": self.proved, "mode": self.mode,
+                "seconds": round(self.seconds, 4), "obligations": self.obligations,
+                "violations": [v.to_json() for v in self.violations], "errors": self.errors,
+                "undecided": self.undecided}
+
+
+def as_policy(policy: Policy | Mapping[str, Any] | None) -> Policy:
+    if policy is None:
+        return Policy()
+    if isinstance(policy, Policy):
+        return policy
+    return Policy.make(**dict(policy))
+
+
+def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None = None,
+           shapes: Mapping[str, int] | None = None, *, assumptions: Sequence[str] = (),
+           staging: StagingHook | None = default_staging, timeout_ms: int | None = None) -> VerificationResult:
+    """Prove a kernel's data-flow invariants under a policy (tile sizes are concrete).
+
+    shapes: concrete values for some or all shape symbols (M=..., N=...); the rest stay symbolic
+    (>= 1, plus `assumptions`). assumptions: Python expressions over shape symbols, constexprs and
+    integer tensors (a tensor name stands for every one of its elements), e.g. "H % HK == 0",
+    "0 <= block_expert < E". staging: how pipelined loops stage their loads (None: no pipelining check).
+    """
+    ir = kernel.ir if isinstance(kernel, Kernel) else kernel
+    pol = as_policy(policy)
+    t0 = time.perf_counter()
+    shapes = dict(shapes or {})
+    unknown = sorted(set(shapes) - set(ir.symbols))
+    if unknown:
+        raise ValueError(f"kernel '{ir.name}' has no shape symbol {', '.join(unknown)} "
+                         f"(its symbols: {', '.join(ir.symbols) or 'none'})")
+    consts = resolve_consts(ir, pol)
+    sym = {s: (z3.IntVal(int(shapes[s])) if s in shapes else z3.Int(s)) for s in ir.symbols}
+    mode = "specialized" if all(s in shapes for s in ir.symbols) else "symbolic"
+    timeout = timeout_ms or (SPECIALIZED_TIMEOUT_MS if mode == "specialized" else SYMBOLIC_TIMEOUT_MS)
+    interp = Interpreter(ir, pol, consts, sym, staging)
+    try:
+        interp.run()
+    except CheckerError as e:
+        return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode,
+                                  errors=[f"line {e.line}: {e}"])
+    except Exception as e:  # a checker bug must not pass for a proof, nor crash the caller
+        return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode,
+                                  errors=[f"internal checker error ({type(e).__name__}: {e}); please report "
+                                          "this kernel"])
+    background = list(interp.background)
+    always = [v >= 1 for s, v in sym.items() if s not in shapes]
+    background += [parse_assumption(a, interp) for a in assumptions]
+    pid_vars = [v for _, v, _ in interp.pids]
+    extents = {t.name: [sym[d] for d in t.dims] for t in ir.tensors}
+    obligations = interp.obligations + kernel_obligations(interp.accesses, interp.renamer(), extents,
+                                                          interp.dim_extent, interp.index_lines)
+    violations: list[Violation] = []
+    undecided: list[str] = []
+    seen: set[tuple[str, int]] = set()
+    trace = os.environ.get("ARGUS_VERIFY_TRACE") not in (None, "", "0")
+    for ob in obligations:
+        if (ob.kind, ob.op.line) in seen:
+            continue
+        facts = instantiate_assumes(interp.assumes, pid_vars, ob.formula)
+        out = solve(ob, always + relevant(background + facts, ob.formula), timeout)
+        if trace:
+            print(f"  [{out.seconds:7.3f}s] {out.status:9s} {ob.kind} line {ob.op.line}", file=sys.stderr)
+        if out.status == "violated":
+            seen.add((ob.kind, ob.op.line))
+            violations.append(render(ir, ob, out.model, pol.num_warps, sym))
+        elif out.status == "unknown":
+            undecided.append(f"{ob.kind} at line {ob.op.line}")
+    violations.sort(key=lambda v: v.line)
+    return VerificationResult(ir.name, not violations, violations, time.perf_counter() - t0, mode,
+                              len(obligations), undecided, notes=list(dict.fromkeys(interp.notes)))
+
+
+def instantiate_assumes(assumes: list[z3.BoolRef], pids: list[z3.ArithRef], formula: z3.BoolRef
+                        ) -> list[z3.BoolRef]:
+    """An in-kernel `assume` holds in every program; an obligation gets it for the programs it names
+    (its program ids, and their primed copies for two-execution obligations)."""
+    if not assumes:
+        return []
+    names = free_vars(formula)
+    out = list(assumes)
+    suffixes = {n[len(p.decl().name()):] for n in names for p in pids
+                if n.startswith(p.decl().name()) and n != p.decl().name()}
+    for suf in sorted(suffixes):
+        if suf.startswith("'"):
+            ren = [(p, z3.Int(p.decl().name() + suf)) for p in pids]
+            out += [z3.substitute(a, *ren) for a in assumes]
+    return out
+
+
+def relevant(background: list[z3.BoolRef], formula: z3.BoolRef) -> list[z3.BoolRef]:
+    """The background facts that share symbols (transitively) with the formula; unrelated axioms
+    (e.g. about an index tensor the obligation never reads) only slow the solver down."""
+    names = set(free_vars(formula))
+    todo = [(b, set(free_vars(b))) for b in background]
+    out: list[z3.BoolRef] = []
+    changed = True
+    while changed:
+        changed = False
+        rest = []
+        for b, fv in todo:
+            if fv & names or not fv:
+                out.append(b)
+                names |= fv
+                changed = True
+            else:
+                rest.append((b, fv))
+        todo = rest
+    return out
+
+
+def verify_source(source: str, filename: str = "<source>", policy: Policy | Mapping[str, Any] | None = None,
+                  shapes: Mapping[str, int] | None = None, *, kernels: Sequence[str] | None = None,
+                  assumptions: Sequence[str] = (), staging: StagingHook | None = default_staging,
+                  timeout_ms: int | None = None) -> list[VerificationResult]:
+    """Verify every kernel of a module's source (read, never executed). Policy constants and shapes
+    a kernel does not declare are ignored for that kernel."""
+    found = kernels_from_source(source, filename)
+    pol = as_policy(policy)
+    results = []
+    for name, k in found.items():
+        if kernels is not None and name not in kernels:
+            continue
+        declared = {p.name for p in k.ir.constexprs}
+        kp = Policy.make(**{n: v for n, v in pol.consts if n in declared},
+                         **{f: getattr(pol, f) for f in LAUNCH_FIELDS})
+        ks = {s: v for s, v in (shapes or {}).items() if s in k.ir.symbols}
+        names = set(k.ir.symbols) | declared | {t.name for t in k.ir.tensors if t.dtype_kind == "int"}
+        ka = [a for a in assumptions if _names(a) <= names]
+        results.append(verify(k, kp, ks, assumptions=ka, staging=staging, timeout_ms=timeout_ms))
+    return results
+
+
+def _names(text: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
+
+
+def parse_assumption(text: str, interp: Interpreter) -> z3.BoolRef:
+    """A precondition over shape symbols, constexprs and integer tensors ("every element of T")."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError as e:
+        raise ValueError(f"assumption {text!r} is not a Python expression: {e.msg}") from None
+    qvars: list[z3.ArithRef] = []
+    bounds: list[z3.BoolRef] = []
+    elems: dict[str, z3.ArithRef] = {}
+
+    def name(n: str) -> Any:
+        if n in interp.shapes:
+            return interp.shapes[n]
+        if n in interp.consts:
+            return z3.IntVal(int(interp.consts[n]))
+        if n in interp.tensors and interp.tensors[n].dtype_kind == "int":
+            if n not in elems:
+                t = interp.tensors[n]
+                idx = [z3.Int(f"{n}_i{d}") for d in range(len(t.dims))]
+                qvars.extend(idx)
+                bounds.extend(z3.And(i >= 0, i < interp.shapes[d]) for i, d in zip(idx, t.dims))
+                elems[n] = interp.uf(n)(*idx)
+            return elems[n]
+        raise ValueError(f"assumption {text!r}: unknown name '{n}' (use shape symbols, constexprs or integer "
+                         "tensors)")
+
+    def ev(node: ast.expr) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
+            return z3.IntVal(int(node.value)) if not isinstance(node.value, bool) else z3.BoolVal(node.value)
+        if isinstance(node, ast.Name):
+            return name(node.id)
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
+                   ast.FloorDiv: lambda: a / b, ast.Mod: lambda: a % b}
+            if type(node.op) in ops:
+                return ops[type(node.op)]()
+        if isinstance(node, ast.UnaryOp):
+            x = ev(node.operand)
+            if isinstance(node.op, ast.USub):
+                return -x
+            if isinstance(node.op, ast.Not):
+                return z3.Not(x)
+        if isinstance(node, ast.BoolOp):
+            xs = [ev(v) for v in node.values]
+            return z3.And(*xs) if isinstance(node.op, ast.And) else z3.Or(*xs)
+        if isinstance(node, ast.Compare):
+            cmp = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
+                   ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
+            parts, left = [], ev(node.left)
+            for o, c in zip(node.ops, node.comparators):
+                right = ev(c)
+                if type(o) not in cmp:
+                    break
+                parts.append(cmp[type(o)](left, right))
+                left = right
+            else:
+                return z3.And(*parts) if len(parts) > 1 else parts[0]
+        raise ValueError(f"assumption {text!r}: unsupported expression '{ast.unparse(node)}'")
+
+    body = ev(tree)
+    if qvars:
+        return z3.ForAll(qvars, z3.Implies(z3.And(*bounds), body))
+    return body
+
+
+def verify_file(path: str, policy: Policy | Mapping[str, Any] | None = None, shapes: Mapping[str, int] | None = None,
+                **kw: Any) -> list[VerificationResult]:
+    with open(path) as f:
+        source = f.read()
+    return verify_source(source, path, policy, shapes, **kw)
+
+
+__all__ = ["verify", "verify_source", "verify_file", "VerificationResult", "parse_assumption", "DSLError"]

@@ -1,0 +1,432 @@
+"""The symbolic tag domain: what the checker knows about every element of a tile.
+
+An abstract value (`AVal`) describes all elements of a tile at once. Its expressions are z3 terms over
+*axis placeholders* `_ax0, _ax1, ...` (the element's coordinate along each axis of this tile), program
+ids, loop iteration counters, shape symbols and uninterpreted functions (the contents of integer
+tensors). Shape-changing operations (expand, trans, broadcast, reduce) substitute placeholders.
+
+What an element carries:
+- `val`: its exact value, for integer and boolean tiles (indices, masks); None for data.
+- `live`: where the element holds meaningful data (a masked-off load lane does not).
+- `tags`: named integer expressions (`A.K`, `K`, user tags) with the condition (`when`) under which
+  they are defined; several alternatives when two operands disagree.
+- `sums`: per reduced dimension, the set of indices already summed into the element (`Piece`s:
+  intervals with a condition over the placeholder `_x`, possibly a union over earlier loop
+  iterations).
+- `maxof` / `scale` / `ratio` / `diff`: the online-softmax algebra. A running max covers an index
+  range (`maxof`); `exp(s - m)` is a value normalised to that max (`scale`); `exp(m_old - m_new)`
+  is a rescaling factor (`ratio`). Adding values normalised to different maxima is an error.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import z3
+
+Expr = z3.ExprRef
+TRUE = z3.BoolVal(True)
+FALSE = z3.BoolVal(False)
+XV = z3.Int("_x")  # the reduced index in a cover's condition
+_AX = [z3.Int(f"_ax{d}") for d in range(8)]
+_counter = itertools.count()
+
+
+def ax(d: int) -> z3.ArithRef:
+    """The placeholder for an element's coordinate along axis `d` of its own tile."""
+    return _AX[d]
+
+
+def fresh(prefix: str, sort: z3.SortRef | None = None) -> Expr:
+    return z3.Const(f"{prefix}#{next(_counter)}", sort if sort is not None else z3.IntSort())
+
+
+def simp(e: Expr) -> Expr:
+    return z3.simplify(e)
+
+
+def subst(e: Expr, pairs: Sequence[tuple[Expr, Expr]]) -> Expr:
+    return z3.substitute(e, *pairs) if pairs else e
+
+
+def same(a: Expr | None, b: Expr | None) -> bool:
+    """Structural equality of two z3 terms (after simplification)."""
+    if a is None or b is None:
+        return a is b
+    return a.eq(b) or simp(a).eq(simp(b))
+
+
+def conj(parts: Iterable[Expr]) -> Expr:
+    ps = [p for p in parts if not z3.is_true(p)]
+    if any(z3.is_false(p) for p in ps):
+        return FALSE
+    if not ps:
+        return TRUE
+    return ps[0] if len(ps) == 1 else z3.And(*ps)
+
+
+def conjuncts(e: Expr) -> list[Expr]:
+    """Top-level conjuncts of a boolean term."""
+    if z3.is_and(e):
+        out: list[Expr] = []
+        for c in e.children():
+            out.extend(conjuncts(c))
+        return out
+    return [] if z3.is_true(e) else [e]
+
+
+_VARS: dict[int, tuple[Expr, frozenset[str]]] = {}
+
+
+def free_vars(e: Expr) -> frozenset[str]:
+    """Names of the constants and uninterpreted functions a term mentions (memoised)."""
+    hit = _VARS.get(e.get_id())
+    if hit is not None and hit[0].eq(e):
+        return hit[1]
+    out: set[str] = set()
+    for c in (e.body(),) if z3.is_quantifier(e) else e.children():
+        out |= free_vars(c)
+    if z3.is_app(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        out.add(e.decl().name())
+    res = frozenset(out)
+    _VARS[e.get_id()] = (e, res)
+    return res
+
+
+def mentions(e: Expr, names: Iterable[str] | str) -> bool:
+    fv = free_vars(e)
+    if isinstance(names, str):
+        return names in fv
+    return any(n in fv for n in names)
+
+
+def mentions_prefix(e: Expr, prefixes: tuple[str, ...]) -> bool:
+    return any(n.startswith(prefixes) for n in free_vars(e))
+
+
+def is_uniform(e: Expr) -> bool:
+    """True when the term does not depend on the element's coordinates."""
+    return not mentions_prefix(e, ("_ax",))
+
+
+def as_int(e: Expr | None) -> int | None:
+    if e is None:
+        return None
+    s = simp(e)
+    return s.as_long() if z3.is_int_value(s) else None
+
+
+def to_bool(e: Expr) -> Expr:
+    return e if z3.is_bool(e) else e != 0
+
+
+def to_int(e: Expr) -> Expr:
+    return z3.If(e, z3.IntVal(1), z3.IntVal(0)) if z3.is_bool(e) else e
+
+
+# ---- covers --------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """Indices x with lo <= x < hi and cond(x) (cond over the placeholder `_x`).
+
+    With `t` set, the piece is a union over earlier loop iterations: lo/hi/cond mention `t`, and the
+    set is { x | exists t in [0, count): lo(t) <= x < hi(t) and cond(t, x) }.
+    """
+
+    lo: Expr
+    hi: Expr
+    cond: Expr = TRUE
+    t: Expr | None = None
+    count: Expr | None = None
+    src: tuple[int, ...] = ()  # source lines that produced it (loads, reductions, loops)
+
+    def map(self, f: Callable[[Expr], Expr]) -> Piece:
+        return Piece(f(self.lo), f(self.hi), f(self.cond), self.t,
+                     f(self.count) if self.count is not None else None, self.src)
+
+    def member(self, x: Expr) -> Expr:
+        body = conj([self.lo <= x, x < self.hi, subst(self.cond, [(XV, x)])])
+        if self.t is None:
+            return body
+        assert self.count is not None
+        strided = self.strided()
+        if strided is not None:  # x in base + t*stride + [0, width) for some t < count: no quantifier needed
+            base, stride, width = strided
+            t = (x - base) / stride
+            return conj([x >= base, (x - base) % stride < width, t < self.count,
+                         subst(self.cond, [(self.t, t), (XV, x)])])
+        return z3.Exists([self.t], z3.And(self.t >= 0, self.t < self.count, body))
+
+    def strided(self) -> tuple[Expr, int, int] | None:
+        """(base, stride, width) when lo(t) = base + stride * t and hi - lo = width <= stride."""
+        if self.t is None:
+            return None
+        base = simp(subst(self.lo, [(self.t, z3.IntVal(0))]))
+        stride = simp(subst(self.lo, [(self.t, z3.IntVal(1))]) - base)
+        width = simp(self.hi - self.lo)
+        if not (z3.is_int_value(stride) and z3.is_int_value(width)):
+            return None
+        st, w = stride.as_long(), width.as_long()
+        if st <= 0 or w > st or not same(simp(base + st * self.t), simp(self.lo)):
+            return None
+        return base, st, w
+
+    def key(self) -> tuple[int, ...]:
+        parts = [simp(self.lo), simp(self.hi), simp(self.cond)]
+        if self.t is not None and self.count is not None:
+            parts += [self.t, simp(self.count)]
+        return tuple(p.get_id() for p in parts)
+
+    @property
+    def exprs(self) -> list[Expr]:
+        return [self.lo, self.hi, self.cond] + ([self.count] if self.count is not None else [])
+
+
+Pieces = tuple[Piece, ...]
+
+
+def lines(*srcs: Iterable[int]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(x for s in srcs for x in s))
+
+
+def xcond(e: Expr) -> Expr:
+    """Keep the conjuncts of a cover's condition that constrain the reduced index `_x`; the others
+    describe the element (a row mask), not which indices it covers."""
+    return conj([c for c in conjuncts(simp(e)) if mentions(c, "_x")])
+
+# Per reduced dimension, the covers of the separate reductions an element depends on: one cover is
+# one reduction (its partial sums accumulate into it); two reductions over the same dimension (the
+# mean and the variance of a LayerNorm) stay two covers, each of which must be complete.
+Sums = dict[str, tuple[Pieces, ...]]
+
+
+def merge_pieces(pieces: Iterable[Piece]) -> Pieces:
+    """Drop duplicates and join adjacent plain intervals with the same condition."""
+    out: list[Piece] = []
+    seen: set[tuple[int, ...]] = set()
+    for p in pieces:
+        k = p.key()
+        if k not in seen:
+            seen.add(k)
+            out.append(p)
+    changed = True
+    while changed:
+        changed = False
+        for i, a in enumerate(out):
+            for j, b in enumerate(out):
+                if i == j or a.t is not None or b.t is not None or not same(a.cond, b.cond):
+                    continue
+                if same(a.hi, b.lo):
+                    out[i] = Piece(a.lo, b.hi, a.cond, src=lines(a.src, b.src))
+                    del out[j]
+                    changed = True
+                    break
+            if changed:
+                break
+    return tuple(out)
+
+
+def covers_union(a: tuple[Pieces, ...], b: tuple[Pieces, ...]) -> tuple[Pieces, ...]:
+    out = list(a)
+    for c in b:
+        if not any(pieces_equal(c, x) for x in out):
+            out.append(c)
+    return tuple(out)
+
+
+def sums_union(a: Sums, b: Sums) -> Sums:
+    out = dict(a)
+    for d, cs in b.items():
+        out[d] = covers_union(out.get(d, ()), cs)
+    return out
+
+
+def map_sums(s: Sums, f: Callable[[Piece], Piece]) -> Sums:
+    return {d: tuple(tuple(f(p) for p in c) for c in cs) for d, cs in s.items()}
+
+
+def member(pieces: Pieces, x: Expr) -> Expr:
+    if not pieces:
+        return FALSE
+    return z3.Or(*[p.member(x) for p in pieces]) if len(pieces) > 1 else pieces[0].member(x)
+
+
+def member_pos(pieces: Pieces, x: Expr) -> Expr:
+    """`member` for positive positions of an existential query: loop unions get fresh iteration
+    variables instead of an Exists (equivalent there, and much easier for the solver)."""
+    alts = []
+    for p in pieces:
+        if p.t is None:
+            alts.append(p.member(x))
+            continue
+        assert p.count is not None
+        t = fresh("t")
+        q = p.map(lambda e, t=t, pt=p.t: subst(e, [(pt, t)]))
+        alts.append(conj([t >= 0, t < q.count, Piece(q.lo, q.hi, q.cond).member(x)]))
+    if not alts:
+        return FALSE
+    return z3.Or(*alts) if len(alts) > 1 else alts[0]
+
+
+def pieces_equal(a: Pieces, b: Pieces) -> bool:
+    return {p.key() for p in merge_pieces(a)} == {p.key() for p in merge_pieces(b)}
+
+
+@dataclass(frozen=True, eq=False)
+class Cov:
+    """A cover of one named dimension (None for the empty cover of a fresh running max)."""
+
+    dim: str | None
+    pieces: Pieces = ()
+    src: tuple[int, ...] = ()
+
+    def map(self, f: Callable[[Expr], Expr]) -> Cov:
+        return Cov(self.dim, tuple(p.map(f) for p in self.pieces), self.src)
+
+    def union(self, other: Cov) -> Cov | None:
+        if self.dim is not None and other.dim is not None and self.dim != other.dim:
+            return None
+        return Cov(self.dim or other.dim, merge_pieces(self.pieces + other.pieces), lines(self.src, other.src))
+
+    def lines(self) -> tuple[int, ...]:
+        return lines(self.src, *(p.src for p in self.pieces))
+
+    def equal(self, other: Cov) -> bool:
+        return (self.dim == other.dim or not self.pieces or not other.pieces) and \
+            pieces_equal(self.pieces, other.pieces)
+
+
+# ---- tags and abstract values --------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Tag:
+    expr: Expr
+    when: Expr = TRUE
+    src: tuple[int, ...] = ()
+
+    def map(self, f: Callable[[Expr], Expr]) -> Tag:
+        return Tag(f(self.expr), f(self.when), self.src)
+
+
+Tags = dict[str, tuple[Tag, ...]]
+
+
+def merge_tags(a: Tags, b: Tags) -> Tags:
+    """Union of two operands' tags; a name both carry with different expressions keeps both."""
+    out: Tags = dict(a)
+    for name, alts in b.items():
+        if name not in out:
+            out[name] = alts
+            continue
+        cur = list(out[name])
+        for t in alts:
+            if not any(same(t.expr, c.expr) for c in cur):
+                cur.append(t)
+        out[name] = tuple(cur)
+    return out
+
+
+@dataclass(eq=False)
+class AVal:
+    shape: tuple[int, ...]
+    kind: str  # "int", "bool" or "float"
+    val: Expr | None = None
+    live: Expr = TRUE
+    tags: Tags = field(default_factory=dict)
+    sums: Sums = field(default_factory=dict)
+    maxof: Cov | None = None
+    scale: Cov | None = None
+    ratio: tuple[Cov, Cov] | None = None
+    diff: tuple[Cov | None, Cov] | None = None
+    zero: bool = False
+    fconst: float | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def map(self, f: Callable[[Expr], Expr]) -> AVal:
+        """Apply `f` to every term (used for coordinate remapping and substitution)."""
+        return replace(
+            self,
+            val=f(self.val) if self.val is not None else None,
+            live=f(self.live),
+            tags={n: tuple(t.map(f) for t in alts) for n, alts in self.tags.items()},
+            sums=map_sums(self.sums, lambda p: p.map(f)),
+            maxof=self.maxof.map(f) if self.maxof else None,
+            scale=self.scale.map(f) if self.scale else None,
+            ratio=(self.ratio[0].map(f), self.ratio[1].map(f)) if self.ratio else None,
+            diff=((self.diff[0].map(f) if self.diff[0] else None), self.diff[1].map(f)) if self.diff else None,
+        )
+
+    def exprs(self) -> list[Expr]:
+        out = [self.live] + ([self.val] if self.val is not None else [])
+        for alts in self.tags.values():
+            for t in alts:
+                out += [t.expr, t.when]
+        for cs in self.sums.values():
+            for c in cs:
+                for p in c:
+                    out += p.exprs
+        for c in (self.maxof, self.scale):
+            if c:
+                for p in c.pieces:
+                    out += p.exprs
+        return out
+
+    @property
+    def plain(self) -> bool:
+        """No cover or softmax structure: a constant, a parameter or raw data."""
+        return not (self.sums or self.maxof or self.scale or self.ratio or self.diff)
+
+    def tag(self, name: str) -> tuple[Tag, ...]:
+        return self.tags.get(name, ())
+
+
+def remap_axes(v: AVal, pairs: Sequence[tuple[int, Expr]], shape: tuple[int, ...]) -> AVal:
+    """Substitute axis placeholders simultaneously: `(d, e)` replaces `_ax{d}` with `e`."""
+    sub = [(ax(d), e) for d, e in pairs if not e.eq(ax(d))]
+    out = v.map(lambda e: subst(e, sub)) if sub else replace(v)
+    out.shape = shape
+    return out
+
+
+def broadcast(v: AVal, shape: tuple[int, ...]) -> AVal:
+    """Numpy broadcasting: align right; an extent-1 axis stretched to n reads coordinate 0."""
+    if v.shape == shape:
+        return v
+    r, big = len(v.shape), len(shape)
+    pairs: list[tuple[int, Expr]] = []
+    for i in range(r):
+        j = i + big - r
+        pairs.append((i, z3.IntVal(0) if v.shape[i] == 1 and shape[j] != 1 else ax(j)))
+    return remap_axes(v, pairs, shape)
+
+
+def expand(v: AVal, axis: int) -> AVal:
+    pairs = [(d, ax(d + 1) if d >= axis else ax(d)) for d in range(v.rank)]
+    return remap_axes(v, pairs, v.shape[:axis] + (1,) + v.shape[axis:])
+
+
+def transpose(v: AVal) -> AVal:
+    return remap_axes(v, [(0, ax(1)), (1, ax(0))], (v.shape[1], v.shape[0]))
+
+
+def reshape(v: AVal, shape: tuple[int, ...]) -> AVal:
+    """Same elements in row-major order, new extents."""
+    if [s for s in v.shape if s != 1] == [s for s in shape if s != 1]:
+        # only unit axes inserted or removed: map the non-unit axes in order
+        src = [d for d, s in enumerate(v.shape) if s != 1]
+        dst = [d for d, s in enumerate(shape) if s != 1]
+        pairs = [(d, z3.IntVal(0)) for d, s in enumerate(v.shape) if s == 1]
+        pairs += [(a, ax(b)) for a, b in zip(src, dst)]
+        return remap_axes(v, pairs, shape)
+    lin: Expr = z3.IntVal(0)
+    for d, n in enumerate(shape):
+        lin = lin * n + ax(d)
+    pairs = []
+    stride = 1
+    for d in reversed(range(v.rank)):
+        pairs.append((d, (lin / stride) % v.shape[d]))
+        stride *= v.shape[d]
+    return remap_axes(v, pairs, shape)
