@@ -1,0 +1,497 @@
+"""Run KernelBench-format problems under eager, backend="inductor" and backend="argus".
+
+    python benchmarks/kernelbench/run.py PROBLEMS [PROBLEMS ...] [--out DIR] [--timeout 300] [--filter GLOB]
+
+PROBLEMS is a KernelBench-format .py file or a directory searched recursively for them (e.g. our own
+benchmarks/kernelbench/problems, or a checkout of the public KernelBench repository's KernelBench/ folder).
+Each file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`.
+
+Every problem runs in a child process of its own, so that a crash, a hang (--timeout per problem) or an
+out-of-memory of one problem is recorded as that problem's row and the run goes on. Per problem:
+
+* correctness, the KernelBench way: --trials (5) trials of fresh random inputs from get_inputs(), seeded
+  identically for all three backends; each compiled output must match eager (torch.allclose,
+  atol = rtol = 1e-2);
+* timing: on a GPU CUDA events, --warmup calls then the median of --reps (100) calls; on the CPU
+  time.perf_counter with fewer calls (defaults 1 warm-up, 5 timed). Under ARGUS_INTERPRET=1 Argus kernels
+  run in the Triton interpreter: CPU timings of backend="argus" then measure the interpreter, not a kernel;
+* Argus coverage: the share of the model's FLOPs (torch.utils.flop_counter.FlopCounterMode on eager) that
+  ran in Argus kernels (the torch.ops.argus.* calls of one compiled call, recorded with their input shapes
+  by torch.profiler).
+
+The summary gives fast_0 / fast_1 / fast_2 (KernelBench: the fraction of problems that are correct and
+faster than the baseline by more than 0x / 1x / 2x) against eager and against Inductor, geometric-mean
+speedups over the correct problems, and the mean coverage. Writes kernelbench-<stamp>.json and .md under
+--out (default: $OUT if set, else benchmarks/results) and a .png plot when matplotlib is importable.
+On the CPU, run with ARGUS_INTERPRET=1 TRITON_INTERPRET=1 set before Python starts.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import fnmatch
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+BACKENDS = ("eager", "inductor", "argus")
+ATOL = RTOL = 1e-2
+
+# Which op classes of KernelBench levels 1 and 2 run in Argus kernels today (see README.md).
+COVERAGE_NOTE = (
+    "Argus kernels today: GEMM (nn.Linear / matmul / mm / addmm, with a folded relu/silu/gelu and residual add), "
+    "batched matmul (bmm, 3-D matmul), gated MLP, attention (SDPA and eager softmax(QK^T)V) and MoE. "
+    "Inductor runs everything else: convolutions (all kinds), pooling, norms, reductions, softmax outside "
+    "attention, scans, losses, standalone activations and the elementwise chains after a GEMM beyond one "
+    "activation and a residual add."
+)
+
+
+# ---------------------------------------------------------------------------------------------- worker
+
+
+def _flatten(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flatten(o)]
+    if isinstance(out, dict):
+        return [t for k in sorted(out) for t in _flatten(out[k])]
+    return [out]
+
+
+def _compare(ref: Any, out: Any) -> tuple[bool, str]:
+    import torch
+
+    a, b = _flatten(ref), _flatten(out)
+    if len(a) != len(b):
+        return False, f"{len(b)} outputs, expected {len(a)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if isinstance(x, torch.Tensor):
+            if not isinstance(y, torch.Tensor) or x.shape != y.shape:
+                return False, f"output {i}: shape {getattr(y, 'shape', type(y))}, expected {tuple(x.shape)}"
+            x, y = x.detach().float().cpu(), y.detach().float().cpu()
+            if not torch.allclose(x, y, atol=ATOL, rtol=RTOL):
+                diff = (x - y).abs().nan_to_num(nan=float("inf")).max().item()
+                return False, f"output {i}: max abs diff {diff:.3g} > atol=rtol={ATOL}"
+        elif x != y:
+            return False, f"output {i}: {y!r}, expected {x!r}"
+    return True, ""
+
+
+def _to(x: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(t, device) for t in x)
+    return x
+
+
+def _argus_flops(name: str, shapes: list[list[int]]) -> int:
+    """FLOPs of one torch.ops.argus.* call from its input shapes (2 per multiply-add)."""
+    op = name.split("::")[-1]
+    p = math.prod
+    if op in ("linear", "linear_residual"):            # x (..., K), weight (N, K)
+        x, w = shapes[0], shapes[1]
+        return 2 * p(x[:-1]) * x[-1] * w[0]
+    if op == "gate_up":                                 # two GEMMs x (..., K) @ (N, K)^T
+        x, w = shapes[0], shapes[1]
+        return 4 * p(x[:-1]) * x[-1] * w[0]
+    if op == "bmm":                                     # (B, M, K) @ (B, K, N)
+        a, b = shapes[0], shapes[1]
+        return 2 * p(a[:-1]) * a[-1] * b[-1]
+    if op in ("attention", "attention_mask"):           # q (..., S, D), k (..., T, D), v (..., T, Dv)
+        q, k, v = shapes[0], shapes[1], shapes[2]
+        return 2 * p(q[:-1]) * k[-2] * q[-1] + 2 * p(q[:-1]) * k[-2] * v[-1]
+    if op == "moe":                                     # hidden (T, HD), ids (T, topk), w1 (E, 2I, HD)
+        h, ids, w1 = shapes[0], shapes[2], shapes[3]
+        inter = w1[1] // 2
+        return p(ids) * (2 * h[-1] * 2 * inter + 2 * inter * h[-1])
+    return 0
+
+
+def _register_cpu_sdpa_flops() -> None:
+    """FlopCounterMode has formulas for the CUDA SDPA kernels but not for the CPU flash kernel eager uses."""
+    import torch
+    from torch.utils.flop_counter import flop_registry, register_flop_formula
+
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is None or op in flop_registry or op.default in flop_registry:
+        return
+
+    def formula(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, **kwargs: Any) -> int:
+        return _argus_flops("attention", [list(query_shape), list(key_shape), list(value_shape)])
+
+    register_flop_formula(op)(formula)
+
+
+def _time(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> float:
+    """Median milliseconds per call."""
+    import torch
+
+    for _ in range(warmup):
+        fn(*args)
+    times = []
+    if device == "cuda":
+        torch.cuda.synchronize()
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn(*args)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _load(path: Path) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"kb_problem_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, name):
+            raise AttributeError(f"{path.name} defines no {name} (not a KernelBench-format problem)")
+    return mod
+
+
+def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One problem, in this (child) process."""
+    import torch
+
+    row: dict[str, Any] = {"status": "ok", "backends": {}}
+    phase = "import"
+    try:
+        import argus_inductor  # noqa: F401  (registers backend="argus")
+        from argus_inductor import reporting
+
+        device = args.device
+        torch.set_grad_enabled(False)
+        phase = "load"
+        mod = _load(path)
+        torch.manual_seed(args.seed)
+        model = mod.Model(*mod.get_init_inputs()).to(device).eval()
+        fns: dict[str, Any] = {"eager": model}
+        for b in args.backends:
+            if b != "eager":
+                fns[b] = torch.compile(model, backend=b)
+        results: dict[str, dict[str, Any]] = {b: {"correct": True, "error": None} for b in args.backends}
+        phase = "correctness"
+        inputs: list[Any] = []
+        for trial in range(args.trials):
+            torch.manual_seed(args.seed + trial)
+            inputs = _to(list(mod.get_inputs()), device)
+            ref = model(*inputs)
+            for b, fn in fns.items():
+                if b == "eager" or not results[b]["correct"]:
+                    continue
+                try:
+                    ok, why = _compare(ref, fn(*inputs))
+                except Exception as e:  # a compile or run failure of this backend only
+                    ok, why = False, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e) else ''}"
+                if not ok:
+                    results[b].update(correct=False, error=f"trial {trial}: {why}")
+        phase = "flops"
+        from torch.utils.flop_counter import FlopCounterMode
+
+        _register_cpu_sdpa_flops()
+        with FlopCounterMode(display=False) as fc:
+            model(*inputs)
+        row["flops"] = int(fc.get_total_flops())
+        if "argus" in fns and results["argus"]["correct"]:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                fns["argus"](*inputs)
+            calls = [(e.name, e.input_shapes) for e in prof.events() if e.name.startswith("argus::")]
+            argus_flops = sum(_argus_flops(n, s) for n, s in calls)
+            row["argus_ops"] = sorted({n for n, _ in calls})
+            row["argus_flops"] = argus_flops
+            # None: FlopCounterMode counts no FLOPs here (it counts matmul, conv and attention, not elementwise
+            # ops, norms or reductions), so a share is undefined; "argus_ran" still says whether Argus ran.
+            row["coverage"] = min(1.0, argus_flops / row["flops"]) if row["flops"] else None
+            row["argus_ran"] = bool(calls)
+            row["argus_entries"] = [{"op": e.op, "signature": e.signature, "source": e.source, "calls": e.calls}
+                                    for e in reporting.entries()]
+        phase = "timing"
+        for b, fn in fns.items():
+            if results[b]["correct"]:
+                torch.manual_seed(args.seed)
+                results[b]["ms"] = _time(fn, inputs, device, args.warmup, args.reps)
+        row["backends"] = results
+    except Exception as e:
+        row.update(status="error", phase=phase, error=f"{type(e).__name__}: {e}"[:1000],
+                   traceback=traceback.format_exc()[-3000:])
+    return row
+
+
+# ---------------------------------------------------------------------------------------------- parent
+
+
+def find_problems(paths: list[str], pattern: str | None) -> list[Path]:
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"no such file or directory: {p}")
+        if p.is_file():
+            if p.suffix != ".py":
+                raise ValueError(f"not a .py file: {p}")
+            found.append(p)
+        else:
+            found += sorted(f for f in p.rglob("*.py") if not f.name.startswith(("_", ".")))
+    if pattern:
+        found = [f for f in found if fnmatch.fnmatch(f.name, pattern) or fnmatch.fnmatch(str(f), pattern)]
+    return found
+
+
+def _level(path: Path) -> int | None:
+    for part in reversed(path.parts):
+        if part.startswith("level") and part[5:].isdigit():
+            return int(part[5:])
+    return None
+
+
+def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    base = {"problem": path.stem, "path": str(path), "level": _level(path)}
+    with tempfile.TemporaryDirectory(prefix="argus-kb-") as tmp:
+        out = Path(tmp) / "row.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(path), "--worker-out", str(out),
+               "--device", args.device, "--backends", ",".join(args.backends), "--trials", str(args.trials),
+               "--warmup", str(args.warmup), "--reps", str(args.reps), "--seed", str(args.seed)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        t0 = time.monotonic()
+        # A session of its own, so that a time-out kills the child's compile workers too.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            return {**base, "status": "timeout", "error": f"no result after {args.timeout:g} s (killed)",
+                    "stderr_tail": (err or "")[-2000:], "wall_s": round(time.monotonic() - t0, 2), "backends": {}}
+        wall = round(time.monotonic() - t0, 2)
+        if out.exists():
+            return {**base, **json.loads(out.read_text()), "wall_s": wall}
+        err = (err or "")[-2000:]
+        oom = proc.returncode in (-9, 137) or "out of memory" in err.lower() or "MemoryError" in err
+        status = "oom" if oom else "crash"
+        return {**base, "status": status, "error": f"child exited with code {proc.returncode} and no result",
+                "stderr_tail": err, "wall_s": wall, "backends": {}}
+
+
+def _ms(row: dict[str, Any], b: str) -> float | None:
+    r = row.get("backends", {}).get(b)
+    return r.get("ms") if r and r.get("correct") else None
+
+
+def summarize(rows: list[dict[str, Any]], backends: tuple[str, ...]) -> dict[str, Any]:
+    n = len(rows)
+    summary: dict[str, Any] = {"problems": n, "status": {}}
+    for r in rows:
+        summary["status"][r["status"]] = summary["status"].get(r["status"], 0) + 1
+    for r in rows:  # speedups per row
+        e, i, a = _ms(r, "eager"), _ms(r, "inductor"), _ms(r, "argus")
+        r["speedup"] = {
+            "inductor_vs_eager": e / i if e and i else None,
+            "argus_vs_eager": e / a if e and a else None,
+            "argus_vs_inductor": i / a if i and a else None,
+        }
+    for key in ("inductor_vs_eager", "argus_vs_eager", "argus_vs_inductor"):
+        sps = [r["speedup"][key] for r in rows]
+        ok = [s for s in sps if s]
+        summary[key] = {
+            **{f"fast_{p}": (sum(1 for s in sps if s is not None and s > p) / n if n else 0.0) for p in (0, 1, 2)},
+            "geomean": math.exp(sum(map(math.log, ok)) / len(ok)) if ok else None,
+            "n_correct_timed": len(ok),
+        }
+    for b in backends:
+        if b != "eager":
+            summary[f"correct_{b}"] = sum(1 for r in rows if r.get("backends", {}).get(b, {}).get("correct")) / n \
+                if n else 0.0
+    cov = [r["coverage"] for r in rows if r.get("coverage") is not None]
+    summary["coverage_mean"] = sum(cov) / len(cov) if cov else None
+    counted = [r for r in rows if r.get("coverage") is not None]
+    flops = sum(r["flops"] for r in counted)
+    summary["coverage_flop_weighted"] = sum(min(r["argus_flops"], r["flops"]) for r in counted) / flops \
+        if flops else None
+    summary["argus_ran_share"] = sum(1 for r in rows if r.get("argus_ran")) / n if n else 0.0
+    return summary
+
+
+def _f(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    lines = [f"# KernelBench-format run, {meta['date']}", "",
+             f"Device: {meta['device_name']}; torch {meta['torch']}; timing: {meta['timing']}", ""]
+    if meta.get("note"):
+        lines += [f"> {meta['note']}", ""]
+    lines += ["| problem | lvl | status | eager ms | inductor ms | argus ms | ind/eager | argus/eager | argus/ind "
+              "| argus coverage | argus ops | note |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b = r.get("backends", {})
+        def cell(name: str) -> str:
+            x = b.get(name)
+            if not x:
+                return "-"
+            return _f(x.get("ms"), "{:.3f}") if x.get("correct") else "wrong"
+        notes = [f"{k}: {v['error']}" for k, v in b.items() if v.get("error")]
+        if r["status"] != "ok":
+            notes.insert(0, str(r.get("error", "")))
+        sp = r.get("speedup", {})
+        note = "; ".join(notes).replace("|", "/").replace("\n", " ")[:160]
+        lines.append(f"| {r['problem']} | {r.get('level') or '-'} | {r['status']} | {cell('eager')} "
+                     f"| {cell('inductor')} | {cell('argus')} | {_f(sp.get('inductor_vs_eager'))} "
+                     f"| {_f(sp.get('argus_vs_eager'))} | {_f(sp.get('argus_vs_inductor'))} "
+                     f"| {_f(r.get('coverage'), '{:.0%}')} "
+                     f"| {' '.join(o.split('::')[-1] for o in r.get('argus_ops', [])) or '-'} | {note} |")
+    lines += ["", "| metric | inductor vs eager | argus vs eager | argus vs inductor |", "|---|---|---|---|"]
+    keys = ("inductor_vs_eager", "argus_vs_eager", "argus_vs_inductor")
+    for m in ("fast_0", "fast_1", "fast_2"):
+        lines.append(f"| {m} | " + " | ".join(_f(summary[k][m]) for k in keys) + " |")
+    lines.append("| geomean speedup (correct) | " + " | ".join(_f(summary[k]["geomean"]) for k in keys) + " |")
+    lines += ["", f"Correct: inductor {_f(summary.get('correct_inductor'), '{:.0%}')}, "
+              f"argus {_f(summary.get('correct_argus'), '{:.0%}')}. "
+              f"Argus coverage (share of FLOPs in Argus kernels): mean {_f(summary['coverage_mean'], '{:.0%}')}, "
+              f"FLOP-weighted {_f(summary['coverage_flop_weighted'], '{:.0%}')} (FLOPs as FlopCounterMode counts them: "
+              "matmul, conv, attention; '-' where a problem has none). Problems where any Argus kernel ran: "
+              f"{_f(summary['argus_ran_share'], '{:.0%}')}. Status: {summary['status']}.",
+              "", COVERAGE_NOTE, ""]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = [r["problem"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6, 0.6 * len(rows) + 2), 7), sharex=True)
+    xs = range(len(rows))
+    for off, key, label in ((-0.2, "inductor_vs_eager", "inductor / eager"), (0.2, "argus_vs_eager", "argus / eager")):
+        ax1.bar([x + off for x in xs], [r.get("speedup", {}).get(key) or 0 for r in rows], 0.4, label=label)
+    ax1.axhline(1.0, color="k", lw=0.8)
+    ax1.set_ylabel("speedup vs eager")
+    ax1.set_yscale("log")
+    ax1.legend()
+    ax2.bar(list(xs), [100 * (r.get("coverage") or 0) for r in rows])
+    ax2.set_ylabel("Argus coverage (% FLOPs)")
+    ax2.set_xticks(list(xs))
+    ax2.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("problems", nargs="*", help="KernelBench-format .py files or directories (searched recursively)")
+    ap.add_argument("--out", default=None, help="output folder (default: $OUT, else benchmarks/results)")
+    ap.add_argument("--filter", default=None, help="only problems whose file name or path matches this glob")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it is killed (300)")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of eager,inductor,argus")
+    ap.add_argument("--trials", type=int, default=5, help="correctness trials of fresh random inputs (5)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up calls before timing (GPU 10, CPU 1)")
+    ap.add_argument("--reps", type=int, default=None, help="timed calls, median reported (GPU 100, CPU 5)")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--name", default=None, help="file stem of the outputs (default kernelbench-<date>)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    gpu = args.device.startswith("cuda")
+    args.warmup = args.warmup if args.warmup is not None else (10 if gpu else 1)
+    args.reps = args.reps if args.reps is not None else (100 if gpu else 5)
+    args.backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    bad = [b for b in args.backends if b not in BACKENDS]
+    if bad or "eager" not in args.backends:
+        ap.error(f"--backends must include eager and name only {', '.join(BACKENDS)} (got {bad or args.backends})")
+
+    if args.worker:
+        row = worker(Path(args.worker), args)
+        Path(args.worker_out).write_text(json.dumps(row))
+        return 0
+
+    if not args.problems:
+        ap.error("give at least one problem file or directory (e.g. benchmarks/kernelbench/problems)")
+    try:
+        problems = find_problems(args.problems, args.filter)
+    except (FileNotFoundError, ValueError) as e:
+        ap.error(str(e))
+    if not problems:
+        ap.error(f"no KernelBench-format .py files under {', '.join(args.problems)}"
+                 + (f" matching {args.filter!r}" if args.filter else ""))
+
+    import torch
+
+    interp = os.environ.get("ARGUS_INTERPRET") == "1"
+    timing = (f"CUDA events, {args.warmup} warm-up, median of {args.reps}" if gpu else
+              f"time.perf_counter on the CPU, {args.warmup} warm-up, median of {args.reps} (indicative only)")
+    note = ("ARGUS_INTERPRET=1: Argus kernels ran in the Triton interpreter; their CPU timings measure the "
+            "interpreter, not the kernels" if interp and not gpu else "")
+    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": args.device,
+            "device_name": torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine(),
+            "torch": torch.__version__, "timing": timing, "note": note, "interpret": interp,
+            "trials": args.trials, "atol": ATOL, "rtol": RTOL, "timeout_s": args.timeout,
+            "full_sizes": os.environ.get("ARGUS_KB_FULL") == "1" or gpu, "coverage_note": COVERAGE_NOTE}
+    rows = []
+    for i, p in enumerate(problems):
+        print(f"[{i + 1}/{len(problems)}] {p} ...", end=" ", flush=True)
+        row = run_one(p, args)
+        rows.append(row)
+        b = row.get("backends", {})
+        print(row["status"], " ".join(f"{k}={'ok' if v.get('correct') else 'WRONG'}" for k, v in b.items()),
+              f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
+    summary = summarize(rows, args.backends)
+    out = Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results")
+    out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
+    md = markdown(meta, rows, summary)
+    (out / f"{stem}.md").write_text(md)
+    png = plot(rows, out / f"{stem}.png")
+    print(md)
+    print(f"wrote {out / stem}.json, .md" + (", .png" if png else " (no plot: matplotlib is not installed)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

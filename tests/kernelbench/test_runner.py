@@ -1,0 +1,136 @@
+"""The KernelBench-format runner (benchmarks/kernelbench/run.py) on a few of our problems at small sizes, Argus
+kernels interpreted, plus a problem that crashes the child process and one that hangs past its time-out."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = REPO / "benchmarks" / "kernelbench" / "run.py"
+PROBLEMS = REPO / "benchmarks" / "kernelbench" / "problems"
+
+CRASH = '''import os
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        os.abort()  # the child dies without writing a result
+
+
+def get_inputs() -> list:
+    return [torch.randn(4)]
+
+
+def get_init_inputs() -> list:
+    return []
+'''
+
+HANG = CRASH.replace("os.abort()  # the child dies without writing a result", "return x").replace(
+    "def get_init_inputs() -> list:\n    return []", "def get_init_inputs() -> list:\n    import time\n\n"
+    "    time.sleep(600)\n    return []")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ARGUS_KB_FULL"}
+    env.update(ARGUS_INTERPRET="1", TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def _run(problems: Path, out: Path, *extra: str, timeout: int = 240) -> tuple[subprocess.CompletedProcess, dict]:
+    cmd = [sys.executable, str(RUNNER), str(problems), "--out", str(out), "--name", "kb", "--device", "cpu",
+           "--warmup", "0", "--reps", "1", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads((out / "kb.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    d = tmp_path_factory.mktemp("problems")
+    (d / "level1").mkdir()
+    (d / "level2").mkdir()
+    for rel in ("level1/01_square_matmul.py", "level1/02_batched_matmul.py", "level1/05_gelu.py",
+                "level2/01_gemm_scale_gelu_sum.py"):
+        shutil.copy(PROBLEMS / rel, d / rel)
+    (d / "level1" / "09_crash.py").write_text(CRASH)
+    out = tmp_path_factory.mktemp("out")
+    proc, data = _run(d, out, "--trials", "2", "--timeout", "150")
+    return proc, data, out
+
+
+def _rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["problem"]: r for r in data["rows"]}
+
+
+def test_rows_and_correctness(small_run: tuple) -> None:
+    _, data, _ = small_run
+    rows = _rows(data)
+    assert set(rows) == {"01_square_matmul", "02_batched_matmul", "05_gelu", "01_gemm_scale_gelu_sum", "09_crash"}
+    for name in ("01_square_matmul", "02_batched_matmul", "05_gelu", "01_gemm_scale_gelu_sum"):
+        r = rows[name]
+        assert r["status"] == "ok", r
+        assert r["level"] == (2 if name.startswith("01_gemm") else 1)
+        for b in ("eager", "inductor", "argus"):
+            assert r["backends"][b]["correct"], (name, b, r["backends"][b])
+            assert r["backends"][b]["ms"] > 0
+        assert r["speedup"]["argus_vs_eager"] > 0
+
+
+def test_coverage(small_run: tuple) -> None:
+    _, data, _ = small_run
+    rows = _rows(data)
+    for name, op in (("01_square_matmul", "argus::linear"), ("02_batched_matmul", "argus::bmm"),
+                     ("01_gemm_scale_gelu_sum", "argus::linear")):
+        assert rows[name]["coverage"] == pytest.approx(1.0), rows[name]
+        assert op in rows[name]["argus_ops"] and rows[name]["argus_ran"]
+    # a standalone activation: no GEMM FLOPs, no Argus kernel
+    assert rows["05_gelu"]["coverage"] is None and not rows["05_gelu"]["argus_ran"]
+    assert data["summary"]["argus_ran_share"] == pytest.approx(3 / 5)
+
+
+def test_crash_recorded_and_summary(small_run: tuple) -> None:
+    proc, data, out = small_run
+    crash = _rows(data)["09_crash"]
+    assert crash["status"] == "crash" and crash["backends"] == {}
+    assert "code" in crash["error"]
+    s = data["summary"]
+    assert s["problems"] == 5 and s["status"] == {"ok": 4, "crash": 1}
+    for key in ("inductor_vs_eager", "argus_vs_eager", "argus_vs_inductor"):
+        assert s[key]["fast_0"] == pytest.approx(4 / 5)  # the crashed problem counts as incorrect
+        assert s[key]["fast_0"] >= s[key]["fast_1"] >= s[key]["fast_2"]
+        assert s[key]["geomean"] > 0
+    assert s["correct_argus"] == pytest.approx(4 / 5)
+    md = (out / "kb.md").read_text()
+    assert "| 01_square_matmul | 1 | ok |" in md and "| 09_crash | 1 | crash |" in md and "fast_1" in md
+    assert data["meta"]["interpret"] and not data["meta"]["full_sizes"]
+    assert ".png" in proc.stdout or "matplotlib is not installed" in proc.stdout
+
+
+def test_hang_times_out_and_run_goes_on(tmp_path: Path) -> None:
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "a_hang.py").write_text(HANG)
+    shutil.copy(PROBLEMS / "level1" / "07_softmax.py", d / "b_softmax.py")
+    _, data = _run(d, tmp_path / "out", "--backends", "eager", "--trials", "1", "--timeout", "12")
+    rows = _rows(data)
+    assert rows["a_hang"]["status"] == "timeout" and "12" in rows["a_hang"]["error"]
+    assert rows["b_softmax"]["status"] == "ok" and rows["b_softmax"]["backends"]["eager"]["correct"]
+
+
+def test_bad_path_is_a_clear_error(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(RUNNER), str(tmp_path / "nope")], capture_output=True, text=True,
+                          env=_env(), timeout=60)
+    assert proc.returncode == 2 and "no such file or directory" in proc.stderr
+    proc = subprocess.run([sys.executable, str(RUNNER), str(tmp_path)], capture_output=True, text=True,
+                          env=_env(), timeout=60)
+    assert proc.returncode == 2 and "no KernelBench-format .py files" in proc.stderr
