@@ -36,7 +36,9 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     opts = Options.resolve(options)
     set_active_options(opts)
     devices = _devices(example_inputs) or {torch.device("cpu")}
-    targets = {target_for(d, opts) for d in devices}
+    # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
+    accel = {d for d in devices if d.type != "cpu"} or devices
+    targets = {target_for(d, opts) for d in accel}
     if None in targets:
         where = ", ".join(sorted(str(d) for d in devices))
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "

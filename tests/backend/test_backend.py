@@ -125,3 +125,16 @@ def test_matcher_leaves_masked_attention_and_inplace_activations_alone():
 def test_signature_buckets_dynamic_dims():
     assert [bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 4096, 4097)] == \
         ["1", "2", "3-4", "3-4", "5-8", "5-8", "9-16", "2049-4096", "4097-8192"]
+
+
+def test_gpu_models_with_cpu_side_tensors_are_judged_by_their_accelerator(monkeypatch):
+    from argus_inductor import backend as backend_mod
+
+    seen = []
+    monkeypatch.setattr(backend_mod, "target_for", lambda d, o: seen.append(d.type) or "cuda")
+    monkeypatch.setattr(backend_mod, "rewrite", lambda gm, ops, **kw: [])
+    monkeypatch.setattr("torch._inductor.compile_fx.compile_fx", lambda gm, ex, config_patches=None: gm)
+    gm = torch.fx.symbolic_trace(nn.Linear(2, 2))
+    fake_cuda = torch.empty(1, device="meta")
+    backend_mod.argus_backend(gm, [torch.ones(1), fake_cuda])
+    assert seen == ["meta"]
