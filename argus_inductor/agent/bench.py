@@ -1,0 +1,53 @@
+"""Timing: CUDA-graph replay on the GPU (host launch overhead out of ours and the peer's numbers alike, as
+benchmarks/sweep.py times), a host clock under the interpreter (where the number only ranks plans
+relative to the template default)."""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+CUDAGRAPH = "cudagraph median"
+DO_BENCH = "do_bench median"
+WALL = "interpreter wall clock (min of 2)"
+
+
+def time_ms(fns: list[Callable[[], Any]], target: str, rep_ms: int = 40,
+            method: str | None = None) -> tuple[float, str]:
+    """(milliseconds per call, method). fns: the same call on independent copies of the operands, run in turn so L2
+    holds none of them (as benchmarks/sweep.py times); each has already run once. method: force one (a peer is
+    timed the way our kernel was); None picks CUDA-graph replay and falls back to plain launches when the calls
+    cannot be captured."""
+    n = len(fns)
+
+    def run_all() -> None:
+        for f in fns:
+            f()
+
+    if target == "interpret":
+        best = math.inf
+        for _ in range(2):
+            t0 = time.perf_counter()
+            fns[0]()
+            best = min(best, (time.perf_counter() - t0) * 1e3)
+        return best, WALL
+    import torch
+    import triton.testing
+
+    torch.cuda.synchronize()
+    if method in (None, CUDAGRAPH):
+        try:
+            return float(triton.testing.do_bench_cudagraph(run_all, rep=rep_ms, return_mode="median")) / n, CUDAGRAPH
+        except Exception:
+            if method == CUDAGRAPH:
+                raise
+            torch.cuda.synchronize()
+    return float(triton.testing.do_bench(run_all, warmup=10, rep=rep_ms, return_mode="median")) / n, DO_BENCH
+
+
+def rotation(operand_bytes: int, limit: int = 100 * 2**20, most: int = 7) -> int:
+    """How many extra copies of the operands keep L2 (50-60 MB on Hopper) from holding them between calls."""
+    if operand_bytes <= 0 or operand_bytes >= limit:
+        return 0
+    return min(most, math.ceil(limit / operand_bytes))

@@ -1,0 +1,125 @@
+"""`argus warmup`: the command-line face of warmup.py (hooked into argus_inductor/cli.py).
+
+    argus warmup                                   # the signatures recorded as misses (ARGUS_ON_MISS=default)
+    argus warmup --config config.json --tokens 1,16,2048
+    argus warmup --shapes shapes.json
+    argus warmup --preset fast-kernels [--ops gemm,attention] --reference benchmarks/results/sweep-gemm-*.json
+
+Without ARGUS_LLM_BASE_URL (or with --policy offline) the offline policy searches the template library; with
+an endpoint (ARGUS_LLM_BASE_URL, ARGUS_LLM_MODEL, ARGUS_LLM_API_KEY) the LLM writes kernels and the offline
+policy takes over if it fails. Exit status: 0 when every signature has a kernel, 1 when some failed, 2 on a
+usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def add_warmup_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "warmup", help="synthesize and cache kernels ahead of time",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_argument_group("what to warm up (default: --misses)")
+    src.add_argument("--misses", action="store_true", help="signatures earlier runs recorded as cache misses")
+    src.add_argument("--config", metavar="config.json", help="a transformers model config")
+    src.add_argument("--tokens", default="1,16,2048", help="token counts for --config (default 1,16,2048)")
+    src.add_argument("--context", type=int, default=4096, help="KV length of decode attention for --config")
+    src.add_argument("--batch", type=int, default=1, help="sequences per decode step for --config")
+    src.add_argument("--shapes", metavar="shapes.json", help="a JSON list of shapes (see agent/shapes.py)")
+    src.add_argument("--preset", help="a named shape set: fast-kernels")
+    src.add_argument("--ops", help="only these ops (comma-separated: gemm,attention,moe,...)")
+    src.add_argument("--dtype", default="bfloat16", help="dtype of --config/--shapes/--preset entries")
+    run = p.add_argument_group("how")
+    run.add_argument("--cache-dir", help="the cache (default ARGUS_CACHE_DIR or ~/.cache/argus)")
+    run.add_argument("--policy", choices=("auto", "offline", "llm"), default="auto",
+                     help="auto: the LLM when ARGUS_LLM_BASE_URL is set, else offline")
+    run.add_argument("--trials", type=int, help="trials per signature after the template baseline")
+    run.add_argument("--seconds-per-signature", type=float, help="search time per signature")
+    run.add_argument("--time-limit", type=float, help="seconds for the whole run (shared out over the signatures)")
+    run.add_argument("--workers", type=int, help="worker processes (default: one per visible GPU)")
+    run.add_argument("--reference", action="append", default=[], metavar="sweep.json",
+                     help="benchmarks/sweep.py output: time its best hand-set policy per shape next to ours")
+    run.add_argument("--force", action="store_true", help="synthesize again signatures already in the cache")
+    run.add_argument("--seed", type=int, help="random seed of the search")
+    run.add_argument("--table-out", metavar="FILE.md", help="also write the final table here")
+    run.add_argument("--json-out", metavar="FILE.json", help="write every row as JSON here")
+    run.add_argument("-v", "--verbose", action="store_true", help="print every trial")
+    p.set_defaults(func=run_warmup)
+    return p
+
+
+def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
+    from . import shapes
+    from .store import open_cache
+
+    jobs = []
+    ops = {o.strip() for o in args.ops.split(",")} if args.ops else None
+    if args.config:
+        tokens = [int(t) for t in str(args.tokens).split(",") if t.strip()]
+        jobs += shapes.from_config_file(args.config, tokens, args.dtype, args.context, args.batch)
+    if args.shapes:
+        jobs += shapes.from_shapes_file(args.shapes, args.dtype)
+    if args.preset:
+        jobs += shapes.from_preset(args.preset, args.dtype)
+    if args.misses or not (args.config or args.shapes or args.preset):
+        jobs += shapes.from_misses(open_cache(cache_root).misses())
+    if ops is not None:
+        jobs = [j for j in jobs if j.problem.op in ops]
+    return jobs
+
+
+def run_warmup(args: argparse.Namespace) -> int:
+    from .shapes import ShapesError
+    from .store import default_root
+    from .warmup import WarmupOptions, table, warmup
+
+    root = Path(args.cache_dir) if args.cache_dir else default_root()
+    try:
+        jobs = _jobs(args, root)
+    except (ShapesError, ValueError, OSError) as e:
+        print(f"argus warmup: {e}", file=sys.stderr)
+        return 2
+    if not jobs:
+        print("argus warmup: nothing to do (no recorded misses; give --config, --shapes or --preset)",
+              file=sys.stderr)
+        return 0
+    for ref in args.reference:
+        if not Path(ref).is_file():
+            print(f"argus warmup: no reference file {ref}", file=sys.stderr)
+            return 2
+    opts = WarmupOptions(cache_root=root, policy=args.policy, trials=args.trials,
+                         seconds_per_signature=args.seconds_per_signature, time_limit=args.time_limit,
+                         workers=args.workers, reference=list(args.reference), force=args.force, seed=args.seed,
+                         verbose=args.verbose)
+    print(f"argus warmup: {len(jobs)} job(s), cache {root}", file=sys.stderr)
+    t0 = time.time()
+    try:
+        rows = warmup(jobs, opts)
+    except KeyboardInterrupt:
+        print("\nargus warmup: interrupted; finished signatures are cached, a new run resumes", file=sys.stderr)
+        return 130
+    text = table(rows) + f"\nwall time of this run: {time.time() - t0:.0f} s"
+    print(text)
+    if args.table_out:
+        Path(args.table_out).write_text(text + "\n")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1, default=str))
+    return 1 if any(r.get("source") == "failed" for r in rows) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `argus warmup` on its own: python -m argus_inductor.agent.cli [options]."""
+    parser = argparse.ArgumentParser(prog="argus")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_warmup_parser(sub)
+    args = parser.parse_args(["warmup", *(argv if argv is not None else sys.argv[1:])])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""GEMM with a fused epilogue (bias, activation, residual, gated SiLU(gate)*up) and batched GEMM."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ...dsl import Kernel, Policy
+from ...kernels.gemm import ACTIVATIONS
+from ...policies import gemm_policy
+from .. import templates
+from ..plan import Plan
+from .base import Inputs, OpSpec, Problem, empty, strided
+
+_ACT_FN: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda x: x, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    bias: bool
+    act: str
+    residual: bool
+    gate_up: bool   # act(A @ Bg) * (A @ Bu): argus_inductor.ops writes the epilogue "<act>*up"
+
+
+def parse_epilogue(epilogue: str) -> Epilogue:
+    """From argus_inductor.ops' epilogue strings: "bias+silu", "bias+gelu+residual", "silu*up"."""
+    parts = [p for p in epilogue.replace(",", "+").split("+") if p]
+    gate = [p for p in parts if p.endswith("*up")]
+    if gate:
+        act = gate[0][:-3]
+        if act not in ACTIVATIONS or len(parts) > 1:
+            raise ValueError(f"unknown gated GEMM epilogue {epilogue!r}")
+        return Epilogue(False, act, False, True)
+    unknown = [p for p in parts if p not in ("bias", "residual") and p not in ACTIVATIONS]
+    if unknown:
+        raise ValueError(f"unknown GEMM epilogue part(s) {unknown} in {epilogue!r}")
+    acts = [p for p in parts if p in ACTIVATIONS]
+    return Epilogue("bias" in parts, acts[0] if acts else "none", "residual" in parts, False)
+
+
+def _regime(m: int) -> str:
+    if m <= 64:
+        return "decode"
+    return "mid" if m <= 512 else "prefill"
+
+
+_TILES = {"BM": "M", "BN": "N", "BK": "K"}
+
+
+@dataclass
+class GemmSpec(OpSpec):
+    name: str = "gemm"
+    semantics: str = ("C = act(A @ B + bias) [+ R] with A (M, K), B (K, N) = weight.T of an nn.Linear weight (N, K), "
+                      "bias (N,), residual R (M, N); or, for the epilogue '<act>*up', C = act(A @ Bg) * (A @ Bu); "
+                      "accumulate in float32, round once to the output dtype.")
+    static: tuple[str, ...] = ("N", "K")
+    dynamic: tuple[str, ...] = ("M",)
+    tile_dims: dict[str, dict[str, str]] = field(default_factory=lambda: {
+        k: dict(_TILES) for k in ("gemm_epilogue", "gemm_residual", "gemm_splitk", "gemm_gate_up")})
+    aux: tuple[str, ...] = ("bias_act_cast",)
+
+    def variants(self, problem: Problem) -> dict[str, dict[str, Kernel]]:
+        epi = parse_epilogue(problem.epilogue)
+        if epi.gate_up:
+            return {"gateup": {"gemm_gate_up": templates.kernel("gemm_gate_up")}}
+        if epi.residual:
+            return {"residual": {"gemm_residual": templates.kernel("gemm_residual")}}
+        return {"tile": {"gemm_epilogue": templates.kernel("gemm_epilogue")},
+                "splitk": {"gemm_splitk": templates.kernel("gemm_splitk"),
+                           "bias_act_cast": templates.kernel("bias_act_cast")}}
+
+    def regime(self, problem: Problem) -> str:
+        return _regime(problem.dims["M"])
+
+    def fixed_consts(self, problem: Problem, kernel: str, plan: Plan) -> dict[str, Any]:
+        epi = parse_epilogue(problem.epilogue)
+        consts: dict[str, Any] = {"HAS_BIAS": int(epi.bias), "ACT": ACTIVATIONS[epi.act]}
+        if kernel == "bias_act_cast":  # the split-k epilogue pass: a light elementwise kernel
+            consts.update(BM=16, BN=128)
+        return consts
+
+    def default_plan(self, problem: Problem, target: str) -> Plan:
+        d = problem.dims
+        pol = gemm_policy(d["M"], d["N"], d["K"], target).as_dict()
+        note = "template default (argus_inductor.policies)"
+        if int(pol.get("SPLIT_K", 1)) > 1 and "splitk" in self.variants(problem):
+            return Plan({"gemm_splitk": pol, "bias_act_cast": {}}, ("split-k",), note)
+        pol.pop("SPLIT_K", None)
+        name = next(iter(self.contract(problem)))
+        if name == "gemm_gate_up" and target != "interpret" and pol.get("BN", 64) > 128:
+            pol["BN"] //= 2  # two accumulators: half the tile width (as argus_inductor.ops does)
+        return Plan({name: pol}, ("tile-shape",), note)
+
+    def make_inputs(self, problem: Problem, gen: torch.Generator) -> Inputs:
+        d, dt, dev = problem.dims, problem.torch_dtype, problem.device
+        lay = problem.layouts or ("row", "row", "row")
+        epi = parse_epilogue(problem.epilogue)
+        x = strided((d["M"], d["K"]), lay[0], dt, dev, gen)
+        w = strided((d["N"], d["K"]), lay[1] if len(lay) > 1 else "row", dt, dev, gen, scale=d["K"] ** -0.5)
+        out: Inputs = {"a": x, "b": w.t()}
+        out["bias"] = strided((d["N"],), "row", dt, dev, gen) if epi.bias else None
+        out["residual"] = strided((d["M"], d["N"]), "row", dt, dev, gen) if epi.residual else None
+        if epi.gate_up:
+            wu = strided((d["N"], d["K"]), lay[2] if len(lay) > 2 else "row", dt, dev, gen, scale=d["K"] ** -0.5)
+            out["b_up"] = wu.t()
+        return out
+
+    def reference(self, problem: Problem, inputs: Inputs) -> torch.Tensor:
+        epi = parse_epilogue(problem.epilogue)
+        a = inputs["a"].float()
+        y = a @ inputs["b"].float()
+        if inputs.get("bias") is not None:
+            y = y + inputs["bias"].float()
+        y = _ACT_FN[epi.act](y)
+        if inputs.get("b_up") is not None:
+            y = y * (a @ inputs["b_up"].float())
+        if inputs.get("residual") is not None:
+            y = y + inputs["residual"].float()
+        return y
+
+    def run(self, problem: Problem, kernels: dict[str, Kernel], policies: dict[str, Policy],
+            inputs: Inputs, poison: bool = False) -> torch.Tensor:
+        a, b = inputs["a"], inputs["b"]
+        m, n = a.shape[0], b.shape[1]
+        if "gemm_splitk" in kernels:  # partial sums into float32, then bias/activation/cast
+            part = torch.zeros(m, n, dtype=torch.float32, device=a.device)
+            kernels["gemm_splitk"](a, b, part, policy=policies["gemm_splitk"])
+            out = empty((m, n), a.dtype, a.device, poison)
+            bias = inputs.get("bias")
+            kernels["bias_act_cast"](part, bias if bias is not None else out.new_empty(1), out,
+                                     policy=policies["bias_act_cast"])
+            return out
+        out = empty((m, n), a.dtype, a.device, poison)
+        if "gemm_gate_up" in kernels:
+            kernels["gemm_gate_up"](a, b, inputs["b_up"], out, policy=policies["gemm_gate_up"])
+            return out
+        bias = inputs.get("bias")
+        bias_arg = bias if bias is not None else out.new_empty(1)
+        if "gemm_residual" in kernels:
+            kernels["gemm_residual"](a, b, bias_arg, inputs["residual"], out, policy=policies["gemm_residual"])
+        else:
+            kernels["gemm_epilogue"](a, b, bias_arg, out, policy=policies["gemm_epilogue"])
+        return out
+
+    def peers(self, problem: Problem, inputs: Inputs) -> dict[str, Callable[[], Any]]:
+        a, b, bias, res, bu = inputs["a"], inputs["b"], inputs.get("bias"), inputs.get("residual"), inputs.get("b_up")
+        epi = parse_epilogue(problem.epilogue)
+        if bias is None and res is None and bu is None and epi.act == "none":
+            return {"cuBLAS": lambda: torch.matmul(a, b)}
+
+        def eager() -> torch.Tensor:
+            y = _ACT_FN[epi.act](F.linear(a, b.t(), bias))
+            if bu is not None:
+                y = y * torch.matmul(a, bu)
+            return y + res if res is not None else y
+
+        return {"cuBLAS+eager epilogue": eager}
+
+    def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
+        d = problem.dims
+        shapes = {"M": d["M"], "N": d["N"], "K": d["K"]}
+        if kernel in ("gemm_epilogue", "gemm_residual", "bias_act_cast"):
+            shapes["NB"] = d["N"] if parse_epilogue(problem.epilogue).bias else 1
+        return shapes, []
+
+    def flops(self, problem: Problem) -> float:
+        d = problem.dims
+        return 2.0 * d["M"] * d["N"] * d["K"] * (2 if parse_epilogue(problem.epilogue).gate_up else 1)
+
+
+@dataclass
+class BmmSpec(OpSpec):
+    name: str = "bmm"
+    semantics: str = "C[b] = A[b] @ B[b] for A (B, M, K), B (B, K, N); float32 accumulation."
+    static: tuple[str, ...] = ("N", "K")
+    dynamic: tuple[str, ...] = ("B", "M")
+    symbols: dict[str, str] = field(default_factory=lambda: {"B": "Bt"})
+    tile_dims: dict[str, dict[str, str]] = field(default_factory=lambda: {
+        "bmm_kernel": {"BM": "M", "BN": "N", "BK": "K"}})
+
+    def variants(self, problem: Problem) -> dict[str, dict[str, Kernel]]:
+        return {"tile": {"bmm_kernel": templates.kernel("bmm_kernel")}}
+
+    def regime(self, problem: Problem) -> str:
+        return _regime(problem.dims["M"])
+
+    def default_plan(self, problem: Problem, target: str) -> Plan:
+        d = problem.dims
+        pol = gemm_policy(d["M"], d["N"], d["K"], target)
+        return Plan({"bmm_kernel": pol.as_dict()}, ("tile-shape",), "template default (argus_inductor.policies)")
+
+    def make_inputs(self, problem: Problem, gen: torch.Generator) -> Inputs:
+        d, dt, dev = problem.dims, problem.torch_dtype, problem.device
+        lay = problem.layouts or ("row", "row")
+        return {"a": strided((d["B"], d["M"], d["K"]), lay[0], dt, dev, gen),
+                "b": strided((d["B"], d["K"], d["N"]), lay[1] if len(lay) > 1 else "row", dt, dev, gen,
+                             scale=d["K"] ** -0.5)}
+
+    def reference(self, problem: Problem, inputs: Inputs) -> torch.Tensor:
+        return torch.bmm(inputs["a"].float(), inputs["b"].float())
+
+    def run(self, problem: Problem, kernels: dict[str, Kernel], policies: dict[str, Policy],
+            inputs: Inputs, poison: bool = False) -> torch.Tensor:
+        a, b = inputs["a"], inputs["b"]
+        out = empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype, a.device, poison)
+        kernels["bmm_kernel"](a, b, out, policy=policies["bmm_kernel"])
+        return out
+
+    def peers(self, problem: Problem, inputs: Inputs) -> dict[str, Callable[[], Any]]:
+        a, b = inputs["a"], inputs["b"]
+        return {"cuBLAS": lambda: torch.bmm(a, b)}
+
+    def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
+        d = problem.dims
+        return {"Bt": d["B"], "M": d["M"], "N": d["N"], "K": d["K"]}, []
+
+    def flops(self, problem: Problem) -> float:
+        d = problem.dims
+        return 2.0 * d["B"] * d["M"] * d["N"] * d["K"]

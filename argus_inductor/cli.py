@@ -1,0 +1,107 @@
+"""The `argus` command line.
+
+    argus verify FILE.py [--shape M=200,N=136] [--policy BM=64,BN=64,num_warps=4] [--assume "H % HK == 0"]
+                         [--kernel NAME] [--json] [--no-staging] [--timeout-ms N]
+
+Exit status: 0 when every kernel is proven, 1 when a violation is found, 2 on a usage or DSL error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+PLANNED = {
+    "cache": "inspect or clear the compiled-kernel cache",
+    "bench": "benchmark kernels against their PyTorch reference",
+}
+
+
+def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" not in part:
+                raise ValueError(f"{what} entries look like NAME=VALUE, got {part!r}")
+            k, v = (x.strip() for x in part.split("=", 1))
+            out[k] = _value(v)
+    return out
+
+
+def _value(v: str) -> Any:
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    try:
+        return int(v)
+    except ValueError:
+        return v
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .dsl.errors import DSLError
+    from .invariants import default_staging, verify_file
+
+    try:
+        shapes = {k: int(v) for k, v in _pairs(args.shape, "--shape").items()}
+        policy = _pairs(args.policy, "--policy")
+        results = verify_file(args.file, policy or None, shapes or None, kernels=args.kernel or None,
+                              assumptions=args.assume or (), timeout_ms=args.timeout_ms,
+                              staging=None if args.no_staging else default_staging)
+    except (DSLError, ValueError, OSError) as e:
+        print(f"argus verify: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"file": args.file, "ok": all(r.ok for r in results),
+                          "results": [r.to_json() for r in results]}, indent=2, default=str))
+    else:
+        for r in results:
+            print(r.text())
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _planned(name: str) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        print(f"argus {name}: not implemented yet ({PLANNED[name]}).", file=sys.stderr)
+        return 2
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="argus", description="Argus Inductor: verified tile kernels for PyTorch.")
+    sub = p.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("verify", help="prove the data-flow invariants of every kernel in a DSL source file",
+                       description="Read FILE.py with the DSL frontend (the file is never executed) and prove "
+                                   "each kernel's tag assertions and kernel-wide obligations with z3.")
+    v.add_argument("file", metavar="FILE.py")
+    v.add_argument("--shape", action="append", metavar="M=..,N=..",
+                   help="concrete shape symbols (others stay symbolic, >= 1)")
+    v.add_argument("--policy", action="append", metavar="BM=..,num_warps=..",
+                   help="constexpr values and launch settings (kernel defaults otherwise)")
+    v.add_argument("--assume", action="append", metavar="EXPR",
+                   help="a precondition over shape symbols, constexprs or integer tensors, e.g. 'H % HK == 0'")
+    v.add_argument("--kernel", action="append", metavar="NAME", help="check only these kernels")
+    v.add_argument("--json", action="store_true", help="print the results as JSON")
+    v.add_argument("--no-staging", action="store_true", help="skip the pipelined-buffer obligations")
+    v.add_argument("--timeout-ms", type=int, default=None, help="z3 time limit per obligation")
+    v.set_defaults(func=_verify)
+    from .agent.cli import add_warmup_parser
+    add_warmup_parser(sub)
+    for name, text in PLANNED.items():
+        sp = sub.add_parser(name, help=f"{text} (not implemented yet)")
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+        sp.set_defaults(func=_planned(name))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

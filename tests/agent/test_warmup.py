@@ -1,0 +1,97 @@
+"""`argus warmup` on the CPU: fills the cache from a shapes file, and a second run skips everything."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from argus_inductor.agent import cli, shapes
+from argus_inductor.agent.opspecs import Problem, signature_for
+from argus_inductor.cache import KernelCache
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = [
+    {"op": "softmax", "R": 6, "C": 40, "dtype": "float32"},
+    {"op": "softmax", "R": 7, "C": 40, "dtype": "float32"},   # same signature (R bucket 5-8): one job
+    {"op": "gemm", "M": 9, "N": 24, "K": 40, "dtype": "float32", "epilogue": "bias+relu"},
+]
+
+
+def args(shapes_file: Path, cache: Path, tmp: Path, *more: str) -> list[str]:
+    return ["--shapes", str(shapes_file), "--cache-dir", str(cache), "--policy", "offline", "--trials", "1",
+            "--json-out", str(tmp / "rows.json"), "--table-out", str(tmp / "table.md"), *more]
+
+
+def test_warmup_fills_the_cache_and_a_second_run_skips_everything(tmp_path: Path, capsys) -> None:
+    sf = tmp_path / "shapes.json"
+    sf.write_text(json.dumps(SHAPES))
+    cache = tmp_path / "cache"
+    assert cli.main(args(sf, cache, tmp_path)) == 0
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == 2
+    assert all(r["source"].split("/")[0] in ("baseline", "offline") for r in rows), rows
+    kc = KernelCache(cache)
+    assert len(kc.entries()) == 2
+    for r in rows:
+        e = kc.get(r["key"])
+        assert e is not None and e.origin == "warmup" and e.verification["ok"]
+        assert (cache / "kernels" / f"{r['key']}.trials.jsonl").is_file()
+    assert len((cache / "experience.jsonl").read_text().splitlines()) == 2
+    out = capsys.readouterr()
+    assert "| signature | source |" in out.out and "2 synthesized" in out.out
+    assert "2/2" in out.err  # the progress line
+
+    t0 = time.perf_counter()
+    assert cli.main(args(sf, cache, tmp_path)) == 0
+    rows2 = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["source"] for r in rows2] == ["cache (already there)"] * 2
+    assert time.perf_counter() - t0 < 20
+    assert "0 synthesized, 2 already cached" in (tmp_path / "table.md").read_text()
+
+
+def test_warmup_in_a_worker_process_enables_the_interpreter_itself(tmp_path: Path) -> None:
+    """A process that did not start with ARGUS_INTERPRET spawns its worker with the interpreter on."""
+    sf = tmp_path / "shapes.json"
+    sf.write_text(json.dumps(SHAPES[:1]))
+    env = {k: v for k, v in os.environ.items() if k not in ("ARGUS_INTERPRET", "TRITON_INTERPRET")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "argus_inductor.cli", "warmup", *args(sf, tmp_path / "c", tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert rows[0]["source"].split("/")[0] in ("baseline", "offline")
+
+
+def test_misses_and_model_configs_become_jobs(tmp_path: Path) -> None:
+    kc = KernelCache(tmp_path)
+    sig = signature_for(Problem("gemm", "", {"N": 24, "K": 40, "M": 9}, "float32"), "cpu")
+    kc.record_miss(sig)
+    jobs = shapes.from_misses(kc.misses())
+    assert len(jobs) == 1 and jobs[0].signature_on("cpu") == sig
+    mixtral = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}
+    jobs = shapes.from_config(mixtral, [1, 2048])
+    ops = [(j.problem.op, j.problem.epilogue, j.problem.dims.get("M", j.problem.dims.get("T"))) for j in jobs]
+    assert ("moe", "top2,silu", 1) in ops and ("moe", "top2,silu", 2048) in ops
+    assert ("attention", "causal,gqa4", None) in [(o, e, None) for o, e, _ in ops]
+    decode = [j for j in jobs if j.problem.op == "attention" and j.problem.dims["S"] == 1]
+    assert decode and decode[0].problem.dims["T"] == 4096 and decode[0].problem.epilogue == "gqa4"
+    llama = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "head_dim": 16}
+    jobs = shapes.from_config(llama, [16])
+    names = {j.label.split(" ")[0] for j in jobs}
+    assert {"q_proj", "o_proj", "gate/up_proj", "down_proj", "prefill"} <= names
+    assert any(j.problem.epilogue == "silu*up" for j in jobs)
+
+
+def test_the_fast_kernels_preset_matches_the_benchmark() -> None:
+    ops_mod = __import__("benchmarks.ops", fromlist=["GEMM_M"])
+    jobs = shapes.from_preset("fast-kernels")
+    gemm = {(j.problem.dims["M"], j.problem.dims["N"], j.problem.dims["K"]) for j in jobs if j.problem.op == "gemm"}
+    want = {(m, n, k) for m in ops_mod.GEMM_M for n, k in ops_mod.GEMM_NK} | {(8192, 8192, 8192)}
+    assert gemm == want
+    attn = [j for j in jobs if j.problem.op == "attention"]
+    moe = [j for j in jobs if j.problem.op == "moe"]
+    assert len(attn) == len(ops_mod.ATTN) and len(moe) == len(ops_mod.MOE)
