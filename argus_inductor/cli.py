@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 PLANNED = {
-    "cache": "inspect or clear the compiled-kernel cache",
     "bench": "benchmark kernels against their PyTorch reference",
 }
 
@@ -64,6 +63,44 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+def _cache(args: argparse.Namespace) -> int:
+    import shutil
+
+    from .cache import KernelCache
+    from .signature import Signature
+
+    cache = KernelCache(args.cache_dir)
+    if args.action == "clear":
+        if not args.yes:
+            print(f"argus cache clear: this deletes {cache.root}; add --yes to do it", file=sys.stderr)
+            return 2
+        if cache.root.exists():
+            shutil.rmtree(cache.root)
+        print(f"cleared {cache.root}")
+        return 0
+    if args.action == "misses":
+        rows = cache.misses()
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"{len(rows)} missed signature(s) in {cache.misses_file}")
+        for m in rows:
+            sig = Signature.from_dict(m["signature"]).short()
+            print(f"  {'solved ' if m['solved'] else 'pending'}  x{m['count']:<5} {sig}")
+        return 0
+    entries = cache.entries()
+    if args.json:
+        print(json.dumps([e.to_json() for e in entries], indent=2, default=str))
+        return 0
+    print(f"{len(entries)} kernel(s) in {cache.root}")
+    for e in entries:
+        ms = e.timings.get("ms")
+        t = f"{ms:.4f} ms" if isinstance(ms, (int, float)) else "not timed"
+        status = e.verification.get("status", "verified" if e.verification.get("ok") else "?")
+        print(f"  {e.sig().short():<70} {e.origin:<11} {status:<12} {t}")
+    return 0
+
+
 def _planned(name: str) -> Any:
     def run(args: argparse.Namespace) -> int:
         print(f"argus {name}: not implemented yet ({PLANNED[name]}).", file=sys.stderr)
@@ -91,6 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=_verify)
     from .agent.cli import add_warmup_parser
     add_warmup_parser(sub)
+    c = sub.add_parser("cache", help="list the cached kernels, the recorded misses, or clear the cache",
+                       description="Inspect or clear the kernel cache (ARGUS_CACHE_DIR, default ~/.cache/argus).")
+    c.add_argument("action", nargs="?", choices=["list", "misses", "clear"], default="list",
+                   help="list cached kernels (default), list signatures that ran without one, or delete all")
+    c.add_argument("--cache-dir", default=None, help="the cache folder (default: ARGUS_CACHE_DIR)")
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.add_argument("--yes", action="store_true", help="confirm `clear`")
+    c.set_defaults(func=_cache)
     for name, text in PLANNED.items():
         sp = sub.add_parser(name, help=f"{text} (not implemented yet)")
         sp.add_argument("rest", nargs=argparse.REMAINDER)
