@@ -11,11 +11,14 @@ from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
     arange,
+    assert_tag,
+    assume,
     cdiv,
     constexpr,
     exp2,
     float32,
     full,
+    implies,
     inf,
     load,
     max,
@@ -24,6 +27,7 @@ from ..dsl.lang import (
     mma,
     store,
     sum,
+    tag_of,
     tile_grid,
     trans,
     where,
@@ -47,6 +51,7 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
     z = zh // H
     h = zh % H
     hk = h // (H // HK)
+    assume((H % HK == 0) & (D <= BD))
     rm = pm * BM + arange(BM)
     rd = arange(BD)
     qk_scale = scale * 1.4426950408889634
@@ -61,7 +66,10 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
         rn = n0 + arange(BN)
         k = load(K[z, hk, rn, rd])
         v = load(V[z, hk, rn, rd])
+        assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
+                   "query head h reads the key/value head of its GQA group")
         s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
+        assert_tag(implies(CAUSAL == 1, tag_of(s, "T") <= tag_of(s, "S")), "a causal score never looks ahead")
         m_new = maximum(m_i, max(s, 1))
         alpha = exp2(m_i - m_new)
         p = exp2(s - m_new[:, None])
@@ -73,8 +81,11 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
             rn = n0 + arange(BN)
             k = load(K[z, hk, rn, rd])
             v = load(V[z, hk, rn, rd])
+            assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
+                       "query head h reads the key/value head of its GQA group")
             visible = (rn[None, :] < T) & (rn[None, :] <= rm[:, None])
             s = where(visible, mma(q, trans(k)) * qk_scale, -inf)
+            assert_tag(tag_of(s, "T") <= tag_of(s, "S"), "a causal score never looks ahead")
             m_new = maximum(m_i, max(s, 1))
             alpha = exp2(m_i - m_new)
             p = exp2(s - m_new[:, None])
@@ -94,6 +105,7 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
     z = zk // HK
     hk = zk % HK
     g = H // HK
+    assume((S == 1) & (H % HK == 0) & (g <= BG) & (D <= BD))
     rg = arange(BG)
     hrow = hk * g + rg
     rd = arange(BD)

@@ -8,6 +8,8 @@ from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
     arange,
+    assert_tag,
+    assume,
     atomic_add,
     cdiv,
     constexpr,
@@ -17,6 +19,8 @@ from ..dsl.lang import (
     mma,
     silu,
     store,
+    tag,
+    tag_of,
     tile_grid,
     trans,
     zeros,
@@ -35,6 +39,7 @@ def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: T
     """
     pb, pn = tile_grid(NB, cdiv(I, BN))
     e = load(block_expert[pb])
+    assume((e >= 0) & (e <= E))
     if e < E:
         rp = pb * BM + arange(BM)
         pair = load(sorted_ids[rp])
@@ -45,10 +50,13 @@ def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: T
         for k in range(0, HD, BK):
             rk = k + arange(BK)
             x = load(X[tok, rk])
+            tag(x, expert=load(block_expert[rp // BM])[:, None])
             wg = load(W1[e, rn, rk], mask=(rn < I)[:, None])
             wu = load(W1[e, rn + I, rk])
+            assert_tag(tag_of(wu, "I2") == tag_of(wg, "I2") + I, "up rows sit I below their gate rows")
             gate = mma(x, trans(wg), gate)
             up = mma(x, trans(wu), up)
+            assert_tag(tag_of(gate, "expert") == tag_of(gate, "E"), "each row meets its own expert's weights")
         store(Hout[rp, rn], silu(gate) * up)
 
 
@@ -59,6 +67,7 @@ def moe_down(Hin: Tensor("P", "I"), W2: Tensor("E", "HD", "I"), sorted_ids: Tens
     """Y[token] += routing_weight * (Hin[p] W2[e]^T), scattered back to token order (Y is float32)."""
     pb, pn = tile_grid(NB, cdiv(HD, BN))
     e = load(block_expert[pb])
+    assume((e >= 0) & (e <= E))
     if e < E:
         rp = pb * BM + arange(BM)
         pair = load(sorted_ids[rp])
@@ -67,9 +76,14 @@ def moe_down(Hin: Tensor("P", "I"), W2: Tensor("E", "HD", "I"), sorted_ids: Tens
         acc = zeros((BM, BN), float32)
         for k in range(0, I, BK):
             rk = k + arange(BK)
-            acc = mma(load(Hin[rp, rk]), trans(load(W2[e, rn, rk])), acc)
+            hrow = load(Hin[rp, rk])
+            tag(hrow, expert=load(block_expert[rp // BM])[:, None], pair=pair[:, None])
+            acc = mma(hrow, trans(load(W2[e, rn, rk])), acc)
+            assert_tag(tag_of(acc, "expert") == tag_of(acc, "E"), "each row meets its own expert's weights")
         w = load(topk_weights[pair]).to(float32)
-        atomic_add(Y[tok, rn], acc * w[:, None])
+        y = acc * w[:, None]
+        assert_tag(tag_of(y, "TK") == tag_of(y, "pair"), "each row is scaled by its own routing weight")
+        atomic_add(Y[tok, rn], y)
 
 
 def moe_align_block(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
