@@ -24,8 +24,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
-from argus_inductor.kernels import attention, gemm  # noqa: E402
-from benchmarks.ops import ATTN, GEMM_M, GEMM_NK  # noqa: E402
+from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
+from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, eager_moe  # noqa: E402
 
 
 def bench(fn, copies: list | None = None) -> float:
@@ -152,6 +152,50 @@ def sweep_attention(rows: list[dict]) -> None:
                   f"{peer:.4f} ms = {peer / best[0]:.2f}x  {best[1].key()}", flush=True)
 
 
+def moe_candidates(tokens: int, topk: int, experts: int) -> list[tuple[Policy, Policy]]:
+    if tokens * topk <= 64 * experts:
+        ups = [(16, 64, 128, 4, 5), (16, 128, 64, 4, 3), (16, 32, 128, 4, 5), (16, 64, 64, 4, 4)]
+        downs = [(64, 128, 4, 5), (128, 64, 4, 3), (32, 128, 4, 5)]
+    else:
+        ups = [(64, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 128, 64, 8, 3), (128, 256, 64, 8, 3)]
+        downs = [(128, 64, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4)]
+    return [(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st),
+             Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst))
+            for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
+
+
+def sweep_moe(rows: list[dict]) -> None:
+    from benchmarks.ops import grouped_moe
+
+    for t, hd, inter, e, topk in MOE:
+        x = torch.randn(t, hd, device="cuda", dtype=torch.bfloat16)
+        w1 = torch.randn(e, 2 * inter, hd, device="cuda", dtype=torch.bfloat16) * hd**-0.5
+        w2 = torch.randn(e, hd, inter, device="cuda", dtype=torch.bfloat16) * inter**-0.5
+        tw, ti = torch.topk(torch.softmax(torch.randn(t, e, device="cuda"), -1), topk)
+        tw = tw.to(torch.bfloat16)
+        ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
+        peer = bench(lambda: grouped_moe(x, w1, w2, tw, ti))
+        best = None
+        for up, down in moe_candidates(t, topk, e):
+            pol = {"moe_gate_up": up.as_dict(), "moe_down": {k: v for k, v in down.as_dict().items() if k != "BM"}}
+            try:
+                y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
+                err = rel(y, ref)
+                if not err < 2e-2:
+                    rows.append(dict(op="moe", shape=[t, hd, inter, e, topk], policy=pol, error=f"rel err {err}"))
+                    continue
+                tm = bench(lambda: moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down))
+            except Exception as ex:
+                rows.append(dict(op="moe", shape=[t, hd, inter, e, topk], policy=pol, error=str(ex)[:200]))
+                continue
+            rows.append(dict(op="moe", shape=[t, hd, inter, e, topk], policy=pol, ms=tm, peer_ms=peer, rel_err=err))
+            if best is None or tm < best[0]:
+                best = (tm, up, down)
+        if best:
+            print(f"moe T={t} H={hd} I={inter} E={e} k={topk}: best {best[0]:.4f} ms vs grouped_mm {peer:.4f} ms "
+                  f"= {peer / best[0]:.2f}x  up {best[1].key()} down {best[2].key()}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="gemm,attention")
@@ -164,6 +208,8 @@ def main() -> None:
     for op in args.ops.split(","):
         if op.strip() == "gemm":
             sweep_gemm(rows, args.max_m)
+        elif op.strip() == "moe":
+            sweep_moe(rows)
         else:
             sweep_attention(rows)
     out = Path(args.out)

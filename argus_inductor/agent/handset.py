@@ -13,6 +13,8 @@ from .plan import Plan
 def _key(op: str, dims: dict[str, Any], causal: bool = False) -> tuple[Any, ...]:
     if op == "gemm":
         return ("gemm", dims["M"], dims["N"], dims["K"])
+    if op == "moe":
+        return ("moe", dims["T"], dims["HD"], dims["I"], dims["E"], dims["TOPK"])
     return ("attention", dims["Z"], dims["H"], dims["HK"], dims["S"], dims["T"], dims["D"], bool(causal))
 
 
@@ -28,6 +30,9 @@ def load(paths: list[Path | str]) -> dict[tuple[Any, ...], dict[str, Any]]:
                 continue
             if r.get("op") == "gemm":
                 key = _key("gemm", {"M": r["m"], "N": r["n"], "K": r["k"]})
+            elif r.get("op") == "moe":
+                t, hd, inter, e, topk = r["shape"]
+                key = _key("moe", {"T": t, "HD": hd, "I": inter, "E": e, "TOPK": topk})
             elif r.get("op") == "attention":
                 z, h, hk, s, t, d, causal = r["shape"]
                 key = _key("attention", {"Z": z, "H": h, "HK": hk, "S": s, "T": t, "D": d}, causal)
@@ -44,6 +49,8 @@ def lookup(table: dict[tuple[Any, ...], dict[str, Any]], problem: Problem) -> di
         return table.get(_key("gemm", problem.dims))
     if problem.op == "attention":
         return table.get(_key("attention", problem.dims, "causal" in problem.epilogue.split(",")))
+    if problem.op == "moe":
+        return table.get(_key("moe", problem.dims))
     return None
 
 
