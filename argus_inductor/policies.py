@@ -13,6 +13,8 @@ def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
     if m <= 128:
         if k >= 3 * n:  # long K, few output tiles: split K in two (sweep-gemm-splitk-2026-11-22.json)
             return Policy.make(BM=128, BN=64, BK=128, num_warps=8, num_stages=4, SPLIT_K=2)
+        if n <= 4096:  # sweep-gemm-splitk-2026-11-22.json: M=128, N=K=4096
+            return Policy.make(BM=64, BN=64, BK=128, num_warps=4, num_stages=4)
         return Policy.make(BM=128, BN=128 if n >= 8192 else 64, BK=128 if n < 8192 else 64, num_warps=8,
                            num_stages=4)
     return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
@@ -33,9 +35,15 @@ def attention_policy(s: int, d: int, target: str, causal: bool = False) -> Polic
 
 
 def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Policy, Policy]:
+    """(gate-up, down) policies by rows per expert; from benchmarks/results/sweep-moe-2026-11-22.json."""
     if target == "interpret":
         return Policy.make(BM=16, BN=16, BK=16), Policy.make(BN=16, BK=16)
-    bm = 16 if tokens * topk <= 64 * experts else 64
-    warps = 4 if bm == 16 else 8
-    return (Policy.make(BM=bm, BN=128, BK=64, num_warps=warps, num_stages=3),
-            Policy.make(BN=128, BK=64, num_warps=warps, num_stages=3))
+    rows_per_expert = tokens * topk / experts
+    if rows_per_expert <= 4:  # decode: a few rows per expert, weight streaming dominates
+        return (Policy.make(BM=16, BN=32, BK=128, num_warps=4, num_stages=5),
+                Policy.make(BN=64, BK=128, num_warps=4, num_stages=5))
+    if rows_per_expert <= 64:
+        return (Policy.make(BM=16, BN=128, BK=64, num_warps=4, num_stages=3),
+                Policy.make(BN=128, BK=64, num_warps=4, num_stages=3))
+    return (Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3),
+            Policy.make(BN=256, BK=64, num_warps=8, num_stages=3))
