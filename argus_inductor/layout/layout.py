@@ -9,7 +9,9 @@ follows CuTe's definitions; operations whose divisibility conditions fail raise
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .inttuple import (
     IntTuple,
@@ -258,6 +260,14 @@ def _rebuild(parts: list[Layout], profile: IntTuple) -> Layout:
     return build(profile)
 
 
+def _by_mode(a: Layout, tiler: tuple, op: Callable[[Layout, Any], Layout]) -> Layout:
+    """Apply ``op`` to each mode of ``a`` with the matching tiler entry (``None`` keeps the mode)."""
+    if len(tiler) > a.rank():
+        raise ValueError(f"tiler {tiler} has more modes than layout {a}")
+    return make_layout(*(a[i] if i >= len(tiler) or tiler[i] is None else op(a[i], tiler[i])
+                         for i in range(a.rank())))
+
+
 def composition(a: Layout, b: Tiler) -> Layout:
     """Functional composition ``R = A o B`` with ``R(c) == A(B(c))``, shaped like ``B``.
 
@@ -271,13 +281,7 @@ def composition(a: Layout, b: Tiler) -> Layout:
     ``R(c) == a(b(c))`` is exact for ``b``'s image inside ``[0, size(a))``.
     """
     if isinstance(b, tuple):
-        if len(b) > a.rank():
-            raise ValueError(f"tiler {b} has more modes than layout {a}")
-        out = []
-        for i in range(a.rank()):
-            ti = b[i] if i < len(b) else None
-            out.append(a[i] if ti is None else composition(a[i], ti))
-        return make_layout(*out)
+        return _by_mode(a, b, composition)
     bl = _as_layout(b)
     ca = coalesce(a)
     shapes, strides = flatten(ca.shape), flatten(ca.stride)
@@ -349,13 +353,7 @@ def logical_divide(a: Layout, tiler: Tiler) -> Layout:
     With a tuple tiler the divide is applied to each mode of ``a`` (by-mode).
     """
     if isinstance(tiler, tuple):
-        if len(tiler) > a.rank():
-            raise ValueError(f"tiler {tiler} has more modes than layout {a}")
-        out = []
-        for i in range(a.rank()):
-            ti = tiler[i] if i < len(tiler) else None
-            out.append(a[i] if ti is None else logical_divide(a[i], ti))
-        return make_layout(*out)
+        return _by_mode(a, tiler, logical_divide)
     b = _as_layout(tiler)
     return composition(a, make_layout(b, complement(b, a.size())))
 
@@ -389,13 +387,7 @@ def logical_product(a: Layout, b: Tiler) -> Layout:
     With a tuple ``b`` the product is applied to each mode of ``a`` (by-mode).
     """
     if isinstance(b, tuple):
-        if len(b) > a.rank():
-            raise ValueError(f"tiler {b} has more modes than layout {a}")
-        out = []
-        for i in range(a.rank()):
-            ti = b[i] if i < len(b) else None
-            out.append(a[i] if ti is None else logical_product(a[i], ti))
-        return make_layout(*out)
+        return _by_mode(a, b, logical_product)
     bl = _as_layout(b)
     return make_layout(a, composition(complement(a, a.size() * bl.cosize()), bl))
 
