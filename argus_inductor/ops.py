@@ -818,7 +818,3 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
 @moe.register_fake
 def _(hidden, topk_weights, topk_ids, w1, w2, node_id):
     return hidden.new_empty(hidden.shape)
-
-
-def default_scale(d: int) -> float:
-    return 1.0 / math.sqrt(d)

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import lang
 from .errors import DSLError
-from .ir import Block, ConstParam, KernelIR, Op, ScalarParam, TensorParam, Value
+from .ir import Block, ConstParam, KernelIR, Op, ScalarParam, TensorParam, Value, walk_block
 from .types import (
     DTYPES,
     MMA_OPERAND_DTYPES,
@@ -160,7 +160,7 @@ class Frontend:
         if self.grid is None:
             raise self.err("the kernel never declares its launch grid",
                            "start the body with e.g. `pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))`", self.fn)
-        if not any(op.kind in ("store", "atomic_add") for op in _walk(body)):
+        if not any(op.kind in ("store", "atomic_add") for op in walk_block(body)):
             raise self.err("the kernel never writes an output",
                            "write results with store(Out[...], value) or atomic_add(...)", self.fn)
         return KernelIR(self.fn.name, params, body, self.filename, self.first_line, self.source, self.grid,
@@ -666,7 +666,7 @@ class Frontend:
         if name is None:
             if fn in (builtins.min, builtins.max) and len(node.args) == 2 and not node.keywords:
                 a, b = (self.value(self.expr(x), x) for x in node.args)
-                return self.elementwise2("minimum" if fn is builtins.min else "maximum", a, b, node)
+                return self.binary("min" if fn is builtins.min else "max", a, b, node)
             if fn is builtins.float and len(node.args) == 1 and isinstance(node.args[0], ast.Constant):
                 try:
                     return self.const(float(node.args[0].value), node)
@@ -780,9 +780,6 @@ class Frontend:
     def cast(self, v: Value, dt: AnyDType, node: ast.AST) -> Value:
         t = TileType(v.shape, dt) if v.is_tile else ScalarType(dt, v.is_const)
         return self.emit("cast", [v], {"dtype": dt}, [t], node).result
-
-    def elementwise2(self, name: str, a: Value, b: Value, node: ast.AST) -> Value:
-        return self.binary("max" if name == "maximum" else "min", a, b, node)
 
     def op_maximum(self, node: ast.Call) -> Value:
         a_n, b_n = self.args(node, ["a", "b"], 2)
@@ -1053,10 +1050,3 @@ def _assigned_names(stmts: list[ast.stmt]) -> list[str]:
             elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
                 out[node.target.id] = None
     return list(out)
-
-
-def _walk(block: Block):
-    for op in block.ops:
-        yield op
-        for b in op.blocks:
-            yield from _walk(b)

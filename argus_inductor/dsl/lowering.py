@@ -8,9 +8,9 @@ from typing import Any
 
 from .errors import DSLError
 from .evaluate import eval_scalar
-from .ir import Block, KernelIR, Op, TensorParam, Value, walk_block
+from .ir import Block, KernelIR, Op, TensorParam, Value
 from .policy import Policy
-from .types import AnyDType, DType, ScalarType, TensorDType, TileType, float32
+from .types import AnyDType, TensorDType, TileType, float32
 
 TARGETS = ("cuda", "hip", "interpret")
 
@@ -448,9 +448,4 @@ def lower(ir: KernelIR, policy: Policy, target: str = "cuda") -> tuple[LoweredSo
     return _Emitter(ir, policy, target, consts).run(), consts
 
 
-def ghost_free(ir: KernelIR) -> bool:
-    """True when no op would be lowered from a tag or assertion (used by tests)."""
-    return all(not (op.kind in ("tag", "assert_tag", "tag_of") and not op.ghost) for op in walk_block(ir.body))
-
-
-__all__ = ["lower", "LoweredSource", "resolve_consts", "TARGETS", "ScalarType", "DType"]
+__all__ = ["lower", "LoweredSource", "resolve_consts", "TARGETS"]
