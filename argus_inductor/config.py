@@ -28,6 +28,7 @@ class Options:
     ops: str = "gemm,attention,moe"  # ARGUS_OPS: which subgraph kinds Argus takes
     verify: bool = True            # ARGUS_VERIFY: run the invariant checker on kernels stored in the cache
     optimize: bool = True          # ARGUS_OPTIMIZE: replace traced MoE expert blocks by torch.ops.argus.moe
+    cudagraphs: bool = True        # ARGUS_CUDAGRAPHS: on a GPU, let Inductor capture the graph in CUDA graphs
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
@@ -39,6 +40,7 @@ class Options:
             "ops": os.environ.get("ARGUS_OPS", "gemm,attention,moe"),
             "verify": _env_bool("ARGUS_VERIFY", True),
             "optimize": _env_bool("ARGUS_OPTIMIZE", True),
+            "cudagraphs": _env_bool("ARGUS_CUDAGRAPHS", True),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

@@ -35,7 +35,7 @@ from . import reporting as _report
 from .cache import CacheEntry, KernelCache
 from .config import Options
 from .dsl import Kernel, Policy, kernels_from_source
-from .kernels.attention import attention_decode, attention_fwd
+from .kernels.attention import attention_decode, attention_fwd, mask_operand
 from .kernels.gemm import ACTIVATIONS, bias_act_cast, bmm_kernel, gemm_epilogue, gemm_splitk
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
@@ -47,7 +47,6 @@ _ACTIVE = Options.resolve()
 SUPPORTED_ARCHS = ("sm_90", "gfx942")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DSL_HEADER = "from argus_inductor.dsl import *\n\n"
-MASKED = -1e4  # an additive mask value at or below this hides its key
 _LOCK = threading.Lock()
 _SAID: set[str] = set()
 
@@ -176,7 +175,7 @@ def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
 def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
     d = sig.dims()["D"]
     return {"attention_fwd": {"BD": 1 << builtins.max(4, (d - 1).bit_length()),
-                              "CAUSAL": int("causal" in _epi_parts(sig))}}
+                              "CAUSAL": int("causal" in _epi_parts(sig)), "HAS_MASK": int("mask" in _epi_parts(sig))}}
 
 
 def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
@@ -187,11 +186,13 @@ def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Polic
     p = Policy.make(**dict(policy))
     bd = 1 << builtins.max(4, (st["D"] - 1).bit_length())
     group = st["H"] // st["HK"]
+    has_mask = int("mask" in _epi_parts(sig))
     if dims.get("S") == "1" and "causal" not in _epi_parts(sig) and group <= 64 and "BG" not in dict(p.consts):
-        dec = Policy.make(BG=1 << builtins.max(4, (group - 1).bit_length()), BN=p.const("BN", 64), BD=bd)
+        dec = Policy.make(BG=1 << builtins.max(4, (group - 1).bit_length()), BN=p.const("BN", 64), BD=bd,
+                          HAS_MASK=has_mask)
         return {"attention_decode": replace(dec, num_warps=p.num_warps, num_stages=p.num_stages)}
     if "BG" in dict(p.consts):  # a stored decode policy
-        return {"attention_decode": p.with_consts(BD=bd)}
+        return {"attention_decode": p.with_consts(BD=bd, HAS_MASK=has_mask)}
     return {"attention_fwd": p.with_consts(**_attention_consts(sig)["attention_fwd"])}
 
 
@@ -522,7 +523,8 @@ def _run(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Pla
         plan = plan_for(sig, target, {"reference": fallback_fn, "tensors": tensors})
         if plan is None:
             reason = "fallback (cache miss, ARGUS_ON_MISS=fallback)"
-    timed = _ACTIVE.report or not tensors[0].is_cuda  # a host clock costs nothing on the CPU
+    # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture
+    timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
     if timed and tensors[0].is_cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -679,24 +681,34 @@ def _(a, b, node_id):
 
 
 def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, node_id: str,
-                   fallback: Callable[[], Tensor]) -> Tensor:
+                   fallback: Callable[[], Tensor], mask: Tensor | None = None) -> Tensor:
     z, h, s, d = q.shape
     hk, t = k.shape[1], k.shape[2]
     sc = scale if scale is not None else 1.0 / math.sqrt(d)
 
     def sig() -> Signature:
-        epi = ",".join(p for p in ("causal" if causal else "", f"gqa{h // hk}" if h != hk else "") if p)
-        return make_signature("attention", epi, [q, k, v], {"H": h, "HK": hk, "D": d}, {"Z": z, "S": s, "T": t})
+        parts = ("causal" if causal else "", f"gqa{h // hk}" if h != hk else "", "mask" if mask is not None else "")
+        return make_signature("attention", ",".join(p for p in parts if p), [q, k, v], {"H": h, "HK": hk, "D": d},
+                              {"Z": z, "S": s, "T": t})
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, as the fake says
         name = "attention_decode" if "attention_decode" in plan.policies else "attention_fwd"
-        plan.kernels[name](q, k, v, out, sc, policy=plan.policies[name], target=target)
+        plan.kernels[name](q, k, v, mask_operand(mask, q, k), out, sc, policy=plan.policies[name], target=target)
         return out
 
     if v.shape != k.shape or h % hk or q.shape[0] != k.shape[0] or q.shape[-1] != d:
         return fallback()
-    return _run(node_id, sig, run, fallback, [q, k, v], (causal,))
+    if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not _broadcasts(
+            mask.shape, (z, h, s, t))):
+        return fallback()
+    return _run(node_id, sig, run, fallback, [q, k, v], (causal, mask is None))
+
+
+def _broadcasts(shape: tuple[int, ...] | torch.Size, to: tuple[int, ...]) -> bool:
+    if len(shape) > len(to):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(tuple(shape)), reversed(to)))
 
 
 @torch.library.custom_op("argus::attention", mutates_args=())
@@ -715,51 +727,17 @@ def _(q, k, v, is_causal, scale, node_id):
     return q.new_empty(*q.shape[:-1], v.shape[-1])
 
 
-def mask_kind(mask: Tensor, s: int, t: int) -> str:
-    """'none' when `mask` hides nothing, 'causal' when it is the top-left causal mask (key j visible to
-    query i iff j <= i, as is_causal=True), else 'other'. A bool mask keeps True; a float mask is
-    additive (0 keeps, -inf or a number <= -1e4 hides, like the dtype minimum transformers uses)."""
-    if mask.dim() < 2 or mask.shape[-2] not in (1, s) or mask.shape[-1] not in (1, t):
-        return "other"
-    if mask.dtype == torch.bool:
-        keep = mask
-    elif mask.is_floating_point():
-        keep = mask == 0
-        hidden = mask <= MASKED  # exp(score - 1e4) is 0 in every float type for any sane score
-        if not bool((keep | hidden).all()):
-            return "other"
-    else:
-        return "other"
-    if bool(keep.all()):
-        return "none"
-    rows = torch.arange(s, device=mask.device)[:, None]
-    cols = torch.arange(t, device=mask.device)[None, :]
-    if bool((keep == (cols <= rows)).all()):
-        return "causal"
-    return "other"
-
-
 @torch.library.custom_op("argus::attention_mask", mutates_args=())
 def attention_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None, node_id: str) -> Tensor:
-    """softmax(q k^T * scale + mask) v (a bool mask keeps True) for q (Z, H, S, D), k/v (Z, HK, T, D).
-
-    The mask is looked at when the op runs: a causal or all-visible mask runs the Argus kernel; any
-    other mask runs the aten op with it."""
-    z, h, s, d = q.shape
-    hk, t = k.shape[1], k.shape[2]
+    """softmax(q k^T * scale + mask) v (a bool mask keeps True) for q (Z, H, S, D), k/v (Z, HK, T, D), the mask
+    broadcasting to (Z, H, S, T). The kernel reads the mask itself: nothing is decided from its values on the
+    host, so the op never synchronizes and can be captured in a CUDA graph."""
+    h, hk = q.shape[1], k.shape[1]
 
     def fallback() -> Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=h != hk)
 
-    kind = mask_kind(mask, s, t)
-    if kind == "other":
-        t0 = time.perf_counter()
-        out = fallback()
-        ms = None if q.is_cuda else (time.perf_counter() - t0) * 1e3
-        sig = make_signature("attention", "mask", [q, k, v], {"H": h, "HK": hk, "D": d}, {"Z": z, "S": s, "T": t})
-        _report.record_call(node_id, sig.short(), "fallback (mask neither causal nor empty)", ms)
-        return out
-    return _attention_run(q, k, v, kind == "causal", scale, node_id, fallback)
+    return _attention_run(q, k, v, False, scale, node_id, fallback, mask)
 
 
 @attention_mask.register_fake

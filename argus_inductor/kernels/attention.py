@@ -38,9 +38,14 @@ from ..dsl.runtime import kernel
 
 @kernel
 def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"), V: Tensor("Z", "HK", "T", "D"),
-                  O: Tensor("Z", "H", "S", "D"), scale: float,
-                  BM: constexpr = 64, BN: constexpr = 64, BD: constexpr = 64, CAUSAL: constexpr = 0):
-    """O = softmax(Q K^T * scale [+ causal mask]) V; query head h reads key/value head h // (H // HK).
+                  Mask: Tensor("Z", "H", "S", "T"), O: Tensor("Z", "H", "S", "D"), scale: float,
+                  BM: constexpr = 64, BN: constexpr = 64, BD: constexpr = 64, CAUSAL: constexpr = 0,
+                  HAS_MASK: constexpr = 0):
+    """O = softmax(Q K^T * scale [+ Mask] [+ causal mask]) V; query head h reads key/value head h // (H // HK).
+
+    Mask (HAS_MASK=1) is additive (any float dtype), broadcast by zero strides; entries below -1e30 count as
+    -1e30, so a row whose keys are all hidden averages them (as SDPA does for a dtype-minimum mask)
+    instead of dividing 0 by 0.
 
     The causal mask is top-left aligned (key j is visible to query i when j <= i), as in
     scaled_dot_product_attention(is_causal=True). Causal programs walk the keys in two loops: the
@@ -69,6 +74,8 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
         assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
                    "query head h reads the key/value head of its GQA group")
         s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
+        if HAS_MASK == 1:
+            s = s + maximum(load(Mask[z, h, rm, rn]).to(float32), -1e30) * 1.4426950408889634
         assert_tag(implies(CAUSAL == 1, tag_of(s, "T") <= tag_of(s, "S")), "a causal score never looks ahead")
         m_new = maximum(m_i, max(s, 1))
         alpha = exp2(m_i - m_new)
@@ -85,6 +92,8 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
                        "query head h reads the key/value head of its GQA group")
             visible = (rn[None, :] < T) & (rn[None, :] <= rm[:, None])
             s = where(visible, mma(q, trans(k)) * qk_scale, -inf)
+            if HAS_MASK == 1:
+                s = s + maximum(load(Mask[z, h, rm, rn]).to(float32), -1e30) * 1.4426950408889634
             assert_tag(tag_of(s, "T") <= tag_of(s, "S"), "a causal score never looks ahead")
             m_new = maximum(m_i, max(s, 1))
             alpha = exp2(m_i - m_new)
@@ -97,8 +106,8 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
 
 @kernel
 def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"), V: Tensor("Z", "HK", "T", "D"),
-                     O: Tensor("Z", "H", "S", "D"), scale: float,
-                     BG: constexpr = 16, BN: constexpr = 64, BD: constexpr = 64):
+                     Mask: Tensor("Z", "H", "S", "T"), O: Tensor("Z", "H", "S", "D"), scale: float,
+                     BG: constexpr = 16, BN: constexpr = 64, BD: constexpr = 64, HAS_MASK: constexpr = 0):
     """Decode: one query token (S == 1) against a long KV cache. The G = H // HK query heads that share a
     key/value head are packed into the rows of one tile, so each K and V row is read once per group."""
     (zk,) = tile_grid(Z * HK)
@@ -119,6 +128,8 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
         k = load(K[z, hk, rn, rd])
         v = load(V[z, hk, rn, rd])
         s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
+        if HAS_MASK == 1:
+            s = s + maximum(load(Mask[z, hrow, 0, rn], mask=(rg < g)[:, None]).to(float32), -1e30) * 1.4426950408889634
         m_new = maximum(m_i, max(s, 1))
         alpha = exp2(m_i - m_new)
         p = exp2(s - m_new[:, None])
@@ -128,10 +139,32 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
     store(O[z, hrow, 0, rd], acc / l_i[:, None], mask=(rg < g)[:, None])
 
 
+def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The Mask argument of the attention kernels: `mask` (bool: True keeps; float: added to the scores)
+    broadcast to (Z, H, S, T) by zero strides, or a placeholder the kernels never read when there is none.
+    Device-side only (no host sync), so it can be captured in a CUDA graph."""
+    z, h, s = q.shape[:3]
+    t = k.shape[2]
+    if mask is None:
+        return torch.empty(1, dtype=torch.float32, device=q.device).expand(z, h, s, t)
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(~mask, -1e30)
+    elif not mask.is_floating_point():
+        raise ValueError(f"an attention mask is bool or floating point, not {mask.dtype}")
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    try:
+        return mask.expand(z, h, s, t)
+    except RuntimeError:
+        raise ValueError(f"attention mask of shape {tuple(mask.shape)} does not broadcast to (Z, H, S, T) = "
+                         f"{(z, h, s, t)}") from None
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               scale: float | None = None, out: torch.Tensor | None = None,
-              policy: Policy | None = None) -> torch.Tensor:
-    """q (Z, H, S, D), k and v (Z, HK, T, D) with H % HK == 0."""
+              policy: Policy | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """q (Z, H, S, D), k and v (Z, HK, T, D) with H % HK == 0; `mask` (optional) broadcasts to (Z, H, S, T):
+    bool (True keeps) or additive float, applied with the causal mask when both are given."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
         raise ValueError(f"attention needs q (Z,H,S,D), k=v (Z,HK,T,D); got {tuple(q.shape)}, {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
@@ -142,6 +175,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         scale = 1.0 / math.sqrt(d)
     if out is None:
         out = torch.empty_like(q)
+    m = mask_operand(mask, q, k)
+    has_mask = int(mask is not None)
     bd = 1 << builtins.max(4, (d - 1).bit_length())
     group = q.shape[1] // k.shape[1]
     if q.shape[2] == 1 and group <= 64 and not causal:
@@ -149,11 +184,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         # alignment would see key 0 only, so causal single-token queries take the general kernel)
         bg = 1 << builtins.max(4, (group - 1).bit_length())
         bn = policy.const("BN", 64) if policy is not None else 64
-        dec = Policy.make(BG=bg, BN=bn, BD=bd)
+        dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask)
         if policy is not None:
             dec = replace(dec, num_warps=policy.num_warps, num_stages=policy.num_stages)
-        attention_decode(q, k, v, out, scale, policy=dec)
+        attention_decode(q, k, v, m, out, scale, policy=dec)
         return out
-    policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal))
-    attention_fwd(q, k, v, out, scale, policy=policy)
+    policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal), HAS_MASK=has_mask)
+    attention_fwd(q, k, v, m, out, scale, policy=policy)
     return out

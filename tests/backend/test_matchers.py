@@ -11,7 +11,6 @@ import torch.nn.functional as F
 
 from argus_inductor import reporting as report_mod
 from argus_inductor.matchers import rewrite
-from argus_inductor.ops import mask_kind
 
 ALL = ("gemm", "attention", "moe")
 
@@ -86,7 +85,7 @@ def test_sdpa_forms(form: str) -> None:
 
 
 @pytest.mark.parametrize("mask", ["bool_causal", "float_causal", "all_visible", "padding"])
-def test_sdpa_with_a_mask_runs_argus_when_the_mask_allows(mask: str) -> None:
+def test_sdpa_with_a_mask_runs_argus(mask: str) -> None:
     q, k, v = _qkv()
     s = q.shape[2]
     causal = torch.ones(s, s, dtype=torch.bool).tril()
@@ -99,8 +98,9 @@ def test_sdpa_with_a_mask_runs_argus_when_the_mask_allows(mask: str) -> None:
         return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), _repeat_kv(v, 2), attn_mask=m)
 
     _check(f, q, k, v, m, kinds=["attention"])
-    src = report_mod.entries()[0].source
-    assert src.startswith("fallback (mask") if mask == "padding" else src.startswith("default"), src
+    src = report_mod.entries()[0].source  # any mask runs the kernel, which reads it (no host-side inspection)
+    assert src.startswith("default"), src
+    assert "mask" in report_mod.entries()[0].signature
 
 
 def _eager_attention(q, k, v, mask=None, scaling=None, rep="expand", dtype_cast=True, div=False):
@@ -148,7 +148,7 @@ def test_hand_written_attention_with_gqa_repetition(variant: str) -> None:
     assert len(matches[0].nodes) >= 5  # matmul, scale, [mask,] softmax, [cast, dropout,] matmul
     e = report_mod.entries()[0]
     assert e.source.startswith("default") and "gqa2" in e.signature
-    assert ("causal" in e.signature) == (variant in ("causal_expand", "div_scale"))
+    assert ("mask" in e.signature) == (variant in ("causal_expand", "div_scale"))  # the kernel applies the mask
 
 
 def test_hand_written_attention_whose_weights_are_also_returned_stays_aten() -> None:
@@ -201,15 +201,3 @@ def test_in_place_updates_survive_the_rewrite() -> None:
         return F.linear(a, w) + out
 
     _check(f, a, w, kinds=["gemm"])
-
-
-def test_mask_kinds() -> None:
-    s, t = 4, 4
-    tril = torch.ones(s, t, dtype=torch.bool).tril()
-    assert mask_kind(tril, s, t) == "causal"
-    assert mask_kind(torch.zeros(1, 1, s, t), s, t) == "none"
-    assert mask_kind(torch.zeros(s, t).masked_fill(~tril, float("-inf")), s, t) == "causal"
-    assert mask_kind(torch.zeros(s, t).masked_fill(~tril, -1.0), s, t) == "other"  # a bias, not a mask
-    assert mask_kind(torch.ones(s, t + 2, dtype=torch.bool).tril(), s, t + 2) == "causal"  # top-left, S < T
-    assert mask_kind(torch.ones(s, t + 2, dtype=torch.bool).tril(2), s, t + 2) == "other"  # bottom-right
-    assert mask_kind(torch.ones(2, 1, 1, t, dtype=torch.bool), 1, t) == "none"

@@ -163,6 +163,41 @@ def test_attention_online_softmax_gqa(dtype, causal):
               f"attention z={z} h={h} hk={hk} s={s} t={t} d={d} causal={causal}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", ["bool_padding", "float_kv_cache_decode", "float_bias_gqa"])
+def test_attention_with_a_mask_tensor(dtype, form):
+    """The kernels read a broadcast mask themselves: key padding (bool), a static KV cache's decode mask (float,
+    dtype minimum beyond each sequence's length, one query token: the head-packed decode kernel) and an
+    arbitrary additive bias."""
+    z, h, hk, d = 2, 4, 2, 16
+    s, t = (1, 37) if form == "float_kv_cache_decode" else (7, 13)
+    seed = fresh_seed()
+    q, k, v = randn(z, h, s, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype)
+    keys = torch.arange(t, device=DEVICE)
+    lengths = torch.tensor([t - 5, 3], device=DEVICE).view(z, 1, 1, 1)
+    if form == "bool_padding":
+        mask = (keys.view(1, 1, 1, t) < lengths).expand(z, 1, s, t)
+        add = torch.zeros(mask.shape, dtype=torch.float64, device=DEVICE).masked_fill(~mask, float("-inf"))
+    elif form == "float_kv_cache_decode":
+        mask = torch.zeros(z, 1, s, t, dtype=dtype, device=DEVICE).masked_fill(keys >= lengths, torch.finfo(dtype).min)
+        add = mask.double().clamp_min(-1e30)
+    else:
+        mask = randn(1, h, s, t, dtype=dtype)
+        add = mask.double()
+    out = poisoned(z, h, s, d, dtype=dtype)
+    attention(q, k, v, False, out=out, mask=mask, policy=for_dtype(ATTN_POLICY, dtype))
+    rep = h // hk
+    kk, vv = k.double().repeat_interleave(rep, 1), v.double().repeat_interleave(rep, 1)
+    ref = torch.softmax(q.double() @ kk.transpose(-1, -2) / math.sqrt(d) + add, -1) @ vv
+    check(out, ref, dtype, seed, f"attention with {form} mask")
+
+
+def test_attention_mask_that_does_not_broadcast_is_a_clear_error():
+    q, k = randn(1, 2, 3, 16, dtype=torch.float32), randn(1, 2, 5, 16, dtype=torch.float32)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        attention(q, k, k, mask=torch.zeros(4, 5))
+
+
 def _moe_ref(x, w1, w2, tw, ti):
     inter = w1.shape[1] // 2
     y = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float64, device=x.device)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
+from ...kernels.attention import mask_operand
 from ...policies import attention_policy
 from .. import templates
 from ..plan import Plan
@@ -18,6 +19,10 @@ from .base import Inputs, OpSpec, Problem, empty, next_pow2, strided
 
 def is_causal(problem: Problem) -> bool:
     return "causal" in problem.epilogue.split(",")
+
+
+def has_mask(problem: Problem) -> bool:
+    return "mask" in problem.epilogue.split(",")
 
 
 def decode_kernel(problem: Problem) -> bool:
@@ -51,7 +56,7 @@ class AttentionSpec(OpSpec):
     def fixed_consts(self, problem: Problem, kernel: str, plan: Plan) -> dict[str, Any]:
         d = problem.dims
         return {"BD": next_pow2(d["D"], 16), "CAUSAL": int(is_causal(problem)),
-                "BG": next_pow2(d["H"] // d["HK"], 16)}
+                "BG": next_pow2(d["H"] // d["HK"], 16), "HAS_MASK": int(has_mask(problem))}
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
         d = problem.dims
@@ -63,23 +68,32 @@ class AttentionSpec(OpSpec):
 
     def make_inputs(self, problem: Problem, gen: torch.Generator) -> Inputs:
         d, dt, dev = problem.dims, problem.torch_dtype, problem.device
-        return {"q": strided((d["Z"], d["H"], d["S"], d["D"]), "row", dt, dev, gen),
-                "k": strided((d["Z"], d["HK"], d["T"], d["D"]), "row", dt, dev, gen),
-                "v": strided((d["Z"], d["HK"], d["T"], d["D"]), "row", dt, dev, gen),
-                "scale": 1.0 / math.sqrt(d["D"])}
+        out = {"q": strided((d["Z"], d["H"], d["S"], d["D"]), "row", dt, dev, gen),
+               "k": strided((d["Z"], d["HK"], d["T"], d["D"]), "row", dt, dev, gen),
+               "v": strided((d["Z"], d["HK"], d["T"], d["D"]), "row", dt, dev, gen),
+               "scale": 1.0 / math.sqrt(d["D"])}
+        if has_mask(problem):  # a KV-cache style mask: each sequence sees a random-length prefix of the keys
+            lengths = torch.randint(1, d["T"] + 1, (d["Z"], 1, 1, 1), generator=gen, device=dev)
+            keys = torch.arange(d["T"], device=dev).view(1, 1, 1, -1)
+            out["mask"] = torch.zeros(d["Z"], 1, d["S"], d["T"], dtype=dt, device=dev).masked_fill(
+                keys >= lengths, torch.finfo(dt).min)
+        return out
 
     def reference(self, problem: Problem, inputs: Inputs) -> torch.Tensor:
         q, k, v = (inputs[n].float() for n in ("q", "k", "v"))
         g = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal(problem), scale=inputs["scale"])
+        mask = inputs["mask"].float() if "mask" in inputs else None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal(problem),
+                                              scale=inputs["scale"])
 
     def run(self, problem: Problem, kernels: dict[str, Kernel], policies: dict[str, Policy],
             inputs: Inputs, poison: bool = False) -> torch.Tensor:
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         out = empty(tuple(q.shape), q.dtype, q.device, poison)
         name = next(iter(kernels))
-        kernels[name](q, k, v, out, inputs["scale"], policy=policies[name])
+        mask = inputs.get("mask")
+        kernels[name](q, k, v, mask_operand(mask, q, k), out, inputs["scale"], policy=policies[name])
         return out
 
     def peers(self, problem: Problem, inputs: Inputs) -> dict[str, Callable[[], Any]]:
@@ -91,7 +105,8 @@ class AttentionSpec(OpSpec):
         for name, be in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cudnn", SDPBackend.CUDNN_ATTENTION)):
             def call(be: Any = be) -> torch.Tensor:
                 with sdpa_kernel([be]):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+                    return F.scaled_dot_product_attention(q, k, v, attn_mask=inputs.get("mask"), is_causal=causal,
+                                                          enable_gqa=gqa)
             out[name] = call
         return out
 
