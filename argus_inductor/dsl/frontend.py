@@ -37,7 +37,8 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", 
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
 _MATH = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "cos", "sin", "silu",
          "gelu", "gelu_tanh")
-_REDUCTIONS = ("sum", "max", "min", "argmax", "argmin")
+_REDUCTIONS = ("sum", "max", "min", "argmax", "argmin", "prod")
+_SCANS = ("cumsum", "cumprod")
 _UNSUPPORTED_FIX = {
     "While": "write the loop as `for i in range(start, stop, step)` with a bound known at launch",
     "Assert": "state kernel facts with assert_tag(predicate); they are proven at compile time",
@@ -683,6 +684,8 @@ class Frontend:
                 return self.op_math(name, node)
             if name in _REDUCTIONS:
                 return self.op_reduce(name, node)
+            if name in _SCANS:
+                return self.op_scan(name, node)
             raise self.err(f"'{name}' is not supported here", "see argus_inductor.dsl for the operations", node)
         return handler(node)
 
@@ -823,9 +826,31 @@ class Frontend:
             raise self.err(f"axis {axis} is out of range for a tile of rank {r}", f"use an axis in [0, {r})", a_n)
         axis %= r
         shape = x.shape[:axis] + x.shape[axis + 1:]
-        dt = int32 if name in ("argmax", "argmin") else (float32 if name == "sum" and x.dtype.is_float
+        dt = int32 if name in ("argmax", "argmin") else (float32 if name in ("sum", "prod") and x.dtype.is_float
                                                          else x.dtype)
         return self.emit("reduce", [x], {"op": name, "axis": axis}, [_vtype(shape, dt, False)], node).result
+
+    def op_scan(self, name: str, node: ast.Call) -> Value:
+        """cumsum / cumprod: an inclusive prefix scan along one axis; same shape, float32 for float tiles."""
+        x_n, a_n, r_n = self.args(node, ["x", "axis", "reverse"], 2)
+        x = self.value(self.expr(x_n), x_n)
+        if not x.is_tile:
+            raise self.err(f"{name} scans a tile, got a scalar", "pass a tile", node)
+        axis = self.int_literal(a_n, "axis")
+        r = x.type.rank
+        if not -r <= axis < r:
+            raise self.err(f"axis {axis} is out of range for a tile of rank {r}", f"use an axis in [0, {r})", a_n)
+        reverse = False
+        if r_n is not None:
+            if not (isinstance(r_n, ast.Constant) and isinstance(r_n.value, bool)):
+                raise self.err(f"{name}'s reverse must be the literal True or False",
+                               "branch on a constexpr flag: `if REVERSE: ... cumsum(x, 1, reverse=True)`", r_n)
+            reverse = r_n.value
+        if x.dtype.kind == "bool":
+            raise self.err(f"{name} needs a numeric tile, got bool", "cast first, e.g. x.to(int32)", node)
+        dt = float32 if x.dtype.is_float else x.dtype
+        return self.emit("scan", [x], {"op": name, "axis": axis % r, "reverse": reverse},
+                         [_vtype(x.shape, dt, False)], node).result
 
     def op_trans(self, node: ast.Call) -> Value:
         (x_n,) = self.args(node, ["x"], 1)

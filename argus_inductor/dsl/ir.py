@@ -48,7 +48,7 @@ class Op:
     """One operation. `kind` names it; `attrs` hold its static parameters.
 
     Kinds: const, constexpr, param, shape, tile_grid, arange, full, binary, unary, where, cast,
-    expand, broadcast_to, reshape, trans, reduce, mma, load, store, atomic_add, tag, assert_tag,
+    expand, broadcast_to, reshape, trans, reduce, scan, mma, load, store, atomic_add, tag, assert_tag,
     for, if.  `for` has blocks[0] = body, whose first arg is the induction variable;
     `if` has blocks [then, else].
     """

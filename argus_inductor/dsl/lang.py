@@ -81,6 +81,11 @@ minimum = _builtin("minimum", "minimum(a, b): element-wise min.")
 sum = _builtin("sum", "sum(x, axis): reduction.")  # noqa: A001
 max = _builtin("max", "max(x, axis): reduction.")  # noqa: A001
 min = _builtin("min", "min(x, axis): reduction.")  # noqa: A001
+prod = _builtin("prod", "prod(x, axis): product reduction (float32 result for float tiles, like sum).")
+cumsum = _builtin("cumsum", "cumsum(x, axis, reverse=False): inclusive prefix sum along axis (float32 result "
+                            "for float tiles); reverse=True sums each element with the ones after it.")
+cumprod = _builtin("cumprod", "cumprod(x, axis, reverse=False): inclusive prefix product along axis (float32 "
+                              "result for float tiles); reverse=True runs from the end of the axis.")
 argmax = _builtin("argmax", "argmax(x, axis): index of the maximum along axis.")
 argmin = _builtin("argmin", "argmin(x, axis): index of the minimum along axis.")
 trans = _builtin("trans", "trans(x): transpose of a 2-D tile.")

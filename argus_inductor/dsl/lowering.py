@@ -19,6 +19,10 @@ _BIN = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "m
         "eq": "==", "ne": "!="}
 
 
+# The combine function of a product reduction, defined once in any module that needs it.
+_MUL_COMBINE = ("@triton.jit", "def _argus_mul(a, b):", "    return a * b")
+
+
 @dataclass(frozen=True)
 class LoweredSource:
     name: str            # the Triton function's name
@@ -80,7 +84,8 @@ class _Emitter:
         self.consts = consts
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
-        self.used: set[str] = {"tl", "triton", "math"}
+        self.used: set[str] = {"tl", "triton", "math", "_argus_mul"}
+        self.helpers: dict[str, tuple[str, ...]] = {}
         self.nonneg: set[int] = set()
         self.used.update(p.name for p in ir.params)
         self.used.update(ir.symbols)
@@ -140,6 +145,7 @@ class _Emitter:
             "import triton.language as tl",
             "",
             "",
+            *(ln for h in self.helpers.values() for ln in (*h, "", "")),
             *header, *params, "):", *self.lines, ""])
         return LoweredSource(fname, text, args, consts)
 
@@ -219,9 +225,19 @@ class _Emitter:
         elif k == "reduce":
             x = self.ref(a[0])
             o = op.attrs["op"]
-            if o == "sum" and a[0].dtype.is_float and a[0].dtype != float32:
+            if o in ("sum", "prod") and a[0].dtype.is_float and a[0].dtype != float32:
                 x = f"{x}.to(tl.float32)"
-            self.define(op.result, f"tl.{o}({x}, axis={op.attrs['axis']})", ind)
+            if o == "prod":  # triton has no tl.prod: a reduction with the module's own multiply
+                self.helpers["_argus_mul"] = _MUL_COMBINE
+                self.define(op.result, f"tl.reduce({x}, {op.attrs['axis']}, _argus_mul)", ind)
+            else:
+                self.define(op.result, f"tl.{o}({x}, axis={op.attrs['axis']})", ind)
+        elif k == "scan":
+            x = self.ref(a[0])
+            if a[0].dtype.is_float and a[0].dtype != float32:
+                x = f"{x}.to(tl.float32)"
+            self.define(op.result, f"tl.{op.attrs['op']}({x}, axis={op.attrs['axis']}, "
+                                   f"reverse={bool(op.attrs['reverse'])})", ind)
         elif k == "mma":
             self.mma(op, ind)
         elif k == "load":

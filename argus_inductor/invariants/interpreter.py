@@ -37,6 +37,7 @@ from .tags import (
     broadcast,
     conj,
     conjuncts,
+    covers_union,
     expand,
     free_vars,
     fresh,
@@ -323,6 +324,8 @@ class Interpreter:
                 res.zero = True
                 return
             res.sums = sums_union(a.sums, b.sums)
+            if o == "mul" and any(is_product(d) for d in (*a.sums, *b.sums)):
+                res.sums = self.multiply_covers(op, a, b, res.shape)
             if o == "truediv":
                 self.divide(op, a, b, res)
             else:
@@ -549,15 +552,38 @@ class Interpreter:
         tags, inner, live, sums = self.eliminate(x2, r)
         res = AVal(shape, _kind(op.result.dtype), None, live, tags, sums)
         covers = {name: self.cover_piece(op, name, t, r, n, shape) for name, t in inner.items() if "." not in name}
-        if o == "sum":
+        if o in ("sum", "prod"):
             for name, p in covers.items():
-                res.sums = sums_union(res.sums, {name: ((p,),)})
-            res.scale = x.scale
+                res.sums = sums_union(res.sums, {cover_key(o, name): ((p,),)})
+            res.scale = x.scale if o == "sum" else None
             res.zero = x.zero
         elif covers:
             name = self.primary(list(covers))
             res.maxof = Cov(name, (covers[name],), (op.line,))
             res.scale = x.scale
+        self.put(op.result, res)
+
+    def op_scan(self, op: Op) -> None:
+        """cumsum / cumprod: element j covers, along each dimension tagged on the scan axis, the indices of
+        elements 0..j of the axis (j..n-1 when reversed): a cover with the condition `_x <= own index`
+        (`>=` reversed), so that a store must prove the whole prefix (suffix) up to its element included."""
+        x = self.get(op.args[0])
+        axis, o, rev = op.attrs["axis"], op.attrs["op"], op.attrs["reverse"]
+        n, shape = x.shape[axis], x.shape
+        r = fresh("_r")
+        x2 = remap_axes(x, [(d, r if d == axis else ax(d)) for d in range(x.rank)], shape)
+        _, inner, _, _ = self.eliminate(x2, r)
+        res = AVal(shape, _kind(op.result.dtype), None, x.live, dict(x.tags), x.sums)
+        key = "prod" if o == "cumprod" else "sum"
+        for name, t in inner.items():
+            if "." in name:
+                continue
+            p = self.cover_piece(op, name, t, r, n, shape)
+            own = subst(t.expr, [(r, ax(axis))])
+            bound = XV >= own if rev else XV <= own
+            piece = Piece(p.lo, p.hi, conj([p.cond, bound]), src=p.src)
+            res.sums = sums_union(res.sums, {cover_key(key, name): ((piece,),)})
+        res.zero = x.zero and o == "cumsum"
         self.put(op.result, res)
 
     def primary(self, names: list[str]) -> str:
@@ -629,6 +655,8 @@ class Interpreter:
 
     # ---- covers --------------------------------------------------------------------------------------------
     def dim_extent(self, name: str) -> Expr | None:
+        if is_product(name):
+            return self.dim_extent(name[5:-1])
         if name in self.shapes:
             return self.shapes[name]
         if "." in name:
@@ -638,13 +666,17 @@ class Interpreter:
                 return self.shapes[d]
         return None
 
-    def accumulate(self, op: Op, a: AVal, b: AVal, shape: tuple[int, ...]) -> Sums:
+    def accumulate(self, op: Op, a: AVal, b: AVal, shape: tuple[int, ...], joins_products: bool = False) -> Sums:
         """Covers of a + b. Per dimension, covers both operands share are the same reduction; if each
-        side has one more, they are two partial sums of one reduction: they join, and must not overlap."""
+        side has one more, they are two partial sums of one reduction: they join, and must not overlap.
+        With `joins_products` it is a * b instead: product covers join that way, sum covers do not."""
         out: Sums = {}
         pairs: list[tuple[str, Pieces, Pieces]] = []
         for d in sorted(set(a.sums) | set(b.sums)):
             ca, cb = a.sums.get(d, ()), b.sums.get(d, ())
+            if is_product(d) != joins_products:  # partial products join by *, partial sums by +
+                out[d] = covers_union(ca, cb)
+                continue
             ua = [c for c in ca if not any(pieces_equal(c, x) for x in cb)]
             ub = [c for c in cb if not any(pieces_equal(c, x) for x in ca)]
             common = tuple(c for c in ca if not any(c is u for u in ua))
@@ -661,10 +693,18 @@ class Interpreter:
 
             def describe(w: dict[str, Any]) -> str:
                 idx = ", ".join(f"{d} index {w[d]}" for d in xs)
+                if joins_products:
+                    return f"multiplies two partial products that both include {idx}: that index is counted twice"
                 return f"adds two partial sums that both include {idx}: that index is counted twice"
             self.check("reduction-once", op, shape, conj(parts), describe, dict(xs),
                        related=lines(*(p.src for _, pa, pb in pairs for p in pa + pb)))
         return out
+
+    def multiply_covers(self, op: Op, a: AVal, b: AVal, shape: tuple[int, ...]) -> Sums:
+        """Covers of a * b: partial products (prod / cumprod covers) join like partial sums under +."""
+        if a.zero or b.zero:
+            return sums_union(a.sums, b.sums)
+        return self.accumulate(op, a, b, shape, joins_products=True)
 
     def trivially_disjoint(self, a: Pieces, b: Pieces) -> bool:
         return all(p.t is None and q.t is None and (same(p.hi, q.lo) or same(q.hi, p.lo)) for p in a for q in b)
@@ -825,7 +865,9 @@ class Interpreter:
 
         def describe(w: dict[str, Any]) -> str:
             here = [f"[{w[f'lo{i}']}, {w[f'hi{i}']})" if f"lo{i}" in w else _rng((p,)) for i, p in enumerate(ps)]
-            return (f"{op.kind} writes a value whose reduction over {d} never included {d} index {w['x']} of "
+            dn = d[5:-1] if is_product(d) else d
+            return (f"{op.kind} writes a value whose {'product' if is_product(d) else 'reduction'} over {dn} never "
+                    f"included {dn} index {w['x']} of "
                     f"[0, {w['ext']}) (it covers {' and '.join(here) or 'nothing'})")
         self.check("reduction-complete", op, shape,
                    conj([active, x >= 0, x < ext, required(ps, x), z3.Not(member(ps, x))]), describe, watch,
@@ -851,13 +893,13 @@ class Interpreter:
     def cover_bound(self, op: Op, x: AVal, name: str) -> AVal | None:
         """tag_of(x, "sum(T).lo") / "max(T).hi" / "scale(T).lo": a bound of the range of T that x has summed
         over, that its running max covers, or that the max it is normalised to covers."""
-        m = re.fullmatch(r"(sum|max|scale)\((\w+)\)\.(lo|hi)", name)
+        m = re.fullmatch(r"(sum|prod|max|scale)\((\w+)\)\.(lo|hi)", name)
         if m is None:
             return None
         kind, d, end = m.groups()
         what = op.args[0].hint or "the tile"
-        if kind == "sum":
-            covers = x.sums.get(d, ())
+        if kind in ("sum", "prod"):
+            covers = x.sums.get(cover_key(kind, d), ())
             if len(covers) != 1:
                 raise CheckerError(f"tag_of({what}, {name!r}): {what} has {len(covers)} reductions over {d}, not one",
                                    op.line)
@@ -1083,6 +1125,9 @@ class Interpreter:
         if same(p.hi, subst(p.lo, [(it, it + 1)])) and not mentions(p.cond, itn):
             lo0 = simp(subst(p.lo, [(it, z3.IntVal(0))]))
             return merge_pieces(tuple(init) + (Piece(lo0, p.lo, p.cond, src=src),))
+        if same(p.lo, subst(p.hi, [(it, it + 1)])) and not mentions(p.cond, itn):  # walking a range downwards
+            hi0 = simp(subst(p.hi, [(it, z3.IntVal(0))]))
+            return merge_pieces(tuple(init) + (Piece(p.hi, hi0, p.cond, src=src),))
         t = fresh("t")
         return merge_pieces(tuple(init) + (Piece(subst(p.lo, [(it, t)]), subst(p.hi, [(it, t)]),
                                                  subst(p.cond, [(it, t)]), t, it, src),))
@@ -1189,6 +1234,16 @@ class Interpreter:
 
 
 _ids = iter(range(1, 1 << 62))
+
+
+def cover_key(kind: str, dim: str) -> str:
+    """The `sums` key of a reduction over `dim`: the dimension itself for sums, `prod(dim)` for products."""
+    return f"prod({dim})" if kind == "prod" else dim
+
+
+def is_product(key: str) -> bool:
+    """Whether a `sums` key holds a product cover (partial products join by *, not by +)."""
+    return key.startswith("prod(") and key.endswith(")")
 
 
 def _names(e: Expr) -> frozenset[str]:

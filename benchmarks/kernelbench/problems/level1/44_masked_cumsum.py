@@ -1,0 +1,26 @@
+"""Prefix sum along dimension 1 that counts only the elements where a boolean mask is set."""
+import os
+
+import torch
+import torch.nn as nn
+
+# SIZE knob: small on the CPU (Argus kernels interpreted), full with ARGUS_KB_FULL=1 or on a GPU.
+FULL = os.environ.get("ARGUS_KB_FULL") == "1" or torch.cuda.is_available()
+B, L = (128, 4000) if FULL else (4, 37)
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x * mask, dim=self.dim)
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(B, L), torch.rand(B, L) > 0.5]
+
+
+def get_init_inputs() -> list:
+    return [1]
