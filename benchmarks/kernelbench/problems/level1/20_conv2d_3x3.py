@@ -1,0 +1,26 @@
+"""Standard 2-D convolution: 3x3 kernel, padding 1, square input, with bias."""
+import os
+
+import torch
+import torch.nn as nn
+
+# SIZE knob: small on the CPU (Argus kernels interpreted), full with ARGUS_KB_FULL=1 or on a GPU.
+FULL = os.environ.get("ARGUS_KB_FULL") == "1" or torch.cuda.is_available()
+B, CIN, COUT, H, W = (16, 32, 64, 128, 128) if FULL else (2, 3, 8, 9, 7)
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(B, CIN, H, W)]
+
+
+def get_init_inputs() -> list:
+    return [CIN, COUT, 3]

@@ -1,0 +1,26 @@
+"""Transposed 3-D convolution: 3x3x3 kernel, stride 2, padding 1, output_padding 1."""
+import os
+
+import torch
+import torch.nn as nn
+
+# SIZE knob: small on the CPU (Argus kernels interpreted), full with ARGUS_KB_FULL=1 or on a GPU.
+FULL = os.environ.get("ARGUS_KB_FULL") == "1" or torch.cuda.is_available()
+B, CIN, COUT, D, H, W = (8, 32, 16, 16, 16, 16) if FULL else (1, 4, 3, 3, 4, 3)
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose3d(in_channels, out_channels, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(B, CIN, D, H, W)]
+
+
+def get_init_inputs() -> list:
+    return [CIN, COUT]
