@@ -1,0 +1,26 @@
+"""Max over the last dimension of a 3-D tensor (values only)."""
+import os
+
+import torch
+import torch.nn as nn
+
+# SIZE knob: small on the CPU (Argus kernels interpreted), full with ARGUS_KB_FULL=1 or on a GPU.
+FULL = os.environ.get("ARGUS_KB_FULL") == "1" or torch.cuda.is_available()
+B, R, C = (16, 4096, 4093) if FULL else (3, 21, 37)
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.max(x, dim=self.dim)[0]
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(B, R, C)]
+
+
+def get_init_inputs() -> list:
+    return [2]
