@@ -1,0 +1,26 @@
+"""Average pooling over two spatial dimensions (kernel 3, stride 2, padding 1)."""
+import os
+
+import torch
+import torch.nn as nn
+
+# SIZE knob: small on the CPU (Argus kernels interpreted), full with ARGUS_KB_FULL=1 or on a GPU.
+FULL = os.environ.get("ARGUS_KB_FULL") == "1" or torch.cuda.is_available()
+B, C, H, W = (16, 64, 256, 256) if FULL else (2, 3, 13, 11)
+
+
+class Model(nn.Module):
+    def __init__(self, kernel_size: int, stride: int, padding: int) -> None:
+        super().__init__()
+        self.pool = nn.AvgPool2d(kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x)
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(B, C, H, W)]
+
+
+def get_init_inputs() -> list:
+    return [3, 2, 1]

@@ -1,0 +1,23 @@
+"""Huber (smooth L1) loss, mean over all elements."""
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# SIZE knob: small on the CPU (Argus kernels interpreted), full with ARGUS_KB_FULL=1 or on a GPU.
+FULL = os.environ.get("ARGUS_KB_FULL") == "1" or torch.cuda.is_available()
+B, D = (1024, 8192) if FULL else (8, 45)
+
+
+class Model(nn.Module):
+    def forward(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.smooth_l1_loss(predictions, targets)
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(B, D), torch.randn(B, D)]
+
+
+def get_init_inputs() -> list:
+    return []

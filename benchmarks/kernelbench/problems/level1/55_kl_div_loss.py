@@ -1,0 +1,23 @@
+"""KL divergence of softmax-normalised distributions, reduction batchmean."""
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# SIZE knob: small on the CPU (Argus kernels interpreted), full with ARGUS_KB_FULL=1 or on a GPU.
+FULL = os.environ.get("ARGUS_KB_FULL") == "1" or torch.cuda.is_available()
+B, D = (1024, 8192) if FULL else (8, 45)
+
+
+class Model(nn.Module):
+    def forward(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.kl_div(torch.log(predictions), targets, reduction="batchmean")
+
+
+def get_inputs() -> list[torch.Tensor]:
+    return [torch.randn(B, D).softmax(dim=-1), torch.randn(B, D).softmax(dim=-1)]
+
+
+def get_init_inputs() -> list:
+    return []

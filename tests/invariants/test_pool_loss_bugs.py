@@ -1,0 +1,94 @@
+"""The pooling and loss kernels prove at odd concrete shapes, and a bug planted in their source text is
+rejected by the checker with a counterexample at the mutated line or at the assertion it breaks."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from argus_inductor.dsl import Kernel, Policy, kernels_from_source
+from argus_inductor.invariants import verify
+from argus_inductor.kernels import loss, pool
+
+# kernel: (policy, concrete shapes not multiples of the tiles, preconditions the host guarantees)
+SPECS: dict[str, tuple[dict[str, Any], dict[str, int], list[str]]] = {
+    "max_pool_kernel": (dict(BC=4, BW=8, KD=2, KH=3, KW=3, SD=2, SH=2, SW=2, PD=1, PH=1, PW=1, DD=1, DH=2, DW=2),
+                        dict(NC=5, D=5, H=11, W=13, OD=3, OH=5, OW=6), []),
+    "avg_pool_kernel": (dict(BC=4, BW=8, KD=2, KH=3, KW=3, SD=2, SH=2, SW=2, PD=1, PH=1, PW=1, COUNT_PAD=0),
+                        dict(NC=5, D=5, H=11, W=13, OD=3, OH=6, OW=7), []),
+    "adaptive_avg_pool_kernel": (dict(BC=4, BW=8), dict(NC=5, D=3, H=11, W=13, OD=2, OH=3, OW=4), []),
+    "pointwise_loss_kernel": (dict(BLOCK=64, LOSS=4), dict(N=301), []),
+    "loss_partial_kernel": (dict(BLOCK=64, CHUNK=2, LOSS=0), dict(N=301, S=3), []),
+    "sum_partials_kernel": (dict(BLOCK=16), dict(S=37, O=1), ["O == 1"]),
+    "cross_entropy_kernel": (dict(BR=4, BC=16), dict(N=13, C=37), []),
+    "cosine_loss_kernel": (dict(BR=4, BD=16), dict(N=13, D=37), []),
+    "triplet_loss_kernel": (dict(BR=4, BD=16, NORM=0, SWAP=1), dict(N=13, D=37), []),
+}
+
+KERNELS: dict[str, Kernel] = {k.name: k for k in pool.KERNELS + loss.KERNELS}
+
+# (kernel, text to replace, its replacement, text of the assertion line the bug breaks)
+BUGS = [
+    ("max_pool_kernel", "iw = rw * SW - PW + kw * DW", "iw = rw - PW + kw * DW",
+     "assert_tag((tag_of(v, \"W\") >="),
+    ("max_pool_kernel", "ih = oh * SH - PH + kh * DH", "ih = oh * SH + PH + kh * DH",
+     "assert_tag((tag_of(v, \"H\") >="),
+    ("max_pool_kernel", "iw = rw * SW - PW + kw * DW", "iw = rw * SW - PW + kw",
+     "assert_tag((tag_of(v, \"W\") >="),
+    ("avg_pool_kernel", "idd = od * SD - PD + kd", "idd = od - PD + kd", "assert_tag((tag_of(v, \"D\") >="),
+    ("avg_pool_kernel", "iw = rw * SW - PW + kw", "iw = rw * SW + PW + kw", "assert_tag((tag_of(v, \"W\") >="),
+    ("adaptive_avg_pool_kernel", "w1 = cdiv((ow + 1) * W, OW)", "w1 = cdiv((ow + 1) * W, OW) + 1",
+     "assert_tag(((tag_of(v, \"W\") + 1)"),
+    ("adaptive_avg_pool_kernel", "h0 = oh * H // OH", "h0 = oh * H // OH - 1", "assert_tag(((tag_of(v, \"H\") + 1)"),
+    ("loss_partial_kernel", "range(lo, minimum(N, lo + CHUNK * BLOCK), BLOCK)",
+     "range(lo, minimum(N - N % BLOCK, lo + CHUNK * BLOCK), BLOCK)", "assert_tag((tag_of(part, \"sum(N).lo\")"),
+    ("loss_partial_kernel", "range(lo, minimum(N, lo + CHUNK * BLOCK), BLOCK)",
+     "range(lo, minimum(N, lo + CHUNK * BLOCK) - BLOCK, BLOCK)", "assert_tag((tag_of(part, \"sum(N).lo\")"),
+    ("loss_partial_kernel", "lo = s * (CHUNK * BLOCK)", "lo = s * (CHUNK * BLOCK) + BLOCK",
+     "assert_tag((tag_of(part, \"sum(N).lo\")"),
+    ("sum_partials_kernel", "range(0, S, BLOCK)", "range(BLOCK, S, BLOCK)", "store(Out[z + arange(1)]"),
+    ("cross_entropy_kernel", "hit = rc[None, :] == tgt[:, None]", "hit = rc[None, :] == tgt[:, None] + 1",
+     "assert_tag(implies(hit, tag_of(sel, \"C\")"),
+    ("cross_entropy_kernel", "sel = where(hit, x, 0.0)", "sel = where(hit, load(X[rr, rc + 1]).to(float32), 0.0)",
+     "assert_tag(implies(hit, tag_of(sel, \"C\")"),
+    ("cosine_loss_kernel", "b = load(B[rr, rd]).to(float32)", "b = load(B[rr + 1, rd]).to(float32)",
+     "store(Loss[rr], 1.0 - cos)"),
+]
+
+
+def _source(name: str) -> str:
+    return "from argus_inductor.dsl import *\n" + KERNELS[name].ir.source
+
+
+def _verify(name: str, text: str):
+    pol, shapes, pre = SPECS[name]
+    k = kernels_from_source(text, filename=f"{name}.py")[name]
+    return verify(k, Policy.make(**pol), shapes, assumptions=pre)
+
+
+def test_every_kernel_has_a_spec():
+    assert set(SPECS) == set(KERNELS)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_library_kernel_proves_at_odd_shapes(name):
+    pol, shapes, pre = SPECS[name]
+    res = verify(KERNELS[name], Policy.make(**pol), shapes, assumptions=pre)
+    assert res.proved, res.text()
+
+
+@pytest.mark.parametrize("name,old,new,assertion", BUGS, ids=[f"{b[0]}:{b[2]}" for b in BUGS])
+def test_planted_bug_is_rejected_at_the_right_line(name, old, new, assertion):
+    text = _source(name)
+    assert old in text, f"{name} changed: update this test"
+    assert _verify(name, text).ok
+    bad = text.replace(old, new, 1)
+    res = _verify(name, bad)
+    assert not res.ok, f"{name} with `{new}` was not rejected"
+    lines = bad.splitlines()
+    flagged = {v.line for v in res.violations} | {r for v in res.violations for r in v.related}
+    mutated = next(i for i, line in enumerate(lines, 1) if new.strip() in line)
+    asserted = next(i for i, line in enumerate(lines, 1) if assertion in line)
+    assert flagged & {mutated, asserted}, f"flagged lines {sorted(flagged)}; expected {mutated} or {asserted}\n" \
+                                          f"{res.text()}"
+    assert "thread" in res.text()
