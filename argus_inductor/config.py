@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 ON_MISS = ("synthesize", "default", "fallback")
-OPS = ("gemm", "attention", "moe")
+OPS = ("gemm", "attention", "moe", "conv", "norm", "scan", "pool", "reduce", "loss", "pointwise")
+DEFAULT_OPS = "gemm,attention,moe,conv"
 
 
 def _env_bool(name: str, default: bool = False) -> bool:
@@ -25,7 +26,7 @@ class Options:
     report: bool = False           # ARGUS_REPORT: print what Argus did with each subgraph when compiled
     on_miss: str = "default"       # ARGUS_ON_MISS: synthesize | default | fallback
     cache_dir: str = ""            # ARGUS_CACHE_DIR (default ~/.cache/argus)
-    ops: str = "gemm,attention,moe"  # ARGUS_OPS: which subgraph kinds Argus takes
+    ops: str = DEFAULT_OPS         # ARGUS_OPS: which subgraph kinds Argus takes ("all": every kind)
     verify: bool = True            # ARGUS_VERIFY: run the invariant checker on kernels stored in the cache
     optimize: bool = True          # ARGUS_OPTIMIZE: replace traced MoE expert blocks by torch.ops.argus.moe
     cudagraphs: bool = True        # ARGUS_CUDAGRAPHS: on a GPU, let Inductor capture the graph in CUDA graphs
@@ -37,7 +38,7 @@ class Options:
             "report": _env_bool("ARGUS_REPORT"),
             "on_miss": os.environ.get("ARGUS_ON_MISS", "default"),
             "cache_dir": os.environ.get("ARGUS_CACHE_DIR", str(Path.home() / ".cache" / "argus")),
-            "ops": os.environ.get("ARGUS_OPS", "gemm,attention,moe"),
+            "ops": os.environ.get("ARGUS_OPS", DEFAULT_OPS),
             "verify": _env_bool("ARGUS_VERIFY", True),
             "optimize": _env_bool("ARGUS_OPTIMIZE", True),
             "cudagraphs": _env_bool("ARGUS_CUDAGRAPHS", True),
@@ -58,4 +59,5 @@ class Options:
 
     @property
     def enabled_ops(self) -> tuple[str, ...]:
-        return tuple(o.strip() for o in self.ops.split(",") if o.strip())
+        names = tuple(o.strip() for o in self.ops.split(",") if o.strip())
+        return OPS if "all" in names else names

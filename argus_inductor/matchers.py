@@ -34,6 +34,7 @@ log = logging.getLogger("argus_inductor")
 _GRAPH_IDS = itertools.count()
 _SAID: set[str] = set()
 
+LIBRARY_KINDS = ("conv", "norm", "scan", "pool", "reduce", "loss", "pointwise")
 LINEAR = {torch._C._nn.linear, F.linear}
 MATMUL = {torch.matmul, operator.matmul, torch.mm}
 BMM = {torch.bmm}
@@ -182,6 +183,11 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
                 m = _match_gemm(g, node, gid)
                 if m:
                     matches.append(m)
+    library = [k for k in enabled if k in LIBRARY_KINDS]
+    if library:
+        from .library_match import rewrite_library
+
+        matches += rewrite_library(g, gid, tuple(library))
     if matches:
         g.lint()
         gm.recompile()

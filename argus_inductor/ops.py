@@ -232,6 +232,13 @@ SPECS: dict[str, OpSpec] = {
 
 
 def spec_for(sig: Signature) -> OpSpec:
+    if sig.op not in SPECS and sig.op != "gemm":
+        from . import library_ops as lib
+
+        op = lib.LIBRARY.get(sig.op)
+        if op is not None:  # a library op class: plans by the same cache rules, policies from its host functions
+            SPECS[sig.op] = OpSpec(sig.op, op.kernels, lib.template_policies, lambda s: {}, lib.verify_shapes,
+                                   lib.select_policies)
     if sig.op == "gemm":
         parts = _epi_parts(sig)
         if any("*up" in p for p in parts):
@@ -505,14 +512,14 @@ def _memo_sig(parts: tuple, make: Callable[[], Signature]) -> Signature:
     return s
 
 
-def _tkey(t: Tensor) -> tuple:
+def tensor_key(t: Tensor) -> tuple:
     return (tuple(t.shape), t.stride(), t.dtype, t.device)
 
 
-def _run(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
+def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
          fallback_fn: Callable[[], Tensor], tensors: list[Tensor], memo: tuple = ()) -> Tensor:
     target = target_for(tensors[0].device)
-    sig = _memo_sig((node_id, *memo, *(_tkey(t) for t in tensors)), sig_fn)
+    sig = _memo_sig((node_id, *memo, *(tensor_key(t) for t in tensors)), sig_fn)
     reason = None
     plan: Plan | None = None
     if target is None:
@@ -592,7 +599,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
     def fallback() -> Tensor:
         return _ACTS[activation](F.linear(x, weight, bias))
 
-    return _run(node_id, sig, run, fallback, [x, weight], (activation, bias is None))
+    return run_op(node_id, sig, run, fallback, [x, weight], (activation, bias is None))
 
 
 @linear.register_fake
@@ -623,7 +630,7 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
     def fallback() -> Tensor:
         return residual + _ACTS[activation](F.linear(x, weight, bias))
 
-    return _run(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None))
+    return run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None))
 
 
 @linear_residual.register_fake
@@ -651,7 +658,7 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
     def fallback() -> Tensor:
         return _ACTS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
 
-    return _run(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,))
+    return run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,))
 
 
 @gate_up.register_fake
@@ -672,7 +679,7 @@ def bmm(a: Tensor, b: Tensor, node_id: str) -> Tensor:
         plan.kernels["bmm_kernel"](a, b, out, policy=plan.policies["bmm_kernel"], target=target)
         return out
 
-    return _run(node_id, sig, run, lambda: torch.bmm(a, b), [a, b])
+    return run_op(node_id, sig, run, lambda: torch.bmm(a, b), [a, b])
 
 
 @bmm.register_fake
@@ -702,7 +709,7 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not _broadcasts(
             mask.shape, (z, h, s, t))):
         return fallback()
-    return _run(node_id, sig, run, fallback, [q, k, v], (causal, mask is None))
+    return run_op(node_id, sig, run, fallback, [q, k, v], (causal, mask is None))
 
 
 def _broadcasts(shape: tuple[int, ...] | torch.Size, to: tuple[int, ...]) -> bool:
@@ -790,7 +797,7 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
 
     if t == 0:
         return hidden.new_zeros(hidden.shape)
-    return _run(node_id, sig, run, fallback, [hidden, w1, w2], (topk,))
+    return run_op(node_id, sig, run, fallback, [hidden, w1, w2], (topk,))
 
 
 @moe.register_fake

@@ -19,6 +19,7 @@ class Entry:
 
 
 _ENTRIES: dict[str, Entry] = {}
+_FLOPS = [0]  # FLOPs (as FlopCounterMode counts them) of the library-op calls that ran Argus kernels or fell back
 
 
 def record_match(node_id: str, op: str, graph_node: str) -> None:
@@ -40,6 +41,16 @@ def record_call(node_id: str, signature: str, source: str, ms: float | None,
         for n in notes or ():
             if n not in e.notes:
                 e.notes.append(n)
+
+
+def record_flops(n: int) -> None:
+    with _LOCK:
+        _FLOPS[0] += int(n)
+
+
+def flops_total() -> int:
+    """FLOPs of the library-op calls so far (convolutions); benchmarks/kernelbench/run.py reads the difference."""
+    return _FLOPS[0]
 
 
 def entries() -> list[Entry]:

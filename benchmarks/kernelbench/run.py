@@ -52,11 +52,12 @@ ATOL = RTOL = 1e-2
 
 # Which op classes of KernelBench levels 1 and 2 run in Argus kernels today (see README.md).
 COVERAGE_NOTE = (
-    "Argus kernels today: GEMM (nn.Linear / matmul / mm / addmm, with a folded relu/silu/gelu and residual add), "
-    "batched matmul (bmm, 3-D matmul), gated MLP, attention (SDPA and eager softmax(QK^T)V) and MoE. "
-    "Inductor runs everything else: convolutions (all kinds), pooling, norms, reductions, softmax outside "
-    "attention, scans, losses, standalone activations and the elementwise chains after a GEMM beyond one "
-    "activation and a residual add."
+    "Argus kernels (backend=\"argus\" with --argus-ops, default all): GEMM (nn.Linear / matmul / mm / addmm, with "
+    "a folded activation and residual add), batched matmul, gated MLP, attention (SDPA and eager softmax(QK^T)V), "
+    "MoE, convolutions (1-3D, transposed, grouped/depthwise, dilated, strided, with a folded activation), "
+    "reductions, softmax/log-softmax, normalizations (layer, group, instance, batch in eval mode, RMS, L1/L2/"
+    "Frobenius), pooling, scans and losses. Inductor runs what no matcher takes (e.g. unbatched convolutions, "
+    "training-mode batch norm, elementwise ops outside those patterns)."
 )
 
 
@@ -199,7 +200,8 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         fns: dict[str, Any] = {"eager": model}
         for b in args.backends:
             if b != "eager":
-                fns[b] = torch.compile(model, backend=b)
+                fns[b] = torch.compile(model, backend=b, options={"ops": args.argus_ops}) if b == "argus" else \
+                    torch.compile(model, backend=b)
         results: dict[str, dict[str, Any]] = {b: {"correct": True, "error": None} for b in args.backends}
         phase = "correctness"
         inputs: list[Any] = []
@@ -226,11 +228,14 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         if "argus" in fns and results["argus"]["correct"]:
             from torch.profiler import ProfilerActivity, profile
 
+            flops_before = reporting.flops_total()  # convolutions count their own FLOPs (argus::library calls)
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 fns["argus"](*inputs)
             calls = [(e.name, e.input_shapes) for e in prof.events() if e.name.startswith("argus::")]
-            argus_flops = sum(_argus_flops(n, s) for n, s in calls)
-            row["argus_ops"] = sorted({n for n, _ in calls})
+            argus_flops = sum(_argus_flops(n, s) for n, s in calls) + reporting.flops_total() - flops_before
+            row["argus_ops"] = sorted({n for n, _ in calls if n != "argus::library"}
+                                      | {f"argus::{e.signature.split('[')[0].split('(')[0]}"
+                                         for e in reporting.entries() if e.calls})
             row["argus_flops"] = argus_flops
             # None: FlopCounterMode counts no FLOPs here (it counts matmul, conv and attention, not elementwise
             # ops, norms or reductions), so a share is undefined; "argus_ran" still says whether Argus ran.
@@ -428,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up calls before timing (GPU 10, CPU 1)")
     ap.add_argument("--reps", type=int, default=None, help="timed calls, median reported (GPU 100, CPU 5)")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--argus-ops", default="all",
+                    help="the op kinds backend=\"argus\" takes (ARGUS_OPS syntax; default all)")
     ap.add_argument("--name", default=None, help="file stem of the outputs (default kernelbench-<date>)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)

@@ -60,7 +60,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     (d / "level1").mkdir()
     (d / "level2").mkdir()
     for rel in ("level1/01_square_matmul.py", "level1/02_batched_matmul.py", "level1/05_gelu.py",
-                "level2/01_gemm_scale_gelu_sum.py"):
+                "level1/20_conv2d_3x3.py", "level2/01_gemm_scale_gelu_sum.py"):
         shutil.copy(PROBLEMS / rel, d / rel)
     (d / "level1" / "09_crash.py").write_text(CRASH)
     out = tmp_path_factory.mktemp("out")
@@ -75,8 +75,9 @@ def _rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_rows_and_correctness(small_run: tuple) -> None:
     _, data, _ = small_run
     rows = _rows(data)
-    assert set(rows) == {"01_square_matmul", "02_batched_matmul", "05_gelu", "01_gemm_scale_gelu_sum", "09_crash"}
-    for name in ("01_square_matmul", "02_batched_matmul", "05_gelu", "01_gemm_scale_gelu_sum"):
+    assert set(rows) == {"01_square_matmul", "02_batched_matmul", "05_gelu", "20_conv2d_3x3", "01_gemm_scale_gelu_sum",
+                         "09_crash"}
+    for name in ("01_square_matmul", "02_batched_matmul", "05_gelu", "20_conv2d_3x3", "01_gemm_scale_gelu_sum"):
         r = rows[name]
         assert r["status"] == "ok", r
         assert r["level"] == (2 if name.startswith("01_gemm") else 1)
@@ -90,12 +91,12 @@ def test_coverage(small_run: tuple) -> None:
     _, data, _ = small_run
     rows = _rows(data)
     for name, op in (("01_square_matmul", "argus::linear"), ("02_batched_matmul", "argus::bmm"),
-                     ("01_gemm_scale_gelu_sum", "argus::linear")):
+                     ("20_conv2d_3x3", "argus::conv"), ("01_gemm_scale_gelu_sum", "argus::linear")):
         assert rows[name]["coverage"] == pytest.approx(1.0), rows[name]
         assert op in rows[name]["argus_ops"] and rows[name]["argus_ran"]
     # a standalone activation: no GEMM FLOPs, no Argus kernel
     assert rows["05_gelu"]["coverage"] is None and not rows["05_gelu"]["argus_ran"]
-    assert data["summary"]["argus_ran_share"] == pytest.approx(3 / 5)
+    assert data["summary"]["argus_ran_share"] == pytest.approx(4 / 6)
 
 
 def test_crash_recorded_and_summary(small_run: tuple) -> None:
@@ -104,12 +105,12 @@ def test_crash_recorded_and_summary(small_run: tuple) -> None:
     assert crash["status"] == "crash" and crash["backends"] == {}
     assert "code" in crash["error"]
     s = data["summary"]
-    assert s["problems"] == 5 and s["status"] == {"ok": 4, "crash": 1}
+    assert s["problems"] == 6 and s["status"] == {"ok": 5, "crash": 1}
     for key in ("inductor_vs_eager", "argus_vs_eager", "argus_vs_inductor"):
-        assert s[key]["fast_0"] == pytest.approx(4 / 5)  # the crashed problem counts as incorrect
+        assert s[key]["fast_0"] == pytest.approx(5 / 6)  # the crashed problem counts as incorrect
         assert s[key]["fast_0"] >= s[key]["fast_1"] >= s[key]["fast_2"]
         assert s[key]["geomean"] > 0
-    assert s["correct_argus"] == pytest.approx(4 / 5)
+    assert s["correct_argus"] == pytest.approx(5 / 6)
     md = (out / "kb.md").read_text()
     assert "| 01_square_matmul | 1 | ok |" in md and "| 09_crash | 1 | crash |" in md and "fast_1" in md
     assert data["meta"]["interpret"] and not data["meta"]["full_sizes"]

@@ -1,0 +1,395 @@
+"""torch.ops.argus.library: the DSL library's general op classes (convolutions, reductions, softmax,
+normalizations, pooling, scans, losses, elementwise chains) behind one custom op.
+
+Each class is a `LibraryOp`: the host function that launches its DSL kernels, the torch reference it must match
+(the fallback, and, run on fake tensors, the op's fake implementation: output shape and dtype always agree with
+torch), the template policies of the kernels it launches, and its FLOPs as torch's FlopCounterMode counts them.
+A call is `argus::library(name, tensors, args, node_id)` with the op's arguments as canonical JSON, so the graph,
+the shape signature and the cache entry all carry them. Signatures: op = the class name, epilogue = the arguments,
+every dim static; plans come from the same cache and ARGUS_ON_MISS rules as the GEMM/attention/MoE ops.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import reporting as _report
+from .dsl import Kernel, Policy
+from .kernels import conv as _conv
+from .kernels import loss as _loss
+from .kernels import normalize as _norm
+from .kernels import pool as _pool
+from .kernels import reduce as _reduce
+from .kernels import scan as _scan
+
+Tensors = list[Tensor | None]
+Args = dict[str, Any]
+HostFn = Callable[..., Tensor]
+
+
+@dataclass(frozen=True)
+class LibraryOp:
+    name: str                                             # signature op name
+    kind: str                                             # the ARGUS_OPS class that enables it
+    kernels: tuple[Kernel, ...]                           # every kernel the host function may launch
+    run: Callable[[Tensors, Args, dict[str, Any]], Tensor]   # (tensors, args, launch kwargs) -> result
+    reference: Callable[[Tensors, Args], Tensor]          # torch semantics (fallback and fake)
+    policies: Callable[[Tensors, Args, str], dict[str, Policy]]  # template policy of each kernel it launches
+    flops: Callable[[Tensors, Args, Tensor], int] = lambda ts, a, out: 0
+    # what the invariant checker needs beyond the policy: (constexprs, shape symbols) by kernel name; None proves
+    # the kernels over symbolic shapes
+    geometry: Callable[[Tensors, Args], tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]] | None = None
+
+
+LIBRARY: dict[str, LibraryOp] = {}
+
+
+def register(op: LibraryOp) -> LibraryOp:
+    LIBRARY[op.name] = op
+    return op
+
+
+def canonical_args(args: Args) -> str:
+    """The JSON text a call, its signature and its cache entry carry (tuples as lists, sorted keys)."""
+    return json.dumps(args, sort_keys=True, separators=(",", ":"))
+
+
+# ------------------------------------------------------------------------------------------ convolutions
+
+_ACT = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+        "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+_CONV = {(False, 1): F.conv1d, (False, 2): F.conv2d, (False, 3): F.conv3d,
+         (True, 1): F.conv_transpose1d, (True, 2): F.conv_transpose2d, (True, 3): F.conv_transpose3d}
+
+
+def _conv_ref(ts: Tensors, a: Args) -> Tensor:
+    x, w, b = ts
+    fn = _CONV[(a["transposed"], w.dim() - 2)]
+    if a["transposed"]:
+        y = fn(x, w, b, a["stride"], a["padding"], a["output_padding"], a["groups"], a["dilation"])
+    else:
+        y = fn(x, w, b, a["stride"], a["padding"], a["dilation"], a["groups"])
+    return _ACT[a["activation"]](y)
+
+
+def _conv_geo(ts: Tensors, a: Args) -> tuple[Any, ...]:
+    x, w = ts[0], ts[1]
+    return (tuple(x.shape), tuple(w.shape), a["stride"], a["padding"], a["dilation"], a["groups"], a["transposed"],
+            a["output_padding"])
+
+
+def _conv_flops(ts: Tensors, a: Args, out: Tensor) -> int:
+    from torch.utils.flop_counter import conv_flop_count
+
+    return int(conv_flop_count(list(ts[0].shape), list(ts[1].shape), list(out.shape), a["transposed"]))
+
+
+def _conv_verify_geometry(ts: Tensors, a: Args) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    name, consts, shapes = _conv.conv_geometry(*_conv_geo(ts, a))
+    return {name: consts}, {name: shapes}
+
+
+register(LibraryOp(
+    "conv", "conv", _conv.KERNELS,
+    lambda ts, a, kw: _conv.conv(ts[0], ts[1], ts[2], a["stride"], a["padding"], a["dilation"], a["groups"],
+                                 a["transposed"], a["output_padding"], a["activation"], **kw),
+    _conv_ref,
+    lambda ts, a, target: _conv.conv_policies(*_conv_geo(ts, a), target=target),
+    _conv_flops, _conv_verify_geometry))
+
+
+# ------------------------------------------------------------------------------------ reductions, softmax
+
+_REDUCE_REF: dict[str, Callable[[Tensor, Any, bool], Tensor]] = {
+    "sum": lambda x, d, k: x.sum(d, keepdim=k) if d is not None else x.sum(),
+    "mean": lambda x, d, k: x.mean(d, keepdim=k) if d is not None else x.mean(),
+    "amax": lambda x, d, k: x.amax(d if d is not None else (), keepdim=k),
+    "amin": lambda x, d, k: x.amin(d if d is not None else (), keepdim=k),
+    "max": lambda x, d, k: x.amax(d if d is not None else (), keepdim=k),
+    "min": lambda x, d, k: x.amin(d if d is not None else (), keepdim=k),
+    "argmax": lambda x, d, k: x.argmax(d[0], keepdim=k) if d is not None else x.argmax(),
+    "argmin": lambda x, d, k: x.argmin(d[0], keepdim=k) if d is not None else x.argmin(),
+    "prod": lambda x, d, k: x.prod(d[0], keepdim=k) if d is not None else x.prod(),
+}
+
+
+def _dim_arg(d: Any) -> Any:
+    return tuple(d) if isinstance(d, list) else d
+
+
+def _reduce_dim(a: Args) -> Any:
+    """The dim as reduce() takes it: one int for the arg kinds and prod, a tuple otherwise."""
+    d = _dim_arg(a["dim"])
+    return d[0] if d is not None and a["kind"] in ("argmax", "argmin", "prod") else d
+
+
+register(LibraryOp(
+    "reduce", "reduce", _reduce.KERNELS,
+    lambda ts, a, kw: _reduce.reduce(ts[0], _reduce_dim(a), a["kind"], a["keepdim"], **kw),
+    lambda ts, a: _REDUCE_REF[a["kind"]](ts[0], _dim_arg(a["dim"]), a["keepdim"]),
+    lambda ts, a, target: _reduce.reduce_policies(tuple(ts[0].shape), _reduce_dim(a), a["kind"], target)))
+
+register(LibraryOp(
+    "softmax", "reduce", _reduce.KERNELS,
+    lambda ts, a, kw: _reduce.softmax(ts[0], a["dim"], a["log"], **kw),
+    lambda ts, a: (torch.log_softmax if a["log"] else torch.softmax)(ts[0], a["dim"]),
+    lambda ts, a, target: _reduce.softmax_policies(tuple(ts[0].shape), a["dim"], target)))
+
+
+# ---------------------------------------------------------------------------------------- normalizations
+
+register(LibraryOp(
+    "layer_norm", "norm", _norm.KERNELS,
+    lambda ts, a, kw: _norm.layer_norm(ts[0], tuple(a["shape"]), ts[1], ts[2], a["eps"], **kw),
+    lambda ts, a: F.layer_norm(ts[0], tuple(a["shape"]), ts[1], ts[2], a["eps"]),
+    lambda ts, a, target: _norm.layer_norm_policies(tuple(ts[0].shape), tuple(a["shape"]), target)))
+
+register(LibraryOp(
+    "group_norm", "norm", _norm.KERNELS,
+    lambda ts, a, kw: _norm.group_norm(ts[0], a["groups"], ts[1], ts[2], a["eps"], **kw),
+    lambda ts, a: F.group_norm(ts[0], a["groups"], ts[1], ts[2], a["eps"]),
+    lambda ts, a, target: _norm.group_norm_policies(tuple(ts[0].shape), a["groups"], target)))
+
+register(LibraryOp(
+    "instance_norm", "norm", _norm.KERNELS,
+    lambda ts, a, kw: _norm.instance_norm(ts[0], ts[1], ts[2], a["eps"], **kw),
+    lambda ts, a: F.instance_norm(ts[0], None, None, ts[1], ts[2], True, 0.0, a["eps"]),
+    lambda ts, a, target: _norm.instance_norm_policies(tuple(ts[0].shape), target)))
+
+register(LibraryOp(
+    "batch_norm", "norm", _norm.KERNELS,
+    lambda ts, a, kw: _norm.batch_norm(ts[0], ts[1], ts[2], ts[3], ts[4], False, a["eps"], **kw),
+    lambda ts, a: F.batch_norm(ts[0], ts[1], ts[2], ts[3], ts[4], False, 0.0, a["eps"]),
+    lambda ts, a, target: _norm.batch_norm_policies(tuple(ts[0].shape), False, target)))
+
+
+def _lp_ref(ts: Tensors, a: Args) -> Tensor:
+    x, d = ts[0], _dim_arg(a["dim"])
+    n = torch.linalg.vector_norm(x, a["p"], d, keepdim=True) if d is not None else torch.linalg.vector_norm(x, a["p"])
+    return x / (n.clamp_min(a["eps"]) if a["eps"] else n)
+
+
+register(LibraryOp(
+    "lp_normalize", "norm", _norm.KERNELS,
+    lambda ts, a, kw: _norm.lp_normalize(ts[0], a["p"], _dim_arg(a["dim"]), a["eps"], **kw),
+    _lp_ref,
+    lambda ts, a, target: _norm.lp_normalize_policies(tuple(ts[0].shape), _dim_arg(a["dim"]), target)))
+
+
+def _rms_ref(ts: Tensors, a: Args) -> Tensor:
+    x = ts[0]
+    y = x * torch.rsqrt(x.pow(2).mean(_dim_arg(a["dim"]), keepdim=True) + a["eps"])
+    return y * ts[1] if ts[1] is not None else y
+
+
+register(LibraryOp(
+    "rms_norm", "norm", _norm.KERNELS,
+    lambda ts, a, kw: _norm.rms_norm(ts[0], _dim_arg(a["dim"]), ts[1], a["eps"], **kw),
+    _rms_ref,
+    lambda ts, a, target: _norm.rms_norm_policies(tuple(ts[0].shape), _dim_arg(a["dim"]), target)))
+
+
+# ----------------------------------------------------------------------------------------------- scans
+
+def _scan_ref(ts: Tensors, a: Args) -> Tensor:
+    x, mask, d = ts[0], ts[1], a["dim"]
+    ident = 1.0 if a["kind"] == "prod" else 0.0
+    if mask is not None:
+        x = torch.where(mask, x, torch.full_like(x, ident))
+    if a["reverse"]:
+        x = x.flip(d)
+    if a["exclusive"]:
+        first = torch.full_like(x.narrow(d, 0, 1), ident)
+        x = torch.cat([first, x.narrow(d, 0, x.shape[d] - 1)], d)
+    y = (torch.cumprod if a["kind"] == "prod" else torch.cumsum)(x, d)
+    return y.flip(d) if a["reverse"] else y
+
+
+register(LibraryOp(
+    "scan", "scan", _scan.KERNELS,
+    lambda ts, a, kw: _scan.scan(ts[0], a["dim"], a["kind"], a["reverse"], a["exclusive"], ts[1], **kw),
+    _scan_ref,
+    lambda ts, a, target: _scan.scan_policies(tuple(ts[0].shape), a["dim"], target)))
+
+
+# --------------------------------------------------------------------------------------------- pooling
+
+_MAXPOOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_AVGPOOL = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+_ADAPTIVE = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
+
+
+def _avg_ref(ts: Tensors, a: Args) -> Tensor:
+    fn = _AVGPOOL[a["rank"]]
+    kw: dict[str, Any] = {"count_include_pad": a["count_include_pad"]}
+    if a["rank"] > 1:
+        kw["divisor_override"] = a["divisor_override"]
+    return fn(ts[0], a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"], **kw)
+
+
+register(LibraryOp(
+    "max_pool", "pool", _pool.KERNELS,
+    lambda ts, a, kw: _pool.max_pool(ts[0], a["kernel_size"], a["stride"], a["padding"], a["dilation"],
+                                     a["ceil_mode"], **kw),
+    lambda ts, a: _MAXPOOL[a["rank"]](ts[0], a["kernel_size"], a["stride"], a["padding"], a["dilation"],
+                                      a["ceil_mode"]),
+    lambda ts, a, target: _pool.max_pool_policies(tuple(ts[0].shape), a["kernel_size"], a["stride"], a["padding"],
+                                                  a["dilation"], a["ceil_mode"], target=target)))
+
+register(LibraryOp(
+    "avg_pool", "pool", _pool.KERNELS,
+    lambda ts, a, kw: _pool.avg_pool(ts[0], a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"],
+                                     a["count_include_pad"], a["divisor_override"], **kw),
+    _avg_ref,
+    lambda ts, a, target: _pool.avg_pool_policies(tuple(ts[0].shape), a["kernel_size"], a["stride"], a["padding"],
+                                                  a["ceil_mode"], target=target)))
+
+register(LibraryOp(
+    "adaptive_avg_pool", "pool", _pool.KERNELS,
+    lambda ts, a, kw: _pool.adaptive_avg_pool(ts[0], a["output_size"], **kw),
+    lambda ts, a: _ADAPTIVE[a["rank"]](ts[0], a["output_size"]),
+    lambda ts, a, target: _pool.adaptive_avg_pool_policies(tuple(ts[0].shape), a["output_size"], target)))
+
+
+# ---------------------------------------------------------------------------------------------- losses
+
+def _reduced(v: Tensor, reduction: str) -> Tensor:
+    return v.mean() if reduction == "mean" else v.sum() if reduction == "sum" else v
+
+
+_LOSS_REF: dict[str, Callable[[Tensors, Args], Tensor]] = {
+    "mse_loss": lambda ts, a: F.mse_loss(ts[0], ts[1], reduction=a["reduction"]),
+    "l1_loss": lambda ts, a: F.l1_loss(ts[0], ts[1], reduction=a["reduction"]),
+    "smooth_l1_loss": lambda ts, a: F.smooth_l1_loss(ts[0], ts[1], reduction=a["reduction"], beta=a["beta"]),
+    "huber_loss": lambda ts, a: F.huber_loss(ts[0], ts[1], reduction=a["reduction"], delta=a["delta"]),
+    "hinge_loss": lambda ts, a: _reduced((1 - ts[0] * ts[1]).clamp_min(0), a["reduction"]),
+    "kl_div": lambda ts, a: F.kl_div(ts[0], ts[1], reduction=a["reduction"], log_target=a["log_target"]),
+    "cross_entropy": lambda ts, a: F.cross_entropy(ts[0], ts[1], reduction=a["reduction"],
+                                                   ignore_index=a["ignore_index"]),
+    "nll_loss": lambda ts, a: F.nll_loss(ts[0], ts[1], reduction=a["reduction"], ignore_index=a["ignore_index"]),
+    "cosine_similarity_loss": lambda ts, a: _reduced(1 - F.cosine_similarity(ts[0], ts[1], a["dim"], a["eps"]),
+                                                     a["reduction"]),
+    "triplet_margin_loss": lambda ts, a: F.triplet_margin_loss(ts[0], ts[1], ts[2], a["margin"], a["p"], a["eps"],
+                                                               a["swap"], reduction=a["reduction"]),
+}
+
+
+def _loss_kwargs(a: Args) -> dict[str, Any]:
+    return {k: v for k, v in a.items() if k != "fn"}
+
+
+def _loss_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
+    fn = getattr(_loss, f"{a['fn']}_policies")
+    if a["fn"] == "cosine_similarity_loss":
+        return fn(tuple(ts[0].shape), a["dim"], target=target)
+    return fn(tuple(ts[0].shape), target=target)
+
+
+register(LibraryOp(
+    "loss", "loss", _loss.KERNELS,
+    lambda ts, a, kw: getattr(_loss, a["fn"])(*[t for t in ts if t is not None], **_loss_kwargs(a), **kw),
+    lambda ts, a: _LOSS_REF[a["fn"]](ts, a),
+    _loss_policies))
+
+
+# -------------------------------------------------------------------------------------------- the op
+
+def kinds() -> set[str]:
+    return {op.kind for op in LIBRARY.values()}
+
+
+@torch.library.custom_op("argus::library", mutates_args=())
+def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str) -> Tensor:
+    """The library op `name` on `tensors` with `args` (canonical JSON): the DSL kernels where the device has an
+    Argus target and the signature a plan, else the torch reference."""
+    from . import ops
+
+    op = LIBRARY[name]
+    ts = list(tensors)
+    a = json.loads(args)
+    present = [t for t in ts if t is not None]
+    floats = [t for t in present if t.is_floating_point()]
+
+    def sig() -> Any:
+        return library_signature(name, ts, args)
+
+    def run(plan: Any, target: str) -> Tensor:
+        kw = {"policies": dict(plan.policies), "kernels": dict(plan.kernels), "target": target}
+        return op.run(ts, a, kw)
+
+    def fallback() -> Tensor:
+        return op.reference(ts, a)
+
+    if not floats:
+        return fallback()
+    out = ops.run_op(node_id, sig, run, fallback, floats, (name, args, tuple(t is None for t in ts),
+                                                          *(ops.tensor_key(t) for t in present)))
+    flops = op.flops(ts, a, out)
+    if flops:
+        _report.record_flops(flops)
+    return out
+
+
+@library.register_fake
+def _(name, tensors, args, node_id):
+    return LIBRARY[name].reference(list(tensors), json.loads(args))
+
+
+def library_signature(name: str, ts: Tensors, args: str) -> Any:
+    """op = name, epilogue = the arguments (and which optional tensors are absent), every dim static."""
+    from .signature import make_signature
+
+    present = [t for t in ts if t is not None]
+    absent = "".join("0" if t is None else "1" for t in ts)
+    static = {f"t{i}d{j}": int(n) for i, t in enumerate(present) for j, n in enumerate(t.shape)}
+    return make_signature(name, f"{args}|{absent}", present, static, {})
+
+
+def _shapes_of(sig: Any) -> tuple[Tensors, Args]:
+    """Meta tensors with the shapes and dtypes a library signature records, and its arguments."""
+    args, absent = sig.epilogue.rsplit("|", 1)
+    dims: dict[int, dict[int, int]] = {}
+    for k, v in sig.static_dims:
+        i, j = k[1:].split("d")
+        dims.setdefault(int(i), {})[int(j)] = int(v)
+    present = []
+    for i, dt in enumerate(sig.dtypes):
+        shape = tuple(dims.get(i, {})[j] for j in range(len(dims.get(i, {}))))
+        present.append(torch.empty(shape, dtype=getattr(torch, dt), device="meta"))
+    it = iter(present)
+    ts: Tensors = [next(it) if c == "1" else None for c in absent]
+    return ts, json.loads(args)
+
+
+def template_policies(sig: Any, target: str) -> dict[str, Any]:
+    op = LIBRARY[sig.op]
+    ts, a = _shapes_of(sig)
+    return {k: p.as_dict() for k, p in op.policies(ts, a, target).items()}
+
+
+def _geometry(sig: Any) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    op = LIBRARY[sig.op]
+    if op.geometry is None:
+        return {}, {}
+    ts, a = _shapes_of(sig)
+    return op.geometry(ts, a)
+
+
+def select_policies(policy: dict[str, Any], sig: Any) -> dict[str, Policy]:
+    """The stored policy of each kernel, with the constexprs the signature fixes (a convolution's geometry)."""
+    consts, _ = _geometry(sig)
+    return {k: Policy.make(**dict(v)).with_consts(**consts.get(k, {})) for k, v in policy.items()}
+
+
+def verify_shapes(sig: Any) -> dict[str, dict[str, int]]:
+    return _geometry(sig)[1]
+
+
+__all__ = ["LIBRARY", "LibraryOp", "register", "canonical_args", "library", "library_signature", "template_policies",
+           "select_policies", "verify_shapes", "kinds"]

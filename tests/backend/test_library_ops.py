@@ -1,0 +1,150 @@
+"""The library op classes through the backend: the matchers find each pattern in a Dynamo graph, the rewritten
+graph runs the DSL kernels (interpreted) and equals eager, what the library does not cover stays with Inductor,
+and a library signature goes through the same cache as the GEMM/attention ops (template, verification)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import argus_inductor  # noqa: F401  (registers backend="argus")
+from argus_inductor import ops
+from argus_inductor import reporting as report_mod
+from argus_inductor.config import Options
+from argus_inductor.library_ops import LIBRARY, library_signature
+from argus_inductor.matchers import rewrite
+
+KINDS = ("conv", "norm", "scan", "pool", "reduce", "loss")
+
+
+def _capture(fn: Callable, *args: torch.Tensor) -> tuple[torch.fx.GraphModule, list]:
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args)
+    return graphs[0]
+
+
+def _check(fn: Callable, *args: torch.Tensor, names: list[str], tol: float = 1e-4) -> None:
+    """The graph of fn has exactly `names` library calls after the rewrite, each ran an Argus kernel, and the
+    result equals eager."""
+    report_mod.clear()
+    gm, inputs = _capture(fn, *args)
+    rewrite(gm, KINDS)
+    calls = [n.args[0] for n in gm.graph.nodes if n.target is torch.ops.argus.library.default]
+    assert sorted(calls) == sorted(names), gm.graph
+    with torch.no_grad():
+        out, ref = gm(*inputs), fn(*args)
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+    for o, r in zip(out, ref):
+        assert o.dtype == r.dtype and o.shape == r.shape
+        torch.testing.assert_close(o, r, rtol=tol, atol=tol)
+    sources = [e.source for e in report_mod.entries()]
+    assert sources and all(s.startswith("default") for s in sources), sources
+
+
+def _x(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+CASES: dict[str, tuple[Callable, tuple, list[str]]] = {
+    "conv2d+relu": (lambda x, w, b: F.relu(F.conv2d(x, w, b, stride=2, padding=1)),
+                    (_x(2, 4, 9, 7), _x(6, 4, 3, 3), _x(6)), ["conv"]),
+    "conv1d_grouped_dilated": (lambda x, w: F.conv1d(x, w, None, 1, 2, 2, 2), (_x(2, 4, 11), _x(6, 2, 3)), ["conv"]),
+    "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1),
+                         (_x(1, 4, 5, 6), _x(4, 3, 3, 3)), ["conv"]),
+    "sum_dims_keepdim": (lambda x: x.sum(dim=(0, 2), keepdim=True), (_x(3, 5, 7),), ["reduce"]),
+    "mean_all": (lambda x: torch.mean(x), (_x(3, 5, 7),), ["reduce"]),
+    "max_values_and_indices": (lambda x: torch.max(x, dim=1), (_x(4, 9, 3),), ["reduce", "reduce"]),
+    "argmax": (lambda x: x.argmax(-1), (_x(4, 9),), ["reduce"]),
+    "log_softmax_dim1": (lambda x: torch.log_softmax(x, dim=1), (_x(3, 6, 5),), ["softmax"]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (5, 6), w, b), (_x(3, 5, 6), _x(5, 6), _x(5, 6)), ["layer_norm"]),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), (_x(2, 4, 5, 3), _x(4), _x(4)), ["group_norm"]),
+    "batch_norm_eval": (lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, False),
+                        (_x(2, 3, 4, 5), _x(3), torch.rand(3) + 0.5, _x(3), _x(3)), ["batch_norm"]),
+    "instance_norm": (lambda x: F.instance_norm(x), (_x(2, 3, 9),), ["instance_norm"]),
+    "frobenius": (lambda x: x / torch.norm(x, p="fro"), (_x(3, 4, 5),), ["lp_normalize"]),
+    "l1_normalize": (lambda x: x / torch.sum(torch.abs(x), dim=1, keepdim=True), (_x(4, 7),), ["lp_normalize"]),
+    "rms": (lambda x: x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5), (_x(2, 6, 3),),
+            ["rms_norm"]),
+    "reverse_cumsum": (lambda x: torch.cumsum(x.flip(1), 1).flip(1), (_x(3, 10),), ["scan"]),
+    "masked_cumsum": (lambda x, m: torch.cumsum(x * m, dim=0), (_x(6, 4), torch.rand(6, 4) > 0.3), ["scan"]),
+    "cumprod_of_masked_product": (lambda x, m: torch.cumprod(x * m, dim=0), (torch.rand(6, 4) + 0.5,
+                                  torch.rand(6, 4) > 0.3), ["scan"]),  # x * m stays Inductor's: a 0 is no identity
+    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1, dilation=1, ceil_mode=True), (_x(1, 2, 9, 8),), ["max_pool"]),
+    "avg_pool1d": (lambda x: F.avg_pool1d(x, 3, 2, 1, count_include_pad=False), (_x(2, 3, 10),), ["avg_pool"]),
+    "adaptive_avg_pool3d": (lambda x: F.adaptive_avg_pool3d(x, (2, 1, 3)), (_x(1, 2, 4, 3, 6),),
+                            ["adaptive_avg_pool"]),
+    "cross_entropy": (lambda x, t: F.cross_entropy(x, t), (_x(5, 7), torch.randint(0, 7, (5,))), ["loss"]),
+    "mse_pattern": (lambda a, b: torch.mean((a - b) ** 2), (_x(4, 9), _x(4, 9)), ["loss"]),
+    "hinge_pattern": (lambda a, b: torch.mean(torch.clamp(1 - a * b, min=0)), (_x(4, 9), _x(4, 9)), ["loss"]),
+    "cosine_pattern": (lambda a, b: torch.mean(1 - F.cosine_similarity(a, b, dim=1)), (_x(4, 9), _x(4, 9)),
+                       ["loss"]),
+    "triplet": (lambda a, p, n: F.triplet_margin_loss(a, p, n), (_x(4, 9), _x(4, 9), _x(4, 9)), ["loss"]),
+    "kl_div": (lambda a, b: F.kl_div(torch.log(a), b, reduction="batchmean"),
+               (torch.rand(4, 9).softmax(-1), torch.rand(4, 9).softmax(-1)), ["loss"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_library_pattern_runs_argus_and_matches_eager(case: str, fresh_cache) -> None:
+    fn, args, names = CASES[case]
+    _check(fn, *args, names=names)
+
+
+def test_what_the_library_does_not_take_stays_with_inductor() -> None:
+    def fn(x, m, v):
+        return F.batch_norm(x, m, v, training=True) + torch.cumsum(x, 1, dtype=torch.float64).float()
+
+    gm, _ = _capture(fn, _x(2, 3, 4), torch.zeros(3), torch.ones(3))
+    assert rewrite(gm, KINDS) == []
+
+
+def test_default_ops_take_convolutions_but_not_reductions() -> None:
+    assert "conv" in Options.resolve().enabled_ops and "reduce" not in Options.resolve().enabled_ops
+    assert set(KINDS) <= set(Options.resolve({"ops": "all"}).enabled_ops)
+
+    def fn(x, w):
+        return F.conv2d(x, w).sum(dim=1)
+
+    gm, _ = _capture(fn, _x(1, 2, 5, 5), _x(3, 2, 3, 3))
+    assert [m.kind for m in rewrite(gm, Options.resolve().enabled_ops)] == ["conv"]
+
+
+def test_backend_end_to_end_with_ops_all(fresh_cache) -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.GroupNorm(2, 8), torch.nn.Flatten(), torch.nn.LogSoftmax(dim=1)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        out = torch.compile(model, backend="argus", options={"ops": "all"})(x)
+        torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    ops_seen = sorted({e.op for e in report_mod.entries()})
+    assert ops_seen == ["conv", "norm", "pool", "reduce"], ops_seen
+
+
+def test_library_signature_goes_through_the_cache_with_verification(fresh_cache) -> None:
+    x, w = _x(2, 4, 9, 7), _x(6, 2, 3, 3)
+    args = '{"activation":"none","dilation":[1,1],"groups":2,"output_padding":[0,0],"padding":[1,1],' \
+           '"stride":[2,1],"transposed":false}'
+    sig = library_signature("conv", [x, w, None], args)
+    assert sig.op == "conv" and "t1d0=6" in sig.short() and sig.epilogue.endswith("|110")
+    entry = ops.make_entry(sig, origin="warmup", verify=True)
+    assert list(entry.policy) == ["conv_fwd"] and entry.verification["status"] == "verified", entry.verification
+    assert "def conv_fwd(" in entry.dsl_source and "@triton.jit" in entry.triton_source
+    ops.kernel_cache().put(sig.key(), entry)
+    ops.forget_plans()
+    out = torch.ops.argus.library("conv", [x, w, None], args, "test:conv")
+    torch.testing.assert_close(out, F.conv2d(x, w, None, (2, 1), 1, 1, 2), rtol=1e-4, atol=1e-4)
+    assert report_mod.entries()[-1].source.startswith("cache")
+
+
+def test_every_library_op_has_a_reference_and_kernels() -> None:
+    for name, op in LIBRARY.items():
+        assert op.kernels and callable(op.reference), name
