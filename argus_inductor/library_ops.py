@@ -24,6 +24,7 @@ from .dsl import Kernel, Policy
 from .kernels import conv as _conv
 from .kernels import loss as _loss
 from .kernels import normalize as _norm
+from .kernels import pointwise as _pw
 from .kernels import pool as _pool
 from .kernels import reduce as _reduce
 from .kernels import scan as _scan
@@ -45,6 +46,8 @@ class LibraryOp:
     # what the invariant checker needs beyond the policy: (constexprs, shape symbols) by kernel name; None proves
     # the kernels over symbolic shapes
     geometry: Callable[[Tensors, Args], tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]] | None = None
+    # kernels generated per call (elementwise chains): the kernels of these tensors and arguments
+    kernels_for: Callable[[Tensors, Args], tuple[Kernel, ...]] | None = None
 
 
 LIBRARY: dict[str, LibraryOp] = {}
@@ -298,6 +301,79 @@ register(LibraryOp(
     _loss_policies))
 
 
+# -------------------------------------------------------------------------------- elementwise chains
+
+def chain_of(a: Args) -> _pw.Chain:
+    """The chain a call carries: [[op, [[kind, value], ...]], ...] in its arguments."""
+    return _pw.Chain(tuple(_pw.Step(op, tuple(tuple(x) for x in args)) for op, args in a["chain"]))
+
+
+def chain_args(chain: _pw.Chain) -> list[Any]:
+    return [[s.op, [list(x) for x in s.args]] for s in chain.steps]
+
+
+def _pointwise_kernel(ts: Tensors, a: Args) -> tuple[Kernel, ...]:
+    return (_pw.pointwise_kernel(chain_of(a), len(ts)),)
+
+
+register(LibraryOp(
+    "pointwise", "pointwise", (),
+    lambda ts, a, kw: _pw.pointwise(chain_of(a), ts, **kw),
+    lambda ts, a: chain_of(a).reference(ts).to(_pw.result_dtype(ts)),
+    lambda ts, a, target: {_pointwise_kernel(ts, a)[0].name: _pw.pointwise_policies(_pw.view_shape(ts),
+                                                                                   target)["pointwise"]},
+    kernels_for=_pointwise_kernel))
+
+
+def _linear_chain_kernel(ts: Tensors, a: Args) -> tuple[Kernel, ...]:
+    return (_pw.linear_chain_kernel(chain_of(a), len(ts) - 3),)
+
+
+def _linear_chain_ref(ts: Tensors, a: Args) -> Tensor:
+    y = F.linear(ts[0], ts[1], ts[2])
+    return chain_of(a).reference([y, *ts[3:]]).to(ts[0].dtype)
+
+
+def _linear_chain_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
+    (m, k), n = ts[0].shape, ts[1].shape[0]
+    return {_linear_chain_kernel(ts, a)[0].name: _pw.linear_chain_policies(m, n, k, target)["gemm_epilogue"]}
+
+
+register(LibraryOp(
+    "linear_chain", "pointwise", (),
+    lambda ts, a, kw: _pw.linear_chain(ts[0], ts[1], ts[2], chain_of(a), ts[3:], **kw),
+    _linear_chain_ref, _linear_chain_policies,
+    lambda ts, a, out: 2 * ts[0].shape[0] * ts[0].shape[1] * ts[1].shape[0],
+    kernels_for=_linear_chain_kernel))
+
+
+def _conv_chain_kernel(ts: Tensors, a: Args) -> tuple[Kernel, ...]:
+    return (_pw.conv_chain_kernel(chain_of(a), len(ts) - 3, a["transposed"]),)
+
+
+def _conv_chain_ref(ts: Tensors, a: Args) -> Tensor:
+    y = _conv_ref(ts[:3], {**a, "activation": "none"})
+    return chain_of(a).reference([y, *ts[3:]]).to(ts[0].dtype)
+
+
+def _conv_chain_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
+    (pol,) = _conv.conv_policies(*_conv_geo(ts, a), target=target).values()
+    return {_conv_chain_kernel(ts, a)[0].name: pol}
+
+
+def _conv_chain_geometry(ts: Tensors, a: Args) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    _, consts, shapes = _conv.conv_geometry(*_conv_geo(ts, a))
+    name = _conv_chain_kernel(ts, a)[0].name
+    return {name: consts}, {name: shapes}
+
+
+register(LibraryOp(
+    "conv_chain", "pointwise", (),
+    lambda ts, a, kw: _pw.conv_chain(ts[0], ts[1], ts[2], a["stride"], a["padding"], a["dilation"], a["groups"],
+                                     a["transposed"], a["output_padding"], chain_of(a), ts[3:], **kw),
+    _conv_chain_ref, _conv_chain_policies, _conv_flops, _conv_chain_geometry, _conv_chain_kernel))
+
+
 # -------------------------------------------------------------------------------------------- the op
 
 def kinds() -> set[str]:
@@ -379,6 +455,15 @@ def _geometry(sig: Any) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, 
         return {}, {}
     ts, a = _shapes_of(sig)
     return op.geometry(ts, a)
+
+
+def kernels_of(sig: Any) -> tuple[Kernel, ...]:
+    """The kernels a signature's plan may run: the class's library kernels, or those generated for its chain."""
+    op = LIBRARY[sig.op]
+    if op.kernels_for is None:
+        return op.kernels
+    ts, a = _shapes_of(sig)
+    return op.kernels_for(ts, a)
 
 
 def select_policies(policy: dict[str, Any], sig: Any) -> dict[str, Policy]:

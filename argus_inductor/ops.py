@@ -231,14 +231,23 @@ SPECS: dict[str, OpSpec] = {
 }
 
 
+_LIBRARY_SPECS: dict[tuple[str, str], OpSpec] = {}
+
+
 def spec_for(sig: Signature) -> OpSpec:
     if sig.op not in SPECS and sig.op != "gemm":
         from . import library_ops as lib
 
-        op = lib.LIBRARY.get(sig.op)
-        if op is not None:  # a library op class: plans by the same cache rules, policies from its host functions
-            SPECS[sig.op] = OpSpec(sig.op, op.kernels, lib.template_policies, lambda s: {}, lib.verify_shapes,
-                                   lib.select_policies)
+        if sig.op in lib.LIBRARY:  # a library op class: plans by the same cache rules, policies from its host
+            key = (sig.op, sig.epilogue)  # functions, kernels its own or generated for its chain
+            with _LOCK:
+                spec = _LIBRARY_SPECS.get(key)
+            if spec is None:
+                spec = OpSpec(sig.op, lib.kernels_of(sig), lib.template_policies, lambda s: {}, lib.verify_shapes,
+                              lib.select_policies)
+                with _LOCK:
+                    _LIBRARY_SPECS[key] = spec
+            return spec
     if sig.op == "gemm":
         parts = _epi_parts(sig)
         if any("*up" in p for p in parts):

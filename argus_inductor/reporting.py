@@ -27,6 +27,12 @@ def record_match(node_id: str, op: str, graph_node: str) -> None:
         _ENTRIES.setdefault(node_id, Entry(graph_node, op))
 
 
+def forget_match(node_id: str) -> None:
+    """Drop a match a later rewrite absorbed (a GEMM whose epilogue became a fused chain's)."""
+    with _LOCK:
+        _ENTRIES.pop(node_id, None)
+
+
 def record_call(node_id: str, signature: str, source: str, ms: float | None,
                 notes: list[str] | None = None) -> None:
     with _LOCK:

@@ -1,4 +1,7 @@
-"""The kernel library: DSL kernels for GEMM, normalizations, attention and MoE, with host wrappers."""
+"""The kernel library: DSL kernels with host wrappers. GEMM, attention and MoE are imported here; the general op
+classes are modules of their own: conv, reduce (reductions, softmax), normalize, pool, scan, loss and pointwise
+(elementwise chains, standalone or as a GEMM/conv epilogue)."""
+from . import conv, loss, normalize, pointwise, pool, reduce, scan
 from .attention import attention, attention_decode, attention_fwd
 from .gemm import ACTIVATIONS, bias_act_cast, bmm, bmm_kernel, gemm, gemm_epilogue, gemm_splitk
 from .moe import moe_align_block, moe_down, moe_expert_step, moe_gate_up
@@ -9,4 +12,5 @@ __all__ = [
     "softmax", "softmax_kernel", "rmsnorm", "rmsnorm_kernel", "layernorm", "layernorm_kernel",
     "attention", "attention_fwd", "attention_decode",
     "moe_align_block", "moe_gate_up", "moe_down", "moe_expert_step",
+    "conv", "loss", "normalize", "pointwise", "pool", "reduce", "scan",
 ]

@@ -302,6 +302,9 @@ def _pow2(v: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, p))
 
 
+ConvGeometry = _Geometry  # the public name of a convolution's resolved geometry
+
+
 # ---- policies and host function --------------------------------------------------------------------------------
 def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 1, padding: Any = 0,
                   dilation: Any = 1, groups: int = 1, transposed: bool = False, output_padding: Any = 0,
@@ -340,6 +343,19 @@ def conv_geometry(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
     return geo.kernel_name, dict(geo.consts), shapes
 
 
+def conv_weight_view(weight: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
+    """The (G, COG, taps * CG) weight the kernels read, reduction index tap * CG + c (a copy when reordering)."""
+    g, cg, cog = geo.groups, geo.cg, geo.cog
+    taps = 1
+    for k in geo.k_spatial:
+        taps *= k
+    if geo.transposed:  # (Cin, COG, k...) = (G, CG, COG, T) -> (G, COG, T, CG)
+        wk = weight.reshape(g, cg, cog, taps).permute(0, 2, 3, 1)
+    else:               # (Cout, CG, k...) = (G, COG, CG, T) -> (G, COG, T, CG)
+        wk = weight.reshape(g, cog, cg, taps).permute(0, 1, 3, 2)
+    return wk.reshape(g, cog, taps * cg)
+
+
 def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,
          padding: Any = 0, dilation: Any = 1, groups: int = 1, transposed: bool = False, output_padding: Any = 0,
          activation: str = "none", *, policies: dict[str, Policy] | None = None,
@@ -374,15 +390,8 @@ def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     out = torch.empty(geo.out_shape, dtype=x.dtype, device=x.device)
     if geo.n > 0:
         g, cg, cog = geo.groups, geo.cg, geo.cog
-        taps = 1
-        for k in geo.k_spatial:
-            taps *= k
         xv = xb.reshape(geo.n, g, cg, -1)
-        if geo.transposed:  # (Cin, COG, k...) = (G, CG, COG, T) -> (G, COG, T, CG)
-            wk = weight.reshape(g, cg, cog, taps).permute(0, 2, 3, 1)
-        else:               # (Cout, CG, k...) = (G, COG, CG, T) -> (G, COG, T, CG)
-            wk = weight.reshape(g, cog, cg, taps).permute(0, 1, 3, 2)
-        wk = wk.reshape(g, cog, taps * cg)
+        wk = conv_weight_view(weight, geo)
         bv = bias.to(x.dtype).reshape(g, cog) if bias is not None else out.new_empty(g, cog)
         kern(xv, wk, bv, out.view(geo.n, g, cog, -1), policy=pol, target=tgt)
     return out if geo.batched else out.squeeze(0)

@@ -26,7 +26,7 @@ import torch
 
 from ..dsl import Policy, kernels_from_source
 from ..dsl.runtime import Kernel, default_target
-from .conv import _Geometry, conv_fwd, conv_policies, conv_transpose_fwd
+from .conv import ConvGeometry, conv_fwd, conv_policies, conv_transpose_fwd, conv_weight_view
 from .gemm import gemm_epilogue
 
 __all__ = [
@@ -480,6 +480,14 @@ def _rank4(tensors: list[torch.Tensor], shape: Sequence[int]) -> list[torch.Tens
     return [torch.as_strided(t, sizes, [0] * pad + st, t.storage_offset()) for t, st in zip(ts, strides)]
 
 
+def view_shape(inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """The rank-4 (D0, D1, D2, D3) view `pointwise` launches its kernel over for these inputs (works on meta
+    tensors: what a template policy is computed from)."""
+    shape = torch.broadcast_shapes(*(t.shape for t in inputs))
+    out = torch.empty(shape, device=inputs[0].device)
+    return tuple(_rank4([t.expand(shape) for t in inputs] + [out], shape)[-1].shape)
+
+
 def _target(t: torch.Tensor, target: str | None) -> str:
     if target is None:
         return default_target(t.device)
@@ -657,17 +665,6 @@ def linear_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return out
 
 
-def _conv_weight(weight: torch.Tensor, geo: _Geometry) -> torch.Tensor:
-    """The (G, COG, taps * CG) weight view conv.py's kernels read (same order as conv.conv)."""
-    g, cg, cog = geo.groups, geo.cg, geo.cog
-    taps = math.prod(geo.k_spatial)
-    if geo.transposed:
-        wk = weight.reshape(g, cg, cog, taps).permute(0, 2, 3, 1)
-    else:
-        wk = weight.reshape(g, cog, cg, taps).permute(0, 1, 3, 2)
-    return wk.reshape(g, cog, taps * cg)
-
-
 def _as_output_view(e: torch.Tensor, n: int, g: int, cog: int) -> torch.Tensor:
     try:
         return e.view(n, g, cog, -1)
@@ -687,7 +684,7 @@ def conv_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         raise ValueError(f"x and weight must share one of float16/bfloat16/float32, got {x.dtype}, {weight.dtype}")
     if x.device != weight.device:
         raise ValueError(f"x is on {x.device} but weight is on {weight.device}")
-    geo = _Geometry(x.shape, weight.shape, stride, padding, dilation, groups, transposed, output_padding)
+    geo = ConvGeometry(x.shape, weight.shape, stride, padding, dilation, groups, transposed, output_padding)
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (geo.cout,)
                              or bias.device != x.device):
         raise ValueError(f"bias must be a tensor of shape ({geo.cout},) (out_channels) on {x.device}")
@@ -705,7 +702,7 @@ def conv_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         xb = x if geo.batched else x.unsqueeze(0)
         exb = [e if geo.batched else e.unsqueeze(0) for e in ex]
         bv = bias.to(x.dtype).reshape(g, cog) if bias is not None else out.new_empty(g, cog)
-        kern(xb.reshape(geo.n, g, geo.cg, -1), _conv_weight(weight, geo), bv, out.view(geo.n, g, cog, -1),
+        kern(xb.reshape(geo.n, g, geo.cg, -1), conv_weight_view(weight, geo), bv, out.view(geo.n, g, cog, -1),
              *[_as_output_view(e, geo.n, g, cog) for e in exb], policy=pol, target=tgt)
     return out if geo.batched else out.squeeze(0)
 

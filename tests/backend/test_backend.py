@@ -99,8 +99,9 @@ def test_options_are_checked():
     with pytest.raises(ValueError, match="ARGUS_ON_MISS"):
         Options.resolve({"on_miss": "pray"})
     with pytest.raises(ValueError, match="unknown op kinds"):
-        Options.resolve({"ops": "gemm,conv"})
+        Options.resolve({"ops": "gemm,convolution"})
     assert Options.resolve({"argus_report": True}).report
+    assert "scan" in Options.resolve({"ops": "all"}).enabled_ops
 
 
 def test_on_miss_fallback_uses_aten():

@@ -31,12 +31,13 @@ def _capture(fn: Callable, *args: torch.Tensor) -> tuple[torch.fx.GraphModule, l
     return graphs[0]
 
 
-def _check(fn: Callable, *args: torch.Tensor, names: list[str], tol: float = 1e-4) -> None:
+def _check(fn: Callable, *args: torch.Tensor, names: list[str], tol: float = 1e-4,
+           kinds: tuple[str, ...] = KINDS) -> torch.fx.GraphModule:
     """The graph of fn has exactly `names` library calls after the rewrite, each ran an Argus kernel, and the
     result equals eager."""
     report_mod.clear()
     gm, inputs = _capture(fn, *args)
-    rewrite(gm, KINDS)
+    rewrite(gm, kinds)
     calls = [n.args[0] for n in gm.graph.nodes if n.target is torch.ops.argus.library.default]
     assert sorted(calls) == sorted(names), gm.graph
     with torch.no_grad():
@@ -48,6 +49,7 @@ def _check(fn: Callable, *args: torch.Tensor, names: list[str], tol: float = 1e-
         torch.testing.assert_close(o, r, rtol=tol, atol=tol)
     sources = [e.source for e in report_mod.entries()]
     assert sources and all(s.startswith("default") for s in sources), sources
+    return gm
 
 
 def _x(*shape: int) -> torch.Tensor:
@@ -99,6 +101,38 @@ def test_library_pattern_runs_argus_and_matches_eager(case: str, fresh_cache) ->
     _check(fn, *args, names=names)
 
 
+CHAINS: dict[str, tuple[Callable, tuple, list[str]]] = {
+    "standalone_swish_scale": (lambda x: x * torch.sigmoid(x) * 0.5 + 1.0, (_x(3, 17),), ["pointwise"]),
+    "activations_with_params": (lambda x: F.hardtanh(F.leaky_relu(x, 0.2), -0.5, 0.5) + F.softplus(x, 2.0),
+                                (_x(2, 3, 11),), ["pointwise"]),
+    "broadcast_operands": (lambda x, c, r: torch.tanh(x * c - r) / 2, (_x(2, 3, 5, 4), _x(3, 1, 1), _x(4)),
+                           ["pointwise"]),
+    "linear_epilogue": (lambda x, w, b, r: torch.clamp(F.linear(x, w, b) * 0.7 + r, min=-0.4),
+                        (_x(9, 20), _x(13, 20), _x(13), _x(9, 13)), ["linear_chain"]),
+    "linear_relu_then_chain": (lambda x, w: torch.relu(F.linear(x, w)) * 2 - 1, (_x(9, 20), _x(13, 20)),
+                               ["linear_chain"]),
+    "conv_epilogue": (lambda x, w, b, s: torch.sigmoid(F.conv2d(x, w, b, padding=1) * s) + 0.1,
+                      (_x(2, 3, 7, 6), _x(4, 3, 3, 3), _x(4), _x(4, 1, 1)), ["conv_chain"]),
+    "conv_transpose_epilogue": (lambda x, w: F.mish(F.conv_transpose2d(x, w, stride=2)) - 0.5,
+                                (_x(1, 4, 5, 6), _x(4, 2, 3, 3)), ["conv_chain"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CHAINS))
+def test_elementwise_chains_run_as_one_synthesized_kernel(case: str, fresh_cache) -> None:
+    fn, args, names = CHAINS[case]
+    _check(fn, *args, names=names, kinds=(*KINDS, "gemm", "pointwise"))
+
+
+def test_a_gemm_whose_result_is_read_twice_keeps_its_own_kernel(fresh_cache) -> None:
+    def fn(x, w):
+        y = F.linear(x, w)
+        return torch.tanh(y) + y.sum()
+
+    _check(fn, _x(5, 8), _x(6, 8), names=["pointwise", "reduce"], kinds=(*KINDS, "gemm", "pointwise"))
+    assert sorted(e.op for e in report_mod.entries()) == ["gemm", "pointwise", "reduce"]
+
+
 def test_what_the_library_does_not_take_stays_with_inductor() -> None:
     def fn(x, m, v):
         return F.batch_norm(x, m, v, training=True) + torch.cumsum(x, 1, dtype=torch.float64).float()
@@ -147,4 +181,4 @@ def test_library_signature_goes_through_the_cache_with_verification(fresh_cache)
 
 def test_every_library_op_has_a_reference_and_kernels() -> None:
     for name, op in LIBRARY.items():
-        assert op.kernels and callable(op.reference), name
+        assert (op.kernels or op.kernels_for is not None) and callable(op.reference), name
