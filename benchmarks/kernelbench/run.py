@@ -436,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--argus-ops", default="all",
                     help="the op kinds backend=\"argus\" takes (ARGUS_OPS syntax; default all)")
     ap.add_argument("--name", default=None, help="file stem of the outputs (default kernelbench-<date>)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="write one table from the JSON files of earlier runs (no problem is run)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -452,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     if bad or "eager" not in args.backends:
         ap.error(f"--backends must include eager and name only {', '.join(BACKENDS)} (got {bad or args.backends})")
 
+    if args.merge:
+        return merge(args.merge, Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results"),
+                     args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     if args.worker:
         row = worker(Path(args.worker), args)
         Path(args.worker_out).write_text(json.dumps(row))
@@ -479,7 +484,10 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "timing": timing, "note": note, "interpret": interp,
             "trials": args.trials, "atol": ATOL, "rtol": RTOL, "timeout_s": args.timeout,
             "full_sizes": os.environ.get("ARGUS_KB_FULL") == "1" or gpu, "coverage_note": COVERAGE_NOTE}
-    rows = []
+    out = Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results")
+    out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    rows: list[dict[str, Any]] = []
     for i, p in enumerate(problems):
         print(f"[{i + 1}/{len(problems)}] {p} ...", end=" ", flush=True)
         row = run_one(p, args)
@@ -487,16 +495,34 @@ def main(argv: list[str] | None = None) -> int:
         b = row.get("backends", {})
         print(row["status"], " ".join(f"{k}={'ok' if v.get('correct') else 'WRONG'}" for k, v in b.items()),
               f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
-    summary = summarize(rows, args.backends)
-    out = Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results")
-    out.mkdir(parents=True, exist_ok=True)
-    stem = args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+        # written after every problem, so a run stopped from outside keeps what it measured
+        write_outputs(out, stem, meta, rows, args.backends, final=i == len(problems) - 1)
+    return 0
+
+
+def write_outputs(out: Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]],
+                  backends: tuple[str, ...], final: bool = True) -> None:
+    summary = summarize(rows, backends)
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
     md = markdown(meta, rows, summary)
     (out / f"{stem}.md").write_text(md)
+    if not final:
+        return
     png = plot(rows, out / f"{stem}.png")
     print(md)
     print(f"wrote {out / stem}.json, .md" + (", .png" if png else " (no plot: matplotlib is not installed)"))
+
+
+def merge(files: list[str], out: Path, stem: str) -> int:
+    """One table from several runs' JSON files (e.g. a problem set run in parts on a time-boxed machine): rows
+    concatenated in order, metadata of the first, the summary recomputed."""
+    parts = [json.loads(Path(f).read_text()) for f in files]
+    rows = [r for p in parts for r in p["rows"]]
+    meta = dict(parts[0]["meta"], merged_from=[Path(f).name for f in files])
+    backends = tuple(b for b in BACKENDS if any(b in r.get("backends", {}) for r in rows))
+    out.mkdir(parents=True, exist_ok=True)
+    write_outputs(out, stem, meta, rows, backends)
+    return 0
     return 0
 
 

@@ -137,3 +137,16 @@ def test_bad_path_is_a_clear_error(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(RUNNER), str(tmp_path)], capture_output=True, text=True,
                           env=_env(), timeout=60)
     assert proc.returncode == 2 and "no KernelBench-format .py files" in proc.stderr
+
+
+def test_merge_makes_one_table_from_parts(small_run: tuple, tmp_path: Path) -> None:
+    _, data, out = small_run
+    proc = subprocess.run([sys.executable, str(RUNNER), "--merge", str(out / "kb.json"), str(out / "kb.json"),
+                           "--out", str(tmp_path), "--name", "all"], capture_output=True, text=True, env=_env(),
+                          timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    merged = json.loads((tmp_path / "all.json").read_text())
+    assert len(merged["rows"]) == 2 * len(data["rows"]) and merged["meta"]["merged_from"] == ["kb.json", "kb.json"]
+    assert merged["summary"]["problems"] == 2 * data["summary"]["problems"]
+    assert merged["summary"]["correct_argus"] == pytest.approx(data["summary"]["correct_argus"])
+    assert "| 01_square_matmul | 1 | ok |" in (tmp_path / "all.md").read_text()
