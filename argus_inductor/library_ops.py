@@ -408,7 +408,7 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
                                                           *(ops.tensor_key(t) for t in present)))
     flops = op.flops(ts, a, out)
     if flops:
-        _report.record_flops(flops)
+        _report.record_flops(node_id, flops)
     return out
 
 

@@ -39,7 +39,7 @@ from .kernels.attention import attention_decode, attention_fwd, mask_operand
 from .kernels.gemm import ACTIVATIONS, bias_act_cast, bmm_kernel, gemm_epilogue, gemm_splitk
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
-from .policies import attention_policy, gemm_policy, moe_policies
+from .policies import attention_policy, fit_attention, fit_shared_memory, gemm_policy, moe_policies
 from .signature import Signature, device_arch, make_signature
 
 log = logging.getLogger("argus_inductor")
@@ -119,9 +119,27 @@ def _act_of(sig: Signature) -> int:
     return 0
 
 
+_ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def fp32_precision() -> str:
+    """The mma precision of float32 inputs, as torch's own setting asks for matmuls: 'highest' (torch's default)
+    -> three-pass tf32 (float32 accuracy on tensor cores), 'high'/'medium' -> tf32."""
+    return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
+def _for_dtype(p: Policy, sig: Signature, target: str, b_tiles: int = 1) -> Policy:
+    """A template tuned on 2-byte inputs made to fit the signature's dtype: staged tiles within shared memory,
+    and float32 at the precision torch's matmul setting asks for."""
+    if target == "interpret":
+        return p
+    p = fit_shared_memory(p, _ELEM_BYTES.get(sig.dtypes[0], 4), b_tiles)
+    return replace(p, input_precision=fp32_precision()) if sig.dtypes[0] == "float32" else p
+
+
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    return gemm_policy(d.get("M", 1), d["N"], d["K"], target).as_dict()
+    return _for_dtype(gemm_policy(d.get("M", 1), d["N"], d["K"], target), sig, target).as_dict()
 
 
 def _unsplit(p: Policy) -> Policy:
@@ -131,7 +149,7 @@ def _unsplit(p: Policy) -> Policy:
 
 def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    return _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target)).as_dict()
+    return _for_dtype(_unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target)), sig, target).as_dict()
 
 
 def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -139,7 +157,7 @@ def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
     p = _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target))
     if target != "interpret" and p.const("BN", 64) > 128:  # two accumulators: half the tile width
         p = p.with_consts(BN=p.const("BN") // 2)
-    return p.as_dict()
+    return _for_dtype(p, sig, target, b_tiles=2).as_dict()
 
 
 def _gemm_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
@@ -169,7 +187,12 @@ def _bias_consts(sig: Signature) -> dict[str, int]:
 
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    return attention_policy(d["S"], d["D"], target, "causal" in _epi_parts(sig)).as_dict()
+    p = attention_policy(d["S"], d["D"], target, "causal" in _epi_parts(sig))
+    if target != "interpret":
+        p = fit_attention(p, 1 << builtins.max(4, (d["D"] - 1).bit_length()), _ELEM_BYTES.get(sig.dtypes[0], 4))
+        if sig.dtypes[0] == "float32":
+            p = replace(p, input_precision=fp32_precision())
+    return p.as_dict()
 
 
 def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
@@ -608,7 +631,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
     def fallback() -> Tensor:
         return _ACTS[activation](F.linear(x, weight, bias))
 
-    return run_op(node_id, sig, run, fallback, [x, weight], (activation, bias is None))
+    out = run_op(node_id, sig, run, fallback, [x, weight], (activation, bias is None))
+    _report.record_flops(node_id, 2 * m * n * k)
+    return out
 
 
 @linear.register_fake
@@ -639,7 +664,9 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
     def fallback() -> Tensor:
         return residual + _ACTS[activation](F.linear(x, weight, bias))
 
-    return run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None))
+    out = run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None))
+    _report.record_flops(node_id, 2 * m * n * k)
+    return out
 
 
 @linear_residual.register_fake
@@ -667,7 +694,9 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
     def fallback() -> Tensor:
         return _ACTS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
 
-    return run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,))
+    out = run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,))
+    _report.record_flops(node_id, 4 * m * n * k)
+    return out
 
 
 @gate_up.register_fake
@@ -688,7 +717,9 @@ def bmm(a: Tensor, b: Tensor, node_id: str) -> Tensor:
         plan.kernels["bmm_kernel"](a, b, out, policy=plan.policies["bmm_kernel"], target=target)
         return out
 
-    return run_op(node_id, sig, run, lambda: torch.bmm(a, b), [a, b])
+    out = run_op(node_id, sig, run, lambda: torch.bmm(a, b), [a, b])
+    _report.record_flops(node_id, 2 * bt * m * n * k)
+    return out
 
 
 @bmm.register_fake
@@ -718,7 +749,9 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not _broadcasts(
             mask.shape, (z, h, s, t))):
         return fallback()
-    return run_op(node_id, sig, run, fallback, [q, k, v], (causal, mask is None))
+    out = run_op(node_id, sig, run, fallback, [q, k, v], (causal, mask is None))
+    _report.record_flops(node_id, 4 * z * h * s * t * d)  # as FlopCounterMode counts SDPA (the mask ignored)
+    return out
 
 
 def _broadcasts(shape: tuple[int, ...] | torch.Size, to: tuple[int, ...]) -> bool:
@@ -806,7 +839,9 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
 
     if t == 0:
         return hidden.new_zeros(hidden.shape)
-    return run_op(node_id, sig, run, fallback, [hidden, w1, w2], (topk,))
+    out = run_op(node_id, sig, run, fallback, [hidden, w1, w2], (topk,))
+    _report.record_flops(node_id, t * topk * 6 * hd * (i2 // 2))  # gate+up (2 x 2*HD*I) and down (2*I*HD) per pair
+    return out
 
 
 @moe.register_fake

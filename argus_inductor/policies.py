@@ -1,6 +1,8 @@
 """The template-default policy of each library kernel for a shape: what runs before any search."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .dsl import Policy
 
 
@@ -47,3 +49,39 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Pol
                 Policy.make(BN=128, BK=64, num_warps=4, num_stages=3))
     return (Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3),
             Policy.make(BN=256, BK=64, num_warps=8, num_stages=3))
+
+
+# Bytes of staged operand tiles a policy may plan for: H100/H200 give a block 227 KB, the rest is left to the
+# epilogue's layout conversion (MI300X has 64 KB of LDS; Triton's pipeliner keeps fewer stages there itself).
+SMEM_BUDGET = 160 * 1024
+
+
+def fit_shared_memory(p: Policy, elem_bytes: int, b_tiles: int = 1, budget: int = SMEM_BUDGET) -> Policy:
+    """`p` with fewer pipeline stages, then a shorter K tile, then a narrower N tile, until its staged GEMM
+    operand tiles (BM x BK of A and `b_tiles` BK x BN of B per stage) fit `budget`: the templates are tuned for
+    2-byte inputs, and float32 doubles every tile."""
+    bm, bn, bk, stages = p.const("BM", 64), p.const("BN", 64), p.const("BK", 32), p.num_stages
+
+    def need() -> int:
+        return stages * (bm * bk + b_tiles * bk * bn) * elem_bytes
+    while need() > budget and stages > 2:
+        stages -= 1
+    while need() > budget and bk > 16:
+        bk //= 2
+    while need() > budget and bn > 16:
+        bn //= 2
+    return replace(p, num_stages=stages).with_consts(BK=bk, BN=bn) if "BK" in dict(p.consts) else \
+        replace(p, num_stages=stages)
+
+
+def fit_attention(p: Policy, head_block: int, elem_bytes: int, budget: int = SMEM_BUDGET) -> Policy:
+    """An attention policy whose Q tile and staged K/V tiles fit `budget` (fewer stages, then a narrower key tile)."""
+    bm, bn, stages = p.const("BM", 64), p.const("BN", 64), p.num_stages
+
+    def need() -> int:
+        return (bm * head_block + stages * 2 * bn * head_block) * elem_bytes
+    while need() > budget and stages > 1:
+        stages -= 1
+    while need() > budget and bn > 16:
+        bn //= 2
+    return replace(p, num_stages=stages).with_consts(BN=bn)

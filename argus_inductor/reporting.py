@@ -15,11 +15,11 @@ class Entry:
     source: str = "pending"  # cache | synthesized | default | fallback (+ reason)
     calls: int = 0
     total_ms: float = 0.0
+    flops: int = 0           # per call (see record_flops)
     notes: list[str] = field(default_factory=list)
 
 
 _ENTRIES: dict[str, Entry] = {}
-_FLOPS = [0]  # FLOPs (as FlopCounterMode counts them) of the library-op calls that ran Argus kernels or fell back
 
 
 def record_match(node_id: str, op: str, graph_node: str) -> None:
@@ -49,14 +49,14 @@ def record_call(node_id: str, signature: str, source: str, ms: float | None,
                 e.notes.append(n)
 
 
-def record_flops(n: int) -> None:
+def record_flops(node_id: str, n: int) -> None:
+    """The FLOPs one call of a matched subgraph does (matmul, convolution and attention FLOPs, counted as
+    torch's FlopCounterMode counts them): what Argus coverage is measured in. Recorded when the op runs in
+    Python, so a CUDA-graph replay (which runs no Python) still has them from the recording."""
     with _LOCK:
-        _FLOPS[0] += int(n)
-
-
-def flops_total() -> int:
-    """FLOPs of the library-op calls so far (convolutions); benchmarks/kernelbench/run.py reads the difference."""
-    return _FLOPS[0]
+        e = _ENTRIES.get(node_id)
+        if e is not None:
+            e.flops = int(n)
 
 
 def entries() -> list[Entry]:

@@ -28,6 +28,7 @@ On the CPU, run with ARGUS_INTERPRET=1 TRITON_INTERPRET=1 set before Python star
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import datetime
 import fnmatch
@@ -181,6 +182,24 @@ def _load(path: Path) -> Any:
     return mod
 
 
+@contextlib.contextmanager
+def _timing_slot() -> Any:
+    """With --jobs > 1 the problems compile and check in parallel, but only one times at once (an exclusive
+    lock on the file the parent names), so no measurement shares the GPU with another."""
+    path = os.environ.get("ARGUS_KB_TIMING_LOCK")
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One problem, in this (child) process."""
     import torch
@@ -228,11 +247,12 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         if "argus" in fns and results["argus"]["correct"]:
             from torch.profiler import ProfilerActivity, profile
 
-            flops_before = reporting.flops_total()  # convolutions count their own FLOPs (argus::library calls)
             with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                 fns["argus"](*inputs)
             calls = [(e.name, e.input_shapes) for e in prof.events() if e.name.startswith("argus::")]
-            argus_flops = sum(_argus_flops(n, s) for n, s in calls) + reporting.flops_total() - flops_before
+            # each matched subgraph records its FLOPs per call when it runs (also when a CUDA graph replays it
+            # later and no op shows in the profile); those that fell back to aten do not count
+            argus_flops = sum(e.flops for e in reporting.entries() if e.calls and not e.source.startswith("fallback"))
             row["argus_ops"] = sorted({n for n, _ in calls if n != "argus::library"}
                                       | {f"argus::{e.signature.split('[')[0].split('(')[0]}"
                                          for e in reporting.entries() if e.calls})
@@ -240,14 +260,15 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
             # None: FlopCounterMode counts no FLOPs here (it counts matmul, conv and attention, not elementwise
             # ops, norms or reductions), so a share is undefined; "argus_ran" still says whether Argus ran.
             row["coverage"] = min(1.0, argus_flops / row["flops"]) if row["flops"] else None
-            row["argus_ran"] = bool(calls)
+            row["argus_ran"] = any(e.calls and not e.source.startswith("fallback") for e in reporting.entries())
             row["argus_entries"] = [{"op": e.op, "signature": e.signature, "source": e.source, "calls": e.calls}
                                     for e in reporting.entries()]
         phase = "timing"
-        for b, fn in fns.items():
-            if results[b]["correct"]:
-                torch.manual_seed(args.seed)
-                results[b]["ms"] = _time(fn, inputs, device, args.warmup, args.reps)
+        with _timing_slot():
+            for b, fn in fns.items():
+                if results[b]["correct"]:
+                    torch.manual_seed(args.seed)
+                    results[b]["ms"] = _time(fn, inputs, device, args.warmup, args.reps)
         row["backends"] = results
     except Exception as e:
         row.update(status="error", phase=phase, error=f"{type(e).__name__}: {e}"[:1000],
@@ -436,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--argus-ops", default="all",
                     help="the op kinds backend=\"argus\" takes (ARGUS_OPS syntax; default all)")
     ap.add_argument("--name", default=None, help="file stem of the outputs (default kernelbench-<date>)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="problems compiled and checked at once (each times alone, under a lock; default 1)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="write one table from the JSON files of earlier runs (no problem is run)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -487,16 +510,23 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results")
     out.mkdir(parents=True, exist_ok=True)
     stem = args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    rows: list[dict[str, Any]] = []
-    for i, p in enumerate(problems):
-        print(f"[{i + 1}/{len(problems)}] {p} ...", end=" ", flush=True)
-        row = run_one(p, args)
-        rows.append(row)
-        b = row.get("backends", {})
-        print(row["status"], " ".join(f"{k}={'ok' if v.get('correct') else 'WRONG'}" for k, v in b.items()),
-              f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
-        # written after every problem, so a run stopped from outside keeps what it measured
-        write_outputs(out, stem, meta, rows, args.backends, final=i == len(problems) - 1)
+    meta["jobs"] = args.jobs
+    done: dict[int, dict[str, Any]] = {}
+    lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
+    if args.jobs > 1:
+        os.environ["ARGUS_KB_TIMING_LOCK"] = str(lock)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(run_one, p, args): i for i, p in enumerate(problems)}
+        for fut in concurrent.futures.as_completed(futures):
+            i = futures[fut]
+            row = done[i] = fut.result()
+            b = row.get("backends", {})
+            print(f"[{len(done)}/{len(problems)}] {problems[i]}:", row["status"],
+                  " ".join(f"{k}={'ok' if v.get('correct') else 'WRONG'}" for k, v in b.items()),
+                  f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
+            # written after every problem, so a run stopped from outside keeps what it measured
+            write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends,
+                          final=len(done) == len(problems))
     return 0
 
 

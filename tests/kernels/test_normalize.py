@@ -68,7 +68,7 @@ def test_group_and_instance_norm(dtype):
     x = randn(*SHAPE, dtype=dtype, scale=3.0)
     c = SHAPE[1]
     w, b = randn(c, dtype=dtype), randn(c, dtype=dtype)
-    for groups in (1, 2, 3, c):
+    for groups in (g for g in (1, 2, 3, 4, c) if c % g == 0):
         ref = F.group_norm(x.double(), groups, w.double(), b.double())
         check(group_norm(x, groups, w, b), ref, dtype, seed, f"group_norm G={groups}")
     check(group_norm(x, 2), F.group_norm(x.double(), 2), dtype, seed, "group_norm without affine")
