@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from .kernels import pointwise as _pw
 from .kernels import pool as _pool
 from .kernels import reduce as _reduce
 from .kernels import scan as _scan
+from .policies import fit_shared_memory
 
 Tensors = list[Tensor | None]
 Args = dict[str, Any]
@@ -335,8 +336,13 @@ def _linear_chain_ref(ts: Tensors, a: Args) -> Tensor:
 
 
 def _linear_chain_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
+    from .ops import fp32_precision
+
     (m, k), n = ts[0].shape, ts[1].shape[0]
-    return {_linear_chain_kernel(ts, a)[0].name: _pw.linear_chain_policies(m, n, k, target)["gemm_epilogue"]}
+    pol = _pw.linear_chain_policies(m, n, k, target)["gemm_epilogue"]
+    if target != "interpret" and ts[0].dtype == torch.float32:  # torch's float32 matmul precision
+        pol = replace(fit_shared_memory(pol, 4), input_precision=fp32_precision())
+    return {_linear_chain_kernel(ts, a)[0].name: pol}
 
 
 register(LibraryOp(

@@ -288,7 +288,9 @@ class _Emitter:
             if dt != float32:
                 a, b = f"{a}.to(tl.float32)", f"{b}.to(tl.float32)"
             extra = ", input_precision=\"ieee\""
-        elif dt == float32:
+        elif dt == float32 or (isinstance(dt, TensorDType) and self.policy.input_precision != "tf32"):
+            # a kernel generic in its input dtype states the precision the policy asks for (it only changes
+            # anything for float32 operands); "tf32" is Triton's own default, so it is left implicit
             extra = f", input_precision=\"{self.policy.input_precision}\""
         acc = f", {self.ref(op.args[2])}" if len(op.args) > 2 else ""
         self.define(op.result, f"tl.dot({a}, {b}{acc}{extra})", ind)

@@ -361,7 +361,27 @@ def lp_normalize(x: torch.Tensor, p: float, dim: int | tuple[int, ...] | None, e
     if p not in (1, 2):
         raise ValueError(f"lp_normalize supports p = 1 or 2, got {p!r}")
     dims = normalize_dims(dim, x.dim())
+    if len(dims) == x.dim() and x.numel() > WHOLE_TENSOR_SPLIT:
+        return _whole_tensor_lp(x, p, eps, target)
     return _segment_norm(x, dims, "l1" if p == 1 else "l2", None, None, eps, policies, kernels, target)
+
+
+WHOLE_TENSOR_SPLIT = 1 << 16  # elements above which a whole-tensor norm is not left to one program
+
+
+def _whole_tensor_lp(x: torch.Tensor, p: float, eps: float, target: str | None) -> torch.Tensor:
+    """x / max(||x||_p, eps) over the whole tensor with the grid-wide kernels: |x| or x^2 (an elementwise chain),
+    the two-pass sum of reduce(), then the root and the division (elementwise chains). A single program
+    holding the whole tensor's statistics would leave all but one SM idle."""
+    from . import pointwise as pw
+    from .reduce import reduce as reduce_sum
+
+    power = pw.Chain((pw.Step("abs" if p == 1 else "square", (("in", 0),)),))
+    total = reduce_sum(pw.pointwise(power, [x], target=target), None, "sum", target=target)
+    norm = total if p == 1 else pw.pointwise(pw.Chain((pw.Step("sqrt", (("in", 0),)),)), [total], target=target)
+    divide = pw.Chain((pw.Step("clamp_min", (("in", 1), ("const", float(eps)))),
+                       pw.Step("div", (("in", 0), ("step", 0)))))
+    return pw.pointwise(divide, [x, norm.to(x.dtype)], target=target)
 
 
 def _channels(x: torch.Tensor, op: str, min_dim: int = 2) -> tuple[int, int, int]:

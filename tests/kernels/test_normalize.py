@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from argus_inductor.dsl import Policy
+from argus_inductor.kernels import normalize
 from argus_inductor.kernels.normalize import (
     batch_norm,
     batch_norm_policies,
@@ -168,3 +169,13 @@ def test_user_mistakes_raise_value_errors():
     with pytest.raises(ValueError, match="floating-point"):
         layer_norm(torch.ones(2, 3, dtype=torch.int64), 3)
     assert "norm_rows" in layer_norm_policies((2, 6, 5), 5, "cuda")
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_whole_tensor_lp_normalize_uses_grid_wide_kernels(p):
+    """Above WHOLE_TENSOR_SPLIT elements the norm is a grid-wide reduction plus elementwise kernels."""
+    seed = fresh_seed()
+    x = randn(301, 251, dtype=torch.float32)
+    assert x.numel() > normalize.WHOLE_TENSOR_SPLIT
+    ref = x.double() / torch.linalg.vector_norm(x.double(), p)
+    check(normalize.lp_normalize(x, p, None), ref, torch.float32, seed, f"whole-tensor L{p}")
