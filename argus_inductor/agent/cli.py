@@ -73,6 +73,30 @@ def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
     return jobs
 
 
+def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
+    """Recorded misses of the general op classes (conv, reductions, norms, ...: argus_inductor.library_ops) are
+    not searched by the agent: each is stored with its template policy and the invariant checker's verdict, so
+    the next run is a cache hit with a proven kernel. Returns how many were stored."""
+    if args.config or args.shapes or args.preset:
+        if not args.misses:
+            return 0
+    from .. import ops
+    from ..cache import KernelCache
+    from ..library_ops import LIBRARY
+    from ..signature import Signature
+
+    cache = KernelCache(cache_root)
+    todo = [Signature.from_dict(m["signature"]) for m in cache.misses()
+            if not m.get("solved") and m["signature"].get("op") in LIBRARY]
+    wanted = {o.strip() for o in args.ops.split(",")} if args.ops else None
+    todo = [s for s in todo if wanted is None or s.op in wanted]
+    for i, sig in enumerate(todo, 1):
+        entry = ops.warm(sig, cache=cache)
+        print(f"argus warmup: [{i}/{len(todo)}] {sig.short()}: template policy, "
+              f"{entry.verification.get('status', 'not verified')}", file=sys.stderr)
+    return len(todo)
+
+
 def run_warmup(args: argparse.Namespace) -> int:
     from .shapes import ShapesError
     from .store import default_root
@@ -84,9 +108,11 @@ def run_warmup(args: argparse.Namespace) -> int:
     except (ShapesError, ValueError, OSError) as e:
         print(f"argus warmup: {e}", file=sys.stderr)
         return 2
+    library = _warm_library_misses(args, root)
     if not jobs:
-        print("argus warmup: nothing to do (no recorded misses; give --config, --shapes or --preset)",
-              file=sys.stderr)
+        if not library:
+            print("argus warmup: nothing to do (no recorded misses; give --config, --shapes or --preset)",
+                  file=sys.stderr)
         return 0
     for ref in args.reference:
         if not Path(ref).is_file():

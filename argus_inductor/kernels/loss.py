@@ -40,7 +40,8 @@ from ..dsl.lang import (
     where,
     zeros,
 )
-from ..dsl.runtime import Kernel, default_target, kernel
+from ..dsl.runtime import Kernel, kernel
+from .launch import resolve_target as _target
 
 __all__ = [
     "KERNELS", "LOSSES", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "hinge_loss", "kl_div",
@@ -365,10 +366,6 @@ class _Launcher:
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every buffer a kernel writes comes from here (tests fill them with NaN to catch unwritten elements)."""
     return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _target(x: torch.Tensor, target: str | None) -> str:
-    return target if target is not None else default_target(x.device)
 
 
 def _check_float(x: object, name: str, what: str) -> torch.Tensor:

@@ -25,9 +25,11 @@ from typing import Any
 import torch
 
 from ..dsl import Policy, kernels_from_source
-from ..dsl.runtime import Kernel, default_target
+from ..dsl.runtime import Kernel
 from .conv import ConvGeometry, conv_fwd, conv_policies, conv_transpose_fwd, conv_weight_view
 from .gemm import gemm_epilogue
+from .launch import pick as _pick
+from .launch import resolve_target as _target
 
 __all__ = [
     "Step", "Chain", "Operand", "OPS", "KERNELS", "pointwise", "pointwise_policies", "pointwise_kernel",
@@ -486,21 +488,6 @@ def view_shape(inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
     shape = torch.broadcast_shapes(*(t.shape for t in inputs))
     out = torch.empty(shape, device=inputs[0].device)
     return tuple(_rank4([t.expand(shape) for t in inputs] + [out], shape)[-1].shape)
-
-
-def _target(t: torch.Tensor, target: str | None) -> str:
-    if target is None:
-        return default_target(t.device)
-    if target not in ("cuda", "hip", "interpret"):
-        raise ValueError(f"target must be 'cuda', 'hip' or 'interpret', got {target!r}")
-    return target
-
-
-def _pick(table: dict[str, Any] | None, *names: str) -> Any:
-    for n in names:
-        if table and table.get(n) is not None:
-            return table[n]
-    return None
 
 
 def pointwise(chain: Chain, inputs: Sequence[torch.Tensor], *, policies: dict[str, Policy] | None = None,

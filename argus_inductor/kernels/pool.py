@@ -37,6 +37,7 @@ from ..dsl.lang import (
     zeros,
 )
 from ..dsl.runtime import Kernel, kernel
+from .launch import resolve_target as _target
 
 __all__ = [
     "KERNELS", "max_pool", "avg_pool", "adaptive_avg_pool", "max_pool_policies", "avg_pool_policies",
@@ -301,14 +302,6 @@ def _window_consts(g: _Geometry, dilation: bool) -> dict[str, int]:
     if dilation:
         c |= {f"D{a}": v for a, v in zip("DHW", g.dilation)}
     return c
-
-
-def _target(x: torch.Tensor, target: str | None) -> str:
-    if target is not None:
-        return target
-    from ..dsl.runtime import default_target
-
-    return default_target(x.device)
 
 
 def max_pool_policies(shape: Sequence[int], kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,

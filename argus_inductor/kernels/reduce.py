@@ -40,6 +40,7 @@ from ..dsl.lang import (
     zeros,
 )
 from ..dsl.runtime import Kernel, kernel
+from .launch import TARGETS, check_target, resolve_target  # noqa: F401  (normalize imports them from here)
 
 # the float reductions' KIND codes and the index reductions'
 FLOAT_KINDS = {"sum": 0, "mean": 1, "amax": 2, "max": 2, "amin": 3, "min": 3, "prod": 4}
@@ -229,19 +230,12 @@ KERNELS: tuple[Kernel, ...] = (reduce_rows, reduce_cols, argreduce_rows, argredu
 
 
 # ---- host side ---------------------------------------------------------------------------------------
-TARGETS = ("cuda", "hip", "interpret")
 SPLIT_MIN = 1 << 16        # dim=None over more elements than this: two passes (partials, then their total)
 
 
 def pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
     return 1 << builtins.max(0, (builtins.max(n, 1) - 1).bit_length())
-
-
-def check_target(target: str) -> None:
-    """ValueError unless target is one of TARGETS."""
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
 
 
 def normalize_dims(dim: int | Sequence[int] | None, ndim: int, what: str = "dim") -> tuple[int, ...]:
@@ -313,16 +307,6 @@ def cols_policy(r: int, i: int, target: str) -> Policy:
     bi = builtins.min(pow2(i), 128)
     br = builtins.max(1, builtins.min(pow2(r), 4096 // bi))
     return Policy.make(BR=br, BI=bi, num_warps=4)
-
-
-def resolve_target(x: torch.Tensor, target: str | None) -> str:
-    """The launch target: the caller's, else the interpreter for CPU tensors and the GPU backend otherwise."""
-    if target is None:
-        from ..dsl.runtime import default_target
-
-        target = default_target(x.device)
-    check_target(target)
-    return target
 
 
 def pick_kernel(name: str, default: Kernel, kernels: dict[str, Kernel] | None) -> Kernel:

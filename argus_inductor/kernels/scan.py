@@ -35,6 +35,7 @@ from ..dsl.lang import (
     where,
 )
 from ..dsl.runtime import Kernel, kernel
+from .launch import resolve_target as _target
 
 __all__ = ["KERNELS", "scan", "scan_policies", "scan_kernel"]
 
@@ -140,14 +141,6 @@ def scan_policies(shape: Sequence[int], dim: int, target: str) -> dict[str, Poli
     else:
         bo, bi = 1, _pow2(inner, 1, 16 if small else 128)
     return {"scan_kernel": Policy.make(BO=bo, BL=bl, BI=bi, num_warps=4, num_stages=1)}
-
-
-def _target(x: torch.Tensor, target: str | None) -> str:
-    if target is not None:
-        return target
-    from ..dsl.runtime import default_target
-
-    return default_target(x.device)
 
 
 def scan(x: torch.Tensor, dim: int, kind: str = "sum", reverse: bool = False, exclusive: bool = False,

@@ -95,3 +95,22 @@ def test_the_fast_kernels_preset_matches_the_benchmark() -> None:
     attn = [j for j in jobs if j.problem.op == "attention"]
     moe = [j for j in jobs if j.problem.op == "moe"]
     assert len(attn) == len(ops_mod.ATTN) and len(moe) == len(ops_mod.MOE)
+
+
+def test_library_op_misses_are_stored_verified_with_their_template(tmp_path: Path, capsys) -> None:
+    import torch
+
+    from argus_inductor.library_ops import library_signature
+
+    root = tmp_path / "cache"
+    cache = KernelCache(root)
+    args_json = ('{"activation":"relu","dilation":[1],"groups":1,"output_padding":[0],"padding":[1],"stride":[2],'
+                 '"transposed":false}')
+    sig = library_signature("conv", [torch.empty(2, 3, 11), torch.empty(5, 3, 3), torch.empty(5)], args_json)
+    cache.record_miss(sig)
+    assert cli.main(["--cache-dir", str(root), "--misses"]) == 0
+    entry = KernelCache(root).get(sig.key())
+    assert entry is not None and entry.verification["status"] == "verified", entry and entry.verification
+    assert "conv_fwd" in entry.policy and "def conv_fwd(" in entry.dsl_source
+    assert "template policy, verified" in capsys.readouterr().err
+    assert all(m["solved"] for m in KernelCache(root).misses())
