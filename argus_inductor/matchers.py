@@ -173,6 +173,7 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
             if m:
                 matches.append(m)
     if "gemm" in enabled:
+        _einsum_as_matmul(g)
         for node in list(g.nodes):
             if _alive(node) and node.op in ("call_function", "call_method"):
                 m = _match_gate_up(g, node, gid)
@@ -195,6 +196,46 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
 
 
 # ------------------------------------------------------------------------------------------------ GEMM
+
+
+EINSUM = {torch.einsum, getattr(torch.functional, "einsum", torch.einsum)}
+
+
+def _einsum_matmul_form(eq: str) -> bool:
+    """Whether a two-operand einsum is a plain matmul: 'P c, c d -> P d' (a tensor times a matrix over its last
+    dim) or 'B i c, B c k -> B i k' (batched), each letter once per operand, no repeated or summed-out letter."""
+    eq = eq.replace(" ", "")
+    if "->" not in eq or "." in eq:
+        return False
+    ins, out = eq.split("->")
+    parts = ins.split(",")
+    if len(parts) != 2:
+        return False
+    a, b = parts
+    if any(len(set(x)) != len(x) for x in (a, b, out)) or len(a) < 2 or len(b) < 2:
+        return False
+    c = a[-1]
+    if len(b) == 2:
+        return b[0] == c and out == a[:-1] + b[1] and b[1] not in a
+    batch = b[:-2]
+    return (b[-2] == c and a[:-2] == batch and out == a[:-1] + b[-1] and b[-1] not in a)
+
+
+def _einsum_as_matmul(g: fx.Graph) -> None:
+    """Rewrite einsums that are plain matmuls into torch.matmul, so the GEMM matchers see them."""
+    for node in list(g.nodes):
+        if node.op != "call_function" or node.target not in EINSUM or node.kwargs or len(node.args) < 2:
+            continue
+        eq, operands = node.args[0], node.args[1:]
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
+        if not isinstance(eq, str) or len(operands) != 2 or not _einsum_matmul_form(eq):
+            continue
+        with g.inserting_before(node):
+            new = g.call_function(torch.matmul, tuple(operands))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        g.erase_node(node)
 
 
 def _fold_activation(node: fx.Node) -> tuple[str, fx.Node | None]:

@@ -201,3 +201,19 @@ def test_in_place_updates_survive_the_rewrite() -> None:
         return F.linear(a, w) + out
 
     _check(f, a, w, kinds=["gemm"])
+
+
+@pytest.mark.parametrize("eq,shapes,kinds", [
+    ("bijl,lk->bijk", ((2, 3, 5, 16), (16, 7)), ["gemm"]),          # 4-D tensor times a matrix
+    ("bik,bkj->bij", ((3, 5, 16), (3, 16, 7)), ["bmm"]),            # batched
+    ("ij,kj->ik", ((5, 16), (7, 16)), []),                          # B transposed: left to Inductor
+    ("ij,ij->i", ((5, 16), (5, 16)), []),                           # not a matmul
+])
+def test_einsum_matmuls_are_gemms(eq, shapes, kinds) -> None:
+    torch.manual_seed(0)
+    a, b = (torch.randn(*s) for s in shapes)
+
+    def f(a, b):
+        return torch.einsum(eq, a, b)
+
+    _check(f, a, b, kinds=kinds)
