@@ -370,6 +370,31 @@ LIBRARY: dict[str, tuple[dict[str, Any], dict[str, int], list[str]]] = {
                     ["0 <= block_expert <= E", "I2 == 2 * I", "P == NB * BM"]),
     "moe_down": (dict(BM=16, BN=32, BK=32, TOPK=2), dict(T=13, HD=40, E=4, I=24, P=64, NB=4, TK=26),
                  ["0 <= block_expert <= E", "P == NB * BM"]),
+    # the general op classes. Left out: adaptive average pooling (its symbolic window bounds are nonlinear and
+    # stay undecided) and the convolutions (their symbolic K-coverage proof hits the solver's time limit under
+    # load); test_pool_loss_bugs.py and test_conv_bugs.py prove them at concrete odd shapes
+    "reduce_rows": (dict(BO=4, BR=16, KIND=0), dict(O=13, R=37), []),
+    "reduce_cols": (dict(BR=8, BI=16, KIND=1), dict(O=3, R=37, I=21), []),
+    "argreduce_rows": (dict(BO=4, BR=16, KIND=1), dict(O=13, R=37), []),
+    "argreduce_cols": (dict(BR=8, BI=16, KIND=0), dict(O=3, R=37, I=21), []),
+    "softmax_rows": (dict(BO=4, BR=16, LOG=1), dict(O=13, R=37), []),
+    "softmax_cols": (dict(BR=8, BI=16, LOG=1), dict(O=3, R=37, I=21), []),
+    "norm_rows": (dict(BO=4, BR=16, MODE=0, HAS_W=1, HAS_B=1), dict(O=13, L=37), []),
+    "norm_cols": (dict(BR=8, BI=16, MODE=1, HAS_W=1), dict(O=3, R=37, I=21), []),
+    "group_norm_kernel": (dict(BL=16, HAS_W=1, HAS_B=1), dict(N=3, G=4, L=35, CG=5), ["L % CG == 0"]),
+    "row_moments": (dict(BO=4, BR=16), dict(O=13, L=37), []),
+    "channel_norm": (dict(BC=4, BH=16, HAS_W=1, HAS_B=1), dict(N=3, C=13, HW=37), []),
+    "max_pool_kernel": (dict(BC=4, BW=8, KD=2, KH=3, KW=3, SD=2, SH=2, SW=2, PD=1, PH=1, PW=1, DD=1, DH=2, DW=2),
+        dict(NC=5, D=5, H=11, W=13, OD=3, OH=5, OW=6), []),
+    "avg_pool_kernel": (dict(BC=4, BW=8, KD=2, KH=3, KW=3, SD=2, SH=2, SW=2, PD=1, PH=1, PW=1, COUNT_PAD=0),
+        dict(NC=5, D=5, H=11, W=13, OD=3, OH=6, OW=7), []),
+    "pointwise_loss_kernel": (dict(BLOCK=64, LOSS=4), dict(N=301), []),
+    "loss_partial_kernel": (dict(BLOCK=64, CHUNK=2, LOSS=0), dict(N=301, S=3), []),
+    "sum_partials_kernel": (dict(BLOCK=16), dict(S=37, O=1), ["O == 1"]),
+    "cross_entropy_kernel": (dict(BR=4, BC=16), dict(N=13, C=37), []),
+    "cosine_loss_kernel": (dict(BR=4, BD=16), dict(N=13, D=37), []),
+    "triplet_loss_kernel": (dict(BR=4, BD=16, NORM=0, SWAP=1), dict(N=13, D=37), []),
+    "scan_kernel": (dict(BO=1, BL=16, BI=16, PROD=0, REVERSE=1, EXCLUSIVE=1, MASKED=1), dict(O=3, L=37, I=5), []),
 }
 
 
