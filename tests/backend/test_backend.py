@@ -139,3 +139,27 @@ def test_gpu_models_with_cpu_side_tensors_are_judged_by_their_accelerator(monkey
     fake_cuda = torch.empty(1, device="meta")
     backend_mod.argus_backend(gm, [torch.ones(1), fake_cuda])
     assert seen == ["meta"]
+
+
+@pytest.mark.parametrize("options,mode,graphs", [({}, None, True), ({"cudagraphs": False}, None, False),
+                                                 ({}, "default", False), ({"cudagraphs": False}, "reduce-overhead",
+                                                                          True)])
+def test_cuda_graphs_are_asked_of_inductor_on_a_gpu(monkeypatch, options, mode, graphs) -> None:
+    """On a GPU the backend asks Inductor for CUDA graphs unless ARGUS_CUDAGRAPHS=0 or mode="default" says no
+    (what Inductor does with the request is Inductor's; the capture itself is tested on the device)."""
+    import torch._inductor.compile_fx as cfx
+
+    from argus_inductor import backend
+
+    seen = {}
+
+    def fake_compile_fx(gm, example_inputs, config_patches=None):
+        seen.update(config_patches or {})
+        return gm.forward
+
+    monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
+    monkeypatch.setattr(backend, "_devices", lambda inputs: {torch.device("cuda", 0)})
+    monkeypatch.setattr(backend, "target_for", lambda device, opts=None: "cuda")
+    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
+    backend.argus_backend(gm, [torch.randn(2, 4)], mode=mode, options=options)
+    assert seen.get("triton.cudagraphs") is graphs, seen
