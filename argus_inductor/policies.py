@@ -10,6 +10,9 @@ def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
     """Regimes from benchmarks/results/sweep-gemm-2026-11-22.json (H100, bf16, CUDA-graph timing)."""
     if target == "interpret":
         return Policy.make(BM=16, BN=32, BK=32)
+    if n <= 16 and m > 16:  # matrix-vector shapes (x @ a vector): narrow N tiles and enough programs to stream A
+        # (not yet timed on the H100: the BN=256 prefill tile it replaces wasted 255/256 of each tile at N=1)
+        return Policy.make(BM=32, BN=16, BK=128, num_warps=4, num_stages=4)
     if m <= 16:  # decode: skinny tiles, many programs, deep K pipeline (memory-bound)
         return Policy.make(BM=16, BN=32, BK=256 if n <= 4096 else 128, num_warps=4, num_stages=5)
     if m <= 128:
