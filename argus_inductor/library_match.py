@@ -1,8 +1,9 @@
 """Matchers for the library op classes (argus_inductor.library_ops) over the graph Dynamo hands the backend:
 convolutions (with the activation that follows), reductions, softmax/log-softmax, normalizations (layer, group,
 instance, batch in eval mode, RMS, Lp/Frobenius), scans (with the flip-scan-flip reverse and the masked forms),
-pooling, and losses. A match becomes one `torch.ops.argus.library` call carrying the op's name and canonical
-arguments; anything whose arguments the library does not cover is left alone for Inductor."""
+pooling, and losses (elementwise chains: chain_match.py). A match becomes one `torch.ops.argus.library` call
+carrying the op's name and canonical arguments; anything whose arguments the library does not cover is left alone
+for Inductor."""
 from __future__ import annotations
 
 import operator
@@ -500,211 +501,6 @@ def _match_loss_pattern(node: fx.Node) -> Found | None:
     return None
 
 
-# --------------------------------------------------------------------------------- elementwise chains
-
-_BIN = {operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub", operator.mul: "mul",
-        torch.mul: "mul", operator.truediv: "div", torch.div: "div", torch.true_divide: "div",
-        torch.maximum: "maximum", torch.minimum: "minimum"}
-_BIN_METHODS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "truediv": "div"}
-_UN = {operator.neg: "neg", torch.neg: "neg", torch.abs: "abs", torch.exp: "exp", torch.log: "log", torch.sqrt: "sqrt",
-       torch.rsqrt: "rsqrt", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid", torch.tanh: "tanh", F.tanh: "tanh",
-       torch.erf: "erf", torch.relu: "relu", F.relu: "relu", F.silu: "silu", F.selu: "selu", torch.selu: "selu",
-       F.hardsigmoid: "hardsigmoid", F.hardswish: "hardswish", F.mish: "mish", F.softsign: "softsign",
-       torch.reciprocal: "reciprocal", torch.square: "square"}
-_UN_METHODS = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "relu", "reciprocal", "square"}
-_PARAM_FNS: dict[Any, tuple[str, list[str], list[tuple[str, float]]]] = {
-    F.leaky_relu: ("leaky_relu", ["input", "negative_slope", "inplace"], [("negative_slope", 0.01)]),
-    F.hardtanh: ("hardtanh", ["input", "min_val", "max_val", "inplace"], [("min_val", -1.0), ("max_val", 1.0)]),
-    F.softplus: ("softplus", ["input", "beta", "threshold"], [("beta", 1.0), ("threshold", 20.0)]),
-    F.elu: ("elu", ["input", "alpha", "inplace"], [("alpha", 1.0)]),
-}
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
-Operand = tuple[str, Any]  # ("node", fx.Node) or ("const", float) before the chain is numbered
-
-
-def _elementwise(n: fx.Node) -> tuple[str, list[Any], list[float]] | None:
-    """(chain op, value args (nodes or numbers), constant params) when n is an elementwise op a chain can hold."""
-    v = _val(n)
-    if v is None or v.dtype not in _FLOATS or n.op not in ("call_function", "call_method"):
-        return None
-    t = n.target
-    if n.kwargs.get("inplace") or n.kwargs.get("out") is not None:
-        return None
-    if (n.op == "call_function" and t in _BIN) or (n.op == "call_method" and t in _BIN_METHODS):
-        if len(n.args) != 2 or set(n.kwargs) - {"rounding_mode"} or n.kwargs.get("rounding_mode") is not None:
-            return None
-        op = _BIN[t] if n.op == "call_function" else _BIN_METHODS[t]
-        return op, list(n.args), []
-    if (n.op == "call_function" and t in _UN) or (n.op == "call_method" and t in _UN_METHODS):
-        if len(n.args) != 1 or (n.kwargs and set(n.kwargs) != {"inplace"}):
-            return None
-        return (_UN[t] if n.op == "call_function" else t), [n.args[0]], []
-    if n.op == "call_function" and t is F.gelu:
-        approx = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
-        return ("gelu_tanh" if approx == "tanh" else "gelu"), [n.args[0]], []
-    if (n.op == "call_function" and t in (torch.pow, operator.pow)) or (n.op == "call_method" and t == "pow"):
-        e = _num(n.args[1]) if len(n.args) == 2 else None
-        return ("pow", [n.args[0]], [e]) if e is not None and isinstance(n.args[0], fx.Node) else None
-    if (n.op == "call_function" and t in (torch.clamp, torch.clip, torch.clamp_min, torch.clamp_max)) or \
-            (n.op == "call_method" and t in ("clamp", "clip", "clamp_min", "clamp_max")):
-        name = t if isinstance(t, str) else t.__name__
-        a = _bind(n, ["input", "min", "max"] if name != "clamp_max" else ["input", "max"])
-        lo, hi = a.get("min"), a.get("max")
-        if (lo is not None and _num(lo) is None) or (hi is not None and _num(hi) is None):
-            return None
-        if lo is not None and hi is not None:
-            return "clamp", [a["input"]], [float(lo), float(hi)]
-        if lo is not None:
-            return "clamp_min", [a["input"]], [float(lo)]
-        if hi is not None:
-            return "clamp_max", [a["input"]], [float(hi)]
-        return None
-    if n.op == "call_function" and t in _PARAM_FNS:
-        op, names, params = _PARAM_FNS[t]
-        a = _bind(n, names)
-        vals = [a.get(k, d) for k, d in params]
-        if a.get("inplace") or any(_num(x) is None for x in vals):
-            return None
-        return op, [a["input"]], [float(x) for x in vals]
-    return None
-
-
-def _region(root: fx.Node, shape: tuple[int, ...]) -> tuple[list[fx.Node], list[fx.Node]] | None:
-    """The elementwise nodes feeding `root` that only it (transitively) reads, in topological order, and the
-    tensor inputs of that region (each broadcasting to `shape`)."""
-    members = {root}
-    work = [root]
-    while work:
-        n = work.pop()
-        ew = _elementwise(n)
-        if ew is None:
-            return None
-        for a in ew[1]:
-            if isinstance(a, fx.Node) and a not in members and _elementwise(a) is not None \
-                    and set(a.users) <= members and _static_shape(a) == shape:
-                members.add(a)
-                work.append(a)
-    order = [n for n in root.graph.nodes if n in members]
-    inputs: list[fx.Node] = []
-    for n in order:
-        for a in _elementwise(n)[1]:
-            if isinstance(a, fx.Node) and a not in members and a not in inputs:
-                sh = _static_shape(a)
-                if sh is None or _val(a).dtype not in _FLOATS or not _broadcasts_to(sh, shape):
-                    return None
-                inputs.append(a)
-            elif not isinstance(a, fx.Node) and _num(a) is None:
-                return None
-    return order, inputs
-
-
-def _broadcasts_to(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) <= len(b) and all(x in (1, y) for x, y in zip(reversed(a), reversed(b)))
-
-
-def _chain(order: list[fx.Node], inputs: list[fx.Node]) -> list[Any]:
-    """The chain (as library_ops.chain_args writes it) of a region: input i is inputs[i]."""
-    steps: list[Any] = []
-    where: dict[fx.Node, Operand] = {}
-    for n in order:
-        op, vals, params = _elementwise(n)
-        args = []
-        for v in vals:
-            if isinstance(v, fx.Node):
-                args.append(list(where[v] if v in where else ("in", inputs.index(v))))
-            else:
-                args.append(["const", float(v)])
-        if op in ("add", "sub", "mul", "div", "maximum", "minimum") and all(a[0] == "const" for a in args):
-            raise ValueError("constant-only step")
-        steps.append([op, args + [["const", p] for p in params]])
-        where[n] = ("step", len(steps) - 1)
-    return steps
-
-
-def _anchor(inputs: list[fx.Node], order: list[fx.Node], shape: tuple[int, ...]) -> tuple[str, fx.Node] | None:
-    """An Argus GEMM (argus::linear, 2-D, no residual) or convolution (argus::library conv) whose result only the
-    region reads and whose shape is the region's: the chain can run in its epilogue."""
-    members = set(order)
-    for n in inputs:
-        if not set(n.users) <= members or _static_shape(n) != shape:
-            continue
-        if n.target is torch.ops.argus.linear.default and _val(n.args[0]) is not None and _val(n.args[0]).dim() == 2:
-            return "linear", n
-        if n.target is torch.ops.argus.library.default and n.args[0] == "conv":
-            return "conv", n
-    return None
-
-
-def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
-    """Elementwise regions -> one synthesized kernel each; a region right after an Argus GEMM or convolution
-    becomes that kernel's epilogue."""
-    import json
-
-    from .kernels.pointwise import Chain, Step, result_dtype
-
-    matches = []
-    for root in reversed(list(g.nodes)):
-        if not _alive(root) or _elementwise(root) is None:
-            continue
-        users = set(root.users)
-        if users and all(_elementwise(u) is not None and _static_shape(u) == _static_shape(root) for u in users) \
-                and len(users) == 1:
-            continue  # not a root: its one reader extends the region
-        shape = _static_shape(root)
-        if shape is None:
-            continue
-        found = _region(root, shape)
-        if found is None:
-            continue
-        order, inputs = found
-        if result_dtype([_val(n) for n in inputs]) != _val(root).dtype if inputs else True:
-            continue
-        anchor = _anchor(inputs, order, shape)
-        try:
-            if anchor is None:
-                steps = _chain(order, inputs)
-                name, tensors, args = "pointwise", inputs, {"chain": steps}
-            else:
-                kind, a = anchor
-                rest = [n for n in inputs if n is not a]
-                ins = [a, *rest]
-                if kind == "linear":
-                    act = a.args[3]
-                    steps = _chain(order, ins)
-                    if act != "none":
-                        steps = _shift(steps, [[act, [["in", 0]]]])
-                    name, tensors, args = "linear_chain", [a.args[0], a.args[1], a.args[2], *rest], {"chain": steps}
-                else:
-                    cargs = json.loads(a.args[2])
-                    act = cargs.pop("activation")
-                    steps = _chain(order, ins)
-                    if act != "none":
-                        steps = _shift(steps, [[act, [["in", 0]]]])
-                    x, w, b = a.args[1]
-                    name, tensors, args = "conv_chain", [x, w, b, *rest], {**cargs, "chain": steps}
-            Chain(tuple(Step(op, tuple(tuple(x) for x in xs)) for op, xs in steps))  # validates
-        except ValueError:
-            continue
-        nodes = order + ([anchor[1]] if anchor is not None else [])
-        if anchor is not None:  # the GEMM/convolution is now the fused kernel's
-            report.forget_match(anchor[1].args[-1])
-        matches.append(_emit(g, gid, (name, list(tensors), args, root, nodes)))
-    return matches
-
-
-def _shift(steps: list[Any], pre: list[Any]) -> list[Any]:
-    """`steps` with `pre` put first: reads of input 0 become reads of the last pre step, step indices move."""
-    k = len(pre)
-
-    def fix(a: list[Any]) -> list[Any]:
-        if a[0] == "in" and a[1] == 0:
-            return ["step", k - 1]
-        if a[0] == "step":
-            return ["step", a[1] + k]
-        return a
-    return [*pre, *([op, [fix(a) for a in args]] for op, args in steps)]
-
-
 # ----------------------------------------------------------------------------------------------- rewrite
 
 MATCHERS: dict[str, list[Callable[[fx.Node], Found | None]]] = {
@@ -760,6 +556,8 @@ def rewrite_library(g: fx.Graph, gid: int, enabled: tuple[str, ...]) -> list[Mat
                 if found is not None and all(_alive(n) for n in found[4]) and _self_contained(found):
                     matches.append(_emit(g, gid, found))
     if "pointwise" in enabled:
+        from .chain_match import match_pointwise
+
         matches += match_pointwise(g, gid)
     return matches
 
