@@ -141,15 +141,17 @@ def test_what_the_library_does_not_take_stays_with_inductor() -> None:
     assert rewrite(gm, KINDS) == []
 
 
-def test_default_ops_take_convolutions_but_not_reductions() -> None:
-    assert "conv" in Options.resolve().enabled_ops and "reduce" not in Options.resolve().enabled_ops
+def test_default_ops_leave_the_general_classes_to_inductor() -> None:
+    assert set(Options.resolve().enabled_ops) == {"gemm", "attention", "moe"}
     assert set(KINDS) <= set(Options.resolve({"ops": "all"}).enabled_ops)
 
     def fn(x, w):
         return F.conv2d(x, w).sum(dim=1)
 
     gm, _ = _capture(fn, _x(1, 2, 5, 5), _x(3, 2, 3, 3))
-    assert [m.kind for m in rewrite(gm, Options.resolve().enabled_ops)] == ["conv"]
+    assert rewrite(gm, Options.resolve().enabled_ops) == []
+    gm, _ = _capture(fn, _x(1, 2, 5, 5), _x(3, 2, 3, 3))
+    assert [m.kind for m in rewrite(gm, Options.resolve({"ops": "gemm,conv"}).enabled_ops)] == ["conv"]
 
 
 def test_backend_end_to_end_with_ops_all(fresh_cache) -> None:
