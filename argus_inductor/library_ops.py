@@ -382,10 +382,6 @@ register(LibraryOp(
 
 # -------------------------------------------------------------------------------------------- the op
 
-def kinds() -> set[str]:
-    return {op.kind for op in LIBRARY.values()}
-
-
 @torch.library.custom_op("argus::library", mutates_args=())
 def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str) -> Tensor:
     """The library op `name` on `tensors` with `args` (canonical JSON): the DSL kernels where the device has an
@@ -483,4 +479,4 @@ def verify_shapes(sig: Any) -> dict[str, dict[str, int]]:
 
 
 __all__ = ["LIBRARY", "LibraryOp", "register", "canonical_args", "library", "library_signature", "template_policies",
-           "select_policies", "verify_shapes", "kinds"]
+           "select_policies", "verify_shapes"]

@@ -38,6 +38,7 @@ from .dsl import Kernel, Policy, kernels_from_source
 from .kernels.attention import attention_decode, attention_fwd, mask_operand
 from .kernels.gemm import ACTIVATIONS, bias_act_cast, bmm_kernel, gemm_epilogue, gemm_splitk
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
+from .kernels.launch import pow2
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
 from .policies import attention_policy, fit_attention, fit_shared_memory, gemm_policy, moe_policies
 from .signature import Signature, device_arch, make_signature
@@ -189,7 +190,7 @@ def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
     p = attention_policy(d["S"], d["D"], target, "causal" in _epi_parts(sig))
     if target != "interpret":
-        p = fit_attention(p, 1 << builtins.max(4, (d["D"] - 1).bit_length()), _ELEM_BYTES.get(sig.dtypes[0], 4))
+        p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4))
         if sig.dtypes[0] == "float32":
             p = replace(p, input_precision=fp32_precision())
     return p.as_dict()
@@ -197,7 +198,7 @@ def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
 
 def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
     d = sig.dims()["D"]
-    return {"attention_fwd": {"BD": 1 << builtins.max(4, (d - 1).bit_length()),
+    return {"attention_fwd": {"BD": builtins.max(16, pow2(d)),
                               "CAUSAL": int("causal" in _epi_parts(sig)), "HAS_MASK": int("mask" in _epi_parts(sig))}}
 
 
@@ -207,11 +208,11 @@ def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Polic
     dims = dict(sig.dynamic_dims)
     st = sig.dims()
     p = Policy.make(**dict(policy))
-    bd = 1 << builtins.max(4, (st["D"] - 1).bit_length())
+    bd = builtins.max(16, pow2(st["D"]))
     group = st["H"] // st["HK"]
     has_mask = int("mask" in _epi_parts(sig))
     if dims.get("S") == "1" and "causal" not in _epi_parts(sig) and group <= 64 and "BG" not in dict(p.consts):
-        dec = Policy.make(BG=1 << builtins.max(4, (group - 1).bit_length()), BN=p.const("BN", 64), BD=bd,
+        dec = Policy.make(BG=builtins.max(16, pow2(group)), BN=p.const("BN", 64), BD=bd,
                           HAS_MASK=has_mask)
         return {"attention_decode": replace(dec, num_warps=p.num_warps, num_stages=p.num_stages)}
     if "BG" in dict(p.consts):  # a stored decode policy

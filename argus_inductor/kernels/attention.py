@@ -34,6 +34,7 @@ from ..dsl.lang import (
     zeros,
 )
 from ..dsl.runtime import kernel
+from .launch import pow2
 
 
 @kernel
@@ -177,12 +178,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         out = torch.empty_like(q)
     m = mask_operand(mask, q, k)
     has_mask = int(mask is not None)
-    bd = 1 << builtins.max(4, (d - 1).bit_length())
+    bd = builtins.max(16, pow2(d))
     group = q.shape[1] // k.shape[1]
     if q.shape[2] == 1 and group <= 64 and not causal:
         # decode: pack the query heads of each key/value group into one tile (causal decode with top-left
         # alignment would see key 0 only, so causal single-token queries take the general kernel)
-        bg = 1 << builtins.max(4, (group - 1).bit_length())
+        bg = builtins.max(16, pow2(group))
         bn = policy.const("BN", 64) if policy is not None else 64
         dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask)
         if policy is not None:

@@ -46,6 +46,7 @@ from ..dsl.lang import (
 )
 from ..dsl.runtime import Kernel, kernel
 from .gemm import ACTIVATIONS
+from .launch import pow2_between
 
 # Reduction and in-image masks, and the assertions, mention every constexpr below; their defaults
 # describe a 1x1 convolution over a single position (the host always sets them).
@@ -297,11 +298,6 @@ def _tuple(v: Any, n: int, what: str) -> tuple[int, ...]:
     raise ValueError(f"{what} must be an int or a tuple of {n} ints, got {v!r}")
 
 
-def _pow2(v: int, lo: int, hi: int) -> int:
-    p = 1 << max(0, (v - 1).bit_length())
-    return max(lo, min(hi, p))
-
-
 ConvGeometry = _Geometry  # the public name of a convolution's resolved geometry
 
 
@@ -320,10 +316,11 @@ def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
     for o in geo.out_spatial:
         m *= o
     if target == "interpret":
-        pol = Policy.make(BM=_pow2(m, 16, 32), BN=16, BK=16)
+        pol = Policy.make(BM=pow2_between(m, 16, 32), BN=16, BK=16)
     else:
-        pol = Policy.make(BM=128 if m >= 4096 else 64, BN=_pow2(geo.cog, 16, 128), BK=_pow2(geo.cg, 16, 32),
-                          num_warps=8 if m >= 4096 and geo.cog >= 64 else 4, num_stages=3)
+        pol = Policy.make(BM=128 if m >= 4096 else 64, BN=pow2_between(geo.cog, 16, 128),
+                          BK=pow2_between(geo.cg, 16, 32), num_warps=8 if m >= 4096 and geo.cog >= 64 else 4,
+                          num_stages=3)
     return {geo.kernel_name: pol}
 
 

@@ -25,6 +25,16 @@ def resolve_target(x: torch.Tensor, target: str | None) -> str:
     return target
 
 
+def pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def pow2_between(n: int, lo: int, hi: int) -> int:
+    """pow2(n) clamped to [lo, hi]: a tile size for an extent n."""
+    return max(lo, min(hi, pow2(int(n))))
+
+
 def pick(table: dict[str, Any] | None, *names: str) -> Any:
     """The first entry of `table` (a caller's kernels or policies) under any of `names`, else None."""
     for n in names:

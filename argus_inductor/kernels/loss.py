@@ -41,6 +41,7 @@ from ..dsl.lang import (
     zeros,
 )
 from ..dsl.runtime import Kernel, kernel
+from .launch import pow2_between
 from .launch import resolve_target as _target
 
 __all__ = [
@@ -236,10 +237,6 @@ REDUCTIONS = ("none", "mean", "sum")
 
 
 # ---- policies ----------------------------------------------------------------------------------------------
-def _pow2(n: int, lo: int, hi: int) -> int:
-    return builtins.max(lo, builtins.min(hi, 1 << builtins.max(0, (n - 1).bit_length())))
-
-
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for v in shape:
@@ -254,18 +251,18 @@ def _sum_policies(n: int, target: str) -> dict[str, Policy]:
                 "loss_partial_kernel": Policy.make(BLOCK=64, CHUNK=2),
                 "sum_partials_kernel": Policy.make(BLOCK=64)}
     block = 1024
-    chunk = _pow2(-(-n // (block * 1024)), 1, 1 << 16)  # at most ~1024 partial sums
+    chunk = pow2_between(-(-n // (block * 1024)), 1, 1 << 16)  # at most ~1024 partial sums
     parts = -(-n // (block * chunk))
     return {"pointwise_loss_kernel": Policy.make(BLOCK=block, num_warps=4, num_stages=1),
             "loss_partial_kernel": Policy.make(BLOCK=block, CHUNK=chunk, num_warps=4, num_stages=2),
-            "sum_partials_kernel": Policy.make(BLOCK=_pow2(parts, 16, 1024), num_warps=4, num_stages=1)}
+            "sum_partials_kernel": Policy.make(BLOCK=pow2_between(parts, 16, 1024), num_warps=4, num_stages=1)}
 
 
 def _row_policy(rows: int, cols: int, target: str, col_name: str) -> Policy:
     if target == "interpret":
         return Policy.make(BR=4, **{col_name: 16})
-    bc = _pow2(cols, 16, 2048)
-    br = _pow2(rows, 1, builtins.max(1, 4096 // bc))
+    bc = pow2_between(cols, 16, 2048)
+    br = pow2_between(rows, 1, builtins.max(1, 4096 // bc))
     return Policy.make(BR=br, **{col_name: bc}, num_warps=4 if br * bc <= 2048 else 8, num_stages=2)
 
 

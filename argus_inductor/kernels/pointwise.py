@@ -29,6 +29,7 @@ from ..dsl.runtime import Kernel
 from .conv import ConvGeometry, conv_fwd, conv_policies, conv_transpose_fwd, conv_weight_view
 from .gemm import gemm_epilogue
 from .launch import pick as _pick
+from .launch import pow2_between
 from .launch import resolve_target as _target
 
 __all__ = [
@@ -425,11 +426,6 @@ def pointwise_kernel(chain: Chain, n_inputs: int) -> Kernel:
     return _compiled("pointwise", chain, n_inputs, lambda: pointwise_source(chain, n_inputs))[1]
 
 
-def _pow2(v: int, lo: int, hi: int) -> int:
-    p = 1 << max(0, (int(v) - 1).bit_length())
-    return max(lo, min(hi, p))
-
-
 def pointwise_policies(shape: Sequence[int], target: str) -> dict[str, Policy]:
     """Template tile sizes for the kernel's rank-4 view `shape` (D0, D1, D2, D3); a shorter shape is read
     with leading 1s, a longer one by its last two dimensions. Key "pointwise" (every generated kernel)."""
@@ -441,10 +437,10 @@ def pointwise_policies(shape: Sequence[int], target: str) -> dict[str, Policy]:
     dims = [1] * max(0, 2 - len(dims)) + dims
     d2, d3 = dims[-2], dims[-1]
     if target == "interpret":
-        b3 = _pow2(d3, 16, 128)
-        return {"pointwise": Policy.make(B2=_pow2(d2, 1, max(1, 512 // b3)), B3=b3)}
-    b3 = _pow2(d3, 16, 1024 if d2 == 1 else 256)
-    b2 = _pow2(d2, 1, max(1, 2048 // b3))
+        b3 = pow2_between(d3, 16, 128)
+        return {"pointwise": Policy.make(B2=pow2_between(d2, 1, max(1, 512 // b3)), B3=b3)}
+    b3 = pow2_between(d3, 16, 1024 if d2 == 1 else 256)
+    b2 = pow2_between(d2, 1, max(1, 2048 // b3))
     return {"pointwise": Policy.make(B2=b2, B3=b3, num_warps=8 if b2 * b3 >= 2048 else 4, num_stages=1)}
 
 
@@ -577,9 +573,10 @@ def linear_chain_policies(m: int, n: int, k: int, target: str) -> dict[str, Poli
     if target not in ("cuda", "hip", "interpret"):
         raise ValueError(f"target must be 'cuda', 'hip' or 'interpret', got {target!r}")
     if target == "interpret":
-        return {"gemm_epilogue": Policy.make(BM=_pow2(m, 16, 32), BN=_pow2(n, 16, 32), BK=_pow2(k, 16, 32))}
+        return {"gemm_epilogue": Policy.make(BM=pow2_between(m, 16, 32), BN=pow2_between(n, 16, 32),
+                                             BK=pow2_between(k, 16, 32))}
     big = m >= 256 and n >= 256
-    return {"gemm_epilogue": Policy.make(BM=128 if big else 64, BN=128 if big else _pow2(n, 32, 128),
+    return {"gemm_epilogue": Policy.make(BM=128 if big else 64, BN=128 if big else pow2_between(n, 32, 128),
                                          BK=32, num_warps=8 if big else 4, num_stages=3, grid_order="grouped")}
 
 

@@ -37,6 +37,7 @@ from ..dsl.lang import (
     zeros,
 )
 from ..dsl.runtime import Kernel, kernel
+from .launch import pow2_between
 from .launch import resolve_target as _target
 
 __all__ = [
@@ -261,15 +262,11 @@ def _check_input(x: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what} expects a floating-point tensor, got {x.dtype}")
 
 
-def _pow2(n: int, lo: int, hi: int) -> int:
-    return builtins.max(lo, builtins.min(hi, 1 << builtins.max(0, (n - 1).bit_length())))
-
-
 def _tile_policy(nc: int, ow: int, target: str, **extra: int) -> Policy:
     if target == "interpret":
-        return Policy.make(BC=_pow2(nc, 1, 16), BW=_pow2(ow, 1, 16), **extra)
-    bw = _pow2(ow, 16, 128)
-    bc = _pow2(nc, 1, builtins.max(1, 2048 // bw))
+        return Policy.make(BC=pow2_between(nc, 1, 16), BW=pow2_between(ow, 1, 16), **extra)
+    bw = pow2_between(ow, 16, 128)
+    bc = pow2_between(nc, 1, builtins.max(1, 2048 // bw))
     return Policy.make(BC=bc, BW=bw, num_warps=4 if bc * bw <= 1024 else 8, num_stages=1, **extra)
 
 
@@ -325,10 +322,10 @@ def adaptive_avg_pool_policies(shape: Sequence[int], output_size: int | Sequence
     """Template tiles for adaptive_avg_pool: channels per program, and columns per window step."""
     g = _adaptive_geometry(shape, output_size)
     if target == "interpret":
-        return {"adaptive_avg_pool_kernel": Policy.make(BC=_pow2(_nc(g), 1, 16), BW=16)}
+        return {"adaptive_avg_pool_kernel": Policy.make(BC=pow2_between(_nc(g), 1, 16), BW=16)}
     win = -(-g.size[2] // g.out[2]) + 1
-    bw = _pow2(win, 16, 128)
-    bc = _pow2(_nc(g), 1, builtins.max(1, 4096 // bw))
+    bw = pow2_between(win, 16, 128)
+    bc = pow2_between(_nc(g), 1, builtins.max(1, 4096 // bw))
     return {"adaptive_avg_pool_kernel": Policy.make(BC=bc, BW=bw, num_warps=4 if bc * bw <= 2048 else 8,
                                                     num_stages=1)}
 

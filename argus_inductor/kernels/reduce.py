@@ -40,7 +40,7 @@ from ..dsl.lang import (
     zeros,
 )
 from ..dsl.runtime import Kernel, kernel
-from .launch import TARGETS, check_target, resolve_target  # noqa: F401  (normalize imports them from here)
+from .launch import TARGETS, check_target, pow2, resolve_target  # noqa: F401  (normalize imports them from here)
 
 # the float reductions' KIND codes and the index reductions'
 FLOAT_KINDS = {"sum": 0, "mean": 1, "amax": 2, "max": 2, "amin": 3, "min": 3, "prod": 4}
@@ -231,11 +231,6 @@ KERNELS: tuple[Kernel, ...] = (reduce_rows, reduce_cols, argreduce_rows, argredu
 
 # ---- host side ---------------------------------------------------------------------------------------
 SPLIT_MIN = 1 << 16        # dim=None over more elements than this: two passes (partials, then their total)
-
-
-def pow2(n: int) -> int:
-    """The smallest power of two >= n (1 for n <= 1)."""
-    return 1 << builtins.max(0, (builtins.max(n, 1) - 1).bit_length())
 
 
 def normalize_dims(dim: int | Sequence[int] | None, ndim: int, what: str = "dim") -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from ..dsl.lang import (
     where,
 )
 from ..dsl.runtime import Kernel, kernel
+from .launch import pow2_between
 from .launch import resolve_target as _target
 
 __all__ = ["KERNELS", "scan", "scan_policies", "scan_kernel"]
@@ -101,13 +102,6 @@ KERNELS: tuple[Kernel, ...] = (scan_kernel,)
 _KINDS = ("sum", "prod")
 
 
-def _pow2(n: int, lo: int, hi: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return max(lo, min(hi, p))
-
-
 def _dim(ndim: int, dim: int) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise ValueError(f"scan: dim must be an int, got {type(dim).__name__}")
@@ -135,11 +129,11 @@ def scan_policies(shape: Sequence[int], dim: int, target: str) -> dict[str, Poli
         raise ValueError(f"scan_policies: unknown target {target!r} (use 'cuda', 'hip' or 'interpret')")
     outer, length, inner = _geometry(shape, dim)
     small = target == "interpret"
-    bl = _pow2(length, 16, 16 if small else 64)
+    bl = pow2_between(length, 16, 16 if small else 64)
     if inner == 1:  # a scan along the last dimension: rows of the outer dimension side by side
-        bo, bi = _pow2(outer, 1, 8 if small else 32), 1
+        bo, bi = pow2_between(outer, 1, 8 if small else 32), 1
     else:
-        bo, bi = 1, _pow2(inner, 1, 16 if small else 128)
+        bo, bi = 1, pow2_between(inner, 1, 16 if small else 128)
     return {"scan_kernel": Policy.make(BO=bo, BL=bl, BI=bi, num_warps=4, num_stages=1)}
 
 

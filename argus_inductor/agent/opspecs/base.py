@@ -15,6 +15,7 @@ import torch
 from ...dsl import Kernel, Policy
 from ...dsl.ir import ConstParam, ScalarParam, TensorParam
 from ...dsl.policy import LAUNCH_FIELDS
+from ...kernels.launch import pow2
 from ..plan import Plan
 
 Inputs = dict[str, Any]
@@ -45,7 +46,7 @@ class Problem:
 
 
 def next_pow2(n: int, lo: int = 1) -> int:
-    return max(lo, 1 << max(0, (max(n, 1) - 1).bit_length()))
+    return max(lo, pow2(n))
 
 
 def strided(shape: tuple[int, ...], layout: str, dtype: torch.dtype, device: str, gen: torch.Generator,
