@@ -158,9 +158,9 @@ def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
     for root in reversed(list(g.nodes)):
         if not _alive(root) or _elementwise(root) is None:
             continue
-        users = set(root.users)
-        if users and all(_elementwise(u) is not None and _static_shape(u) == _static_shape(root) for u in users) \
-                and len(users) == 1:
+        users = list(root.users)
+        if len(users) == 1 and _elementwise(users[0]) is not None \
+                and _static_shape(users[0]) == _static_shape(root):
             continue  # not a root: its one reader extends the region
         shape = _static_shape(root)
         if shape is None:
@@ -169,7 +169,7 @@ def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
         if found is None:
             continue
         order, inputs = found
-        if result_dtype([_val(n) for n in inputs]) != _val(root).dtype if inputs else True:
+        if not inputs or result_dtype([_val(n) for n in inputs]) != _val(root).dtype:
             continue
         anchor = _anchor(inputs, order, shape)
         try:

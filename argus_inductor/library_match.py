@@ -442,7 +442,7 @@ def _match_loss_fn(node: fx.Node) -> Found | None:
                 return None
         elif _num(v) is None:
             return None
-        args[k] = v if isinstance(d, bool) or isinstance(d, int) and not isinstance(d, float) else float(v)
+        args[k] = v if isinstance(d, int) else float(v)  # bool and int defaults keep their type
     tensors = [a.get(k) for k in names if k in _LOSS_TENSORS]
     if name in ("cross_entropy", "nll_loss"):
         x, t = tensors

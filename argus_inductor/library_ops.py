@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import reporting as _report
 from .dsl import Kernel, Policy
 from .kernels import conv as _conv
 from .kernels import loss as _loss
@@ -406,12 +405,9 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
 
     if not floats:
         return fallback()
-    out = ops.run_op(node_id, sig, run, fallback, floats, (name, args, tuple(t is None for t in ts),
-                                                          *(ops.tensor_key(t) for t in present)))
-    flops = op.flops(ts, a, out)
-    if flops:
-        _report.record_flops(node_id, flops)
-    return out
+    return ops.run_op(node_id, sig, run, fallback, floats,
+                      (name, args, tuple(t is None for t in ts), *(ops.tensor_key(t) for t in present)),
+                      flops=lambda out: op.flops(ts, a, out))
 
 
 @library.register_fake

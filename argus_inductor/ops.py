@@ -550,7 +550,10 @@ def tensor_key(t: Tensor) -> tuple:
 
 
 def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
-         fallback_fn: Callable[[], Tensor], tensors: list[Tensor], memo: tuple = ()) -> Tensor:
+           fallback_fn: Callable[[], Tensor], tensors: list[Tensor], memo: tuple = (),
+           flops: int | Callable[[Tensor], int] = 0) -> Tensor:
+    """One call of an Argus op: its signature, its plan (or the aten fallback), the launch, and the report entry
+    (source, time, and the call's FLOPs as FlopCounterMode counts them: a number, or a function of the output)."""
     target = target_for(tensors[0].device)
     sig = _memo_sig((node_id, *memo, *(tensor_key(t) for t in tensors)), sig_fn)
     reason = None
@@ -585,7 +588,8 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         if tensors[0].is_cuda:
             torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
-    _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None)
+    _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None,
+                        flops(out) if callable(flops) else flops)
     return out
 
 
@@ -632,9 +636,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
     def fallback() -> Tensor:
         return _ACTS[activation](F.linear(x, weight, bias))
 
-    out = run_op(node_id, sig, run, fallback, [x, weight], (activation, bias is None))
-    _report.record_flops(node_id, 2 * m * n * k)
-    return out
+    return run_op(node_id, sig, run, fallback, [x, weight], (activation, bias is None),
+                  flops=2 * m * n * k)
 
 
 @linear.register_fake
@@ -665,9 +668,8 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
     def fallback() -> Tensor:
         return residual + _ACTS[activation](F.linear(x, weight, bias))
 
-    out = run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None))
-    _report.record_flops(node_id, 2 * m * n * k)
-    return out
+    return run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None),
+                  flops=2 * m * n * k)
 
 
 @linear_residual.register_fake
@@ -695,9 +697,8 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
     def fallback() -> Tensor:
         return _ACTS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
 
-    out = run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,))
-    _report.record_flops(node_id, 4 * m * n * k)
-    return out
+    return run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,),
+                  flops=4 * m * n * k)
 
 
 @gate_up.register_fake
@@ -718,9 +719,8 @@ def bmm(a: Tensor, b: Tensor, node_id: str) -> Tensor:
         plan.kernels["bmm_kernel"](a, b, out, policy=plan.policies["bmm_kernel"], target=target)
         return out
 
-    out = run_op(node_id, sig, run, lambda: torch.bmm(a, b), [a, b])
-    _report.record_flops(node_id, 2 * bt * m * n * k)
-    return out
+    return run_op(node_id, sig, run, lambda: torch.bmm(a, b), [a, b],
+                  flops=2 * bt * m * n * k)
 
 
 @bmm.register_fake
@@ -750,9 +750,8 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not _broadcasts(
             mask.shape, (z, h, s, t))):
         return fallback()
-    out = run_op(node_id, sig, run, fallback, [q, k, v], (causal, mask is None))
-    _report.record_flops(node_id, 4 * z * h * s * t * d)  # as FlopCounterMode counts SDPA (the mask ignored)
-    return out
+    return run_op(node_id, sig, run, fallback, [q, k, v], (causal, mask is None),
+                  flops=4 * z * h * s * t * d)  # as FlopCounterMode counts SDPA (the mask ignored)
 
 
 def _broadcasts(shape: tuple[int, ...] | torch.Size, to: tuple[int, ...]) -> bool:
@@ -840,9 +839,8 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
 
     if t == 0:
         return hidden.new_zeros(hidden.shape)
-    out = run_op(node_id, sig, run, fallback, [hidden, w1, w2], (topk,))
-    _report.record_flops(node_id, t * topk * 6 * hd * (i2 // 2))  # gate+up (2 x 2*HD*I) and down (2*I*HD) per pair
-    return out
+    return run_op(node_id, sig, run, fallback, [hidden, w1, w2], (topk,),
+                  flops=t * topk * 6 * hd * (i2 // 2))  # gate+up (2 x 2*HD*I) and down (2*I*HD) per pair
 
 
 @moe.register_fake

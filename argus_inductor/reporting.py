@@ -15,7 +15,7 @@ class Entry:
     source: str = "pending"  # cache | synthesized | default | fallback (+ reason)
     calls: int = 0
     total_ms: float = 0.0
-    flops: int = 0           # per call (see record_flops)
+    flops: int = 0           # per call (see record_call)
     notes: list[str] = field(default_factory=list)
 
 
@@ -34,7 +34,10 @@ def forget_match(node_id: str) -> None:
 
 
 def record_call(node_id: str, signature: str, source: str, ms: float | None,
-                notes: list[str] | None = None) -> None:
+                notes: list[str] | None = None, flops: int = 0) -> None:
+    """One call of a matched subgraph. `flops`: what the call computes in matmul, convolution and attention FLOPs
+    (as torch's FlopCounterMode counts them), the measure of Argus coverage; recorded when the op runs in Python,
+    so a CUDA-graph replay (which runs no Python) keeps the number from the recording."""
     with _LOCK:
         e = _ENTRIES.get(node_id)
         if e is None:
@@ -42,21 +45,13 @@ def record_call(node_id: str, signature: str, source: str, ms: float | None,
         e.signature = signature
         e.source = source
         e.calls += 1
+        if flops:
+            e.flops = int(flops)
         if ms is not None:
             e.total_ms += ms
         for n in notes or ():
             if n not in e.notes:
                 e.notes.append(n)
-
-
-def record_flops(node_id: str, n: int) -> None:
-    """The FLOPs one call of a matched subgraph does (matmul, convolution and attention FLOPs, counted as
-    torch's FlopCounterMode counts them): what Argus coverage is measured in. Recorded when the op runs in
-    Python, so a CUDA-graph replay (which runs no Python) still has them from the recording."""
-    with _LOCK:
-        e = _ENTRIES.get(node_id)
-        if e is not None:
-            e.flops = int(n)
 
 
 def entries() -> list[Entry]:
