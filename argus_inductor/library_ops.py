@@ -10,6 +10,7 @@ every dim static; plans come from the same cache and ARGUS_ON_MISS rules as the 
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +57,16 @@ LIBRARY: dict[str, LibraryOp] = {}
 def register(op: LibraryOp) -> LibraryOp:
     LIBRARY[op.name] = op
     return op
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_args(text: str) -> Args:
+    """The arguments of a call from their canonical JSON, parsed once per text (every call of an op node carries
+    the same text), with a chain's validated Chain kept under "_chain". Treat the result as read-only."""
+    a = json.loads(text)
+    if "chain" in a:
+        a["_chain"] = chain_of(a)
+    return a
 
 
 def canonical_args(args: Args) -> str:
@@ -304,7 +315,10 @@ register(LibraryOp(
 # -------------------------------------------------------------------------------- elementwise chains
 
 def chain_of(a: Args) -> _pw.Chain:
-    """The chain a call carries: [[op, [[kind, value], ...]], ...] in its arguments."""
+    """The chain a call carries: [[op, [[kind, value], ...]], ...] in its arguments (built once per arguments
+    text by parse_args, which keeps it under "_chain")."""
+    if "_chain" in a:
+        return a["_chain"]
     return _pw.Chain(tuple(_pw.Step(op, tuple(tuple(x) for x in args)) for op, args in a["chain"]))
 
 
@@ -389,7 +403,7 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
 
     op = LIBRARY[name]
     ts = list(tensors)
-    a = json.loads(args)
+    a = parse_args(args)
     present = [t for t in ts if t is not None]
     floats = [t for t in present if t.is_floating_point()]
 
@@ -412,7 +426,7 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
 
 @library.register_fake
 def _(name, tensors, args, node_id):
-    return LIBRARY[name].reference(list(tensors), json.loads(args))
+    return LIBRARY[name].reference(list(tensors), parse_args(args))
 
 
 def library_signature(name: str, ts: Tensors, args: str) -> Any:
@@ -438,7 +452,7 @@ def _shapes_of(sig: Any) -> tuple[Tensors, Args]:
         present.append(torch.empty(shape, dtype=getattr(torch, dt), device="meta"))
     it = iter(present)
     ts: Tensors = [next(it) if c == "1" else None for c in absent]
-    return ts, json.loads(args)
+    return ts, parse_args(args)
 
 
 def template_policies(sig: Any, target: str) -> dict[str, Any]:
