@@ -18,6 +18,19 @@ def _env_bool(name: str, default: bool = False) -> bool:
     return v.lower() not in ("0", "false", "no", "off")
 
 
+def _env_number(name: str, default: Any, kind: type) -> Any:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        n = kind(v)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {v!r}") from None
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {v!r}")
+    return n
+
+
 @dataclass(frozen=True)
 class Options:
     """What the backend does. Every field has an ARGUS_<NAME> environment variable."""
@@ -30,6 +43,9 @@ class Options:
     verify: bool = True            # ARGUS_VERIFY: run the invariant checker on kernels stored in the cache
     optimize: bool = True          # ARGUS_OPTIMIZE: replace traced MoE expert blocks by torch.ops.argus.moe
     cudagraphs: bool = True        # ARGUS_CUDAGRAPHS: on a GPU, let Inductor capture the graph in CUDA graphs
+    tune_seconds: float = 20.0     # ARGUS_TUNE_SECONDS: policy search per library-op signature (ON_MISS=synthesize)
+    tune_candidates: int = 24      # ARGUS_TUNE_CANDIDATES: most policies that search times per signature
+    tune_lock: str = ""            # ARGUS_TUNE_LOCK: a file locked while timing (processes sharing a GPU take turns)
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
@@ -42,6 +58,9 @@ class Options:
             "verify": _env_bool("ARGUS_VERIFY", True),
             "optimize": _env_bool("ARGUS_OPTIMIZE", True),
             "cudagraphs": _env_bool("ARGUS_CUDAGRAPHS", True),
+            "tune_seconds": _env_number("ARGUS_TUNE_SECONDS", 20.0, float),
+            "tune_candidates": _env_number("ARGUS_TUNE_CANDIDATES", 24, int),
+            "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

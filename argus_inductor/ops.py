@@ -470,6 +470,48 @@ def _synthesize(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]) 
         return None, f"agent failed ({type(e).__name__}: {e}); used the default plan"
 
 
+def _is_library(sig: Signature) -> bool:
+    from .library_ops import LIBRARY
+
+    return sig.op in LIBRARY
+
+
+def _tune_library(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]) -> tuple[Plan | None, str]:
+    """A library op class's miss under ARGUS_ON_MISS=synthesize: the policy search of agent/tune.py on the
+    call's own operands, then the checker on the fastest candidate (the next fastest where it fails). The
+    winner is stored in the cache with its timings."""
+    run_plan, reference = ctx.get("run"), ctx.get("reference")
+    if run_plan is None or reference is None:
+        return None, "no operands to tune on; used the default plan"
+    if target != "interpret" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return None, "miss met inside a CUDA-graph capture (nothing can be timed there); used the default plan"
+    from .agent import tune
+
+    opts = _ACTIVE
+
+    def run(policy: dict[str, Any]) -> Tensor:
+        pols = spec.policies(policy, sig)
+        return run_plan(Plan(library_kernels(spec, pols), pols, "synthesized"), target)
+
+    try:
+        res = tune.search(spec.template(sig, target), run, target, reference(), seconds=opts.tune_seconds,
+                          max_candidates=opts.tune_candidates, lock=opts.tune_lock or None)
+    except Exception as e:
+        _say_once(f"argus: tuning {sig.short()} failed ({type(e).__name__}: {e}); using the template policy")
+        return None, f"tuning failed ({type(e).__name__}); used the default plan"
+    ms = {tune.key(r["policy"]): r["ms"] for r in res.tried if "ms" in r}
+    for policy in tune.ranked(res):
+        timings = {**res.timings(), "ms": round(ms[tune.key(policy)], 5)}
+        entry = make_entry(sig, policy, "synthesized", target, timings=timings)
+        if entry.verification.get("status") == "violations":
+            continue
+        kernel_cache().put(sig.key(), entry)
+        speed = res.template_ms / timings["ms"] if timings["ms"] > 0 else 1.0
+        return _plan_from_entry(spec, sig, entry, "synthesized",
+                                f"tuned, {speed:.2f}x the template in {len(res.tried)} candidates"), ""
+    return None, "the checker rejected every tuned candidate; used the default plan"
+
+
 def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache) -> Plan:
     near = None
     try:
@@ -512,7 +554,8 @@ def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> 
             return None
         note = ""
         if opts.on_miss == "synthesize":
-            plan, note = _synthesize(spec, sig, target, ctx or {})
+            tune = _tune_library if _is_library(sig) else _synthesize
+            plan, note = tune(spec, sig, target, ctx or {})
         if plan is None:
             plan = _default_plan(spec, sig, target, cache)
             cache.record_miss(sig)
@@ -563,7 +606,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     elif any(t.dtype not in DTYPES for t in tensors):
         reason = f"fallback (dtype {next(t.dtype for t in tensors if t.dtype not in DTYPES)} not supported)"
     else:
-        plan = plan_for(sig, target, {"reference": fallback_fn, "tensors": tensors})
+        plan = plan_for(sig, target, {"reference": fallback_fn, "tensors": tensors, "run": kernel_fn})
         if plan is None:
             reason = "fallback (cache miss, ARGUS_ON_MISS=fallback)"
     # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture

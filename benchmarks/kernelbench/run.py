@@ -219,7 +219,8 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         fns: dict[str, Any] = {"eager": model}
         for b in args.backends:
             if b != "eager":
-                fns[b] = torch.compile(model, backend=b, options={"ops": args.argus_ops}) if b == "argus" else \
+                fns[b] = torch.compile(model, backend=b, options={"ops": args.argus_ops, "on_miss": args.on_miss}) \
+                    if b == "argus" else \
                     torch.compile(model, backend=b)
         results: dict[str, dict[str, Any]] = {b: {"correct": True, "error": None} for b in args.backends}
         phase = "correctness"
@@ -308,7 +309,8 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         out = Path(tmp) / "row.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(path), "--worker-out", str(out),
                "--device", args.device, "--backends", ",".join(args.backends), "--trials", str(args.trials),
-               "--warmup", str(args.warmup), "--reps", str(args.reps), "--seed", str(args.seed)]
+               "--warmup", str(args.warmup), "--reps", str(args.reps), "--seed", str(args.seed),
+               "--argus-ops", args.argus_ops, "--on-miss", args.on_miss]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         t0 = time.monotonic()
         # A session of its own, so that a time-out kills the child's compile workers too.
@@ -377,7 +379,8 @@ def _f(x: float | None, fmt: str = "{:.2f}") -> str:
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     lines = [f"# KernelBench-format run, {meta['date']}", "",
-             f"Device: {meta['device_name']}; torch {meta['torch']}; timing: {meta['timing']}", ""]
+             f"Device: {meta['device_name']}; torch {meta['torch']}; timing: {meta['timing']}; "
+             f"Argus ON_MISS: {meta.get('argus_on_miss', 'default')}", ""]
     if meta.get("note"):
         lines += [f"> {meta['note']}", ""]
     lines += ["| problem | lvl | status | eager ms | inductor ms | argus ms | ind/eager | argus/eager | argus/ind "
@@ -456,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--argus-ops", default="all",
                     help="the op kinds backend=\"argus\" takes (ARGUS_OPS syntax; default all)")
+    ap.add_argument("--on-miss", default="default", choices=("synthesize", "default", "fallback"),
+                    help="ARGUS_ON_MISS for backend=\"argus\": synthesize tunes each new signature on the problem's "
+                         "operands first (the agent for GEMM/attention/MoE, a policy search for the other classes); "
+                         "default runs template policies (default)")
     ap.add_argument("--name", default=None, help="file stem of the outputs (default kernelbench-<date>)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="problems compiled and checked at once (each times alone, under a lock; default 1)")
@@ -506,15 +513,16 @@ def main(argv: list[str] | None = None) -> int:
             "device_name": torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine(),
             "torch": torch.__version__, "timing": timing, "note": note, "interpret": interp,
             "trials": args.trials, "atol": ATOL, "rtol": RTOL, "timeout_s": args.timeout,
-            "full_sizes": os.environ.get("ARGUS_KB_FULL") == "1" or gpu, "coverage_note": COVERAGE_NOTE}
+            "full_sizes": os.environ.get("ARGUS_KB_FULL") == "1" or gpu, "coverage_note": COVERAGE_NOTE,
+            "argus_on_miss": args.on_miss}
     out = Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results")
     out.mkdir(parents=True, exist_ok=True)
     stem = args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     meta["jobs"] = args.jobs
     done: dict[int, dict[str, Any]] = {}
     lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
-    if args.jobs > 1:
-        os.environ["ARGUS_KB_TIMING_LOCK"] = str(lock)
+    if args.jobs > 1:  # the same lock serializes Argus's own policy timing (--on-miss synthesize)
+        os.environ["ARGUS_KB_TIMING_LOCK"] = os.environ["ARGUS_TUNE_LOCK"] = str(lock)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(run_one, p, args): i for i, p in enumerate(problems)}
         for fut in concurrent.futures.as_completed(futures):

@@ -1,0 +1,189 @@
+"""Policy search for the general op classes (argus_inductor.library_ops: conv, reductions, norms, pooling,
+scans, losses, elementwise chains) on the call's own operands.
+
+The agent's planner searches the GEMM, attention and MoE spaces from the knowledge base. The library
+classes have a simpler space: the tile sizes of each kernel (its `B*` constexprs), its warp count and
+its pipeline depth. Their kernels are fixed DSL text. So the search is a coordinate descent from the
+template policy:
+- double or halve one knob at a time, keeping a move when it is at least `gain` faster;
+- test every candidate against the torch reference on the same operands (a wrong or failing candidate
+  is dropped);
+- send the fastest candidate to the invariant checker (ops.make_entry). If the checker rejects it, the
+  next fastest is tried; the template is the last resort.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .bench import time_ms
+from .evaluate import rel_error
+
+TILE_KNOB = re.compile(r"^B[A-Z]{1,3}$")   # the library's tile constexprs: BO, BR, BI, BM, BN, BK, BL, BC, BH, ...
+MAX_TILE = 8192
+WARPS = (1, 2, 4, 8, 16)
+STAGES = (1, 2, 3, 4)
+TOLERANCE = {torch.float32: 2e-3, torch.float64: 1e-9}  # relative error against torch's output, at least
+LOW_PRECISION_TOLERANCE = 2e-2                          # bf16 / fp16 outputs
+
+
+@dataclass
+class TuneResult:
+    policy: dict[str, dict[str, Any]]          # kernel name -> policy dict (CacheEntry.policy)
+    ms: float                                  # its time
+    template_ms: float                         # the template policy's time on the same operands
+    method: str                                # how both were timed
+    tried: list[dict[str, Any]] = field(default_factory=list)  # every candidate: policy, ms or why it was dropped
+
+    @property
+    def speedup(self) -> float:
+        return self.template_ms / self.ms if self.ms > 0 else 1.0
+
+    def timings(self) -> dict[str, Any]:
+        return {"ms": round(self.ms, 5), "template_ms": round(self.template_ms, 5), "method": self.method,
+                "candidates": len(self.tried), "speedup_vs_template": round(self.speedup, 3)}
+
+
+def knobs(policy: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(kernel, knob) pairs the search may move: power-of-two tile constexprs, num_warps, num_stages."""
+    out = []
+    for name, p in sorted(policy.items()):
+        for k, v in sorted(p.items()):
+            if TILE_KNOB.match(k) and isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0:
+                out.append((name, k))
+        out += [(name, "num_warps"), (name, "num_stages")]
+    return out
+
+
+def moved(policy: dict[str, dict[str, Any]], name: str, knob: str, up: bool) -> dict[str, dict[str, Any]] | None:
+    """`policy` with one knob doubled (up) or halved, or None where that leaves the knob's range."""
+    v = policy[name].get(knob, 4 if knob == "num_warps" else 3)
+    if knob == "num_stages":
+        nv = v + 1 if up else v - 1
+        ok = nv in STAGES
+    elif knob == "num_warps":
+        nv = v * 2 if up else v // 2
+        ok = nv in WARPS
+    else:
+        nv = v * 2 if up else v // 2
+        ok = 1 <= nv <= MAX_TILE
+    if not ok:
+        return None
+    out = copy.deepcopy(policy)
+    out[name][knob] = nv
+    return out
+
+
+def neighbours(policy: dict[str, dict[str, Any]]) -> Iterator[dict[str, dict[str, Any]]]:
+    """One-knob moves of `policy`, each knob up then down."""
+    for name, knob in knobs(policy):
+        for up in (True, False):
+            cand = moved(policy, name, knob, up)
+            if cand is not None:
+                yield cand
+
+
+def key(policy: dict[str, dict[str, Any]]) -> str:
+    return repr(sorted((n, sorted(p.items())) for n, p in policy.items()))
+
+
+def _tolerance(out: torch.Tensor) -> float:
+    return TOLERANCE.get(out.dtype, LOW_PRECISION_TOLERANCE)
+
+
+def _agrees(out: Any, ref: Any, tol: float) -> tuple[bool, str]:
+    if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
+        return False, f"output is {type(out).__name__}, expected a tensor"
+    if out.shape != ref.shape or out.dtype != ref.dtype:
+        return False, f"output {tuple(out.shape)} {out.dtype}, expected {tuple(ref.shape)} {ref.dtype}"
+    if not out.is_floating_point():
+        same = bool(torch.equal(out, ref))
+        return same, "" if same else "integer output differs from the reference"
+    err, where = rel_error(out, ref)
+    ok = err <= tol
+    return ok, "" if ok else f"relative error {err:.3g} > {tol:.3g} against the reference ({where})"
+
+
+@contextlib.contextmanager
+def exclusive(lock: str | None) -> Iterator[None]:
+    """Hold the file lock `lock` (when given) while timing, so processes tuning on one GPU take turns."""
+    if not lock:
+        yield
+        return
+    import fcntl
+
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[str, Any]]], Any], target: str,
+           reference: Any, seconds: float = 20.0, max_candidates: int = 24, gain: float = 0.03,
+           lock: str | None = None) -> TuneResult:
+    """Coordinate descent over `template`'s knobs. run(policy) launches the op with that policy and returns its
+    output; `reference` is torch's output on the same operands. The template must agree with it (ValueError
+    otherwise: a wrong template is not tuned); a candidate may differ from it by at most four times the
+    template's own error (or the dtype's floor). Returns the fastest agreeing candidate (the template when none
+    is faster by `gain`). lock: a file held while timing (see `exclusive`)."""
+    out = run(template)
+    ok, why = _agrees(out, reference, _tolerance(reference) if isinstance(reference, torch.Tensor) else 0.0)
+    if not ok:
+        raise ValueError(f"the template policy disagrees with torch: {why}")
+    tol = 0.0
+    if out.is_floating_point():
+        tol = max(_tolerance(reference), 4 * rel_error(out, reference)[0])
+    with exclusive(lock):
+        t_ms, method = time_ms([lambda: run(template)], target)
+    tried: list[dict[str, Any]] = [{"policy": template, "ms": t_ms, "template": True}]
+    best, best_ms = template, t_ms
+    seen = {key(template)}
+    t0 = time.perf_counter()
+
+    def budget_left() -> bool:
+        return len(tried) < max_candidates and time.perf_counter() - t0 < seconds
+
+    improved = True
+    while improved and budget_left():
+        improved = False
+        for cand in neighbours(best):
+            if not budget_left():
+                break
+            k = key(cand)
+            if k in seen:
+                continue
+            seen.add(k)
+            row: dict[str, Any] = {"policy": cand}
+            tried.append(row)
+            try:
+                ok, why = _agrees(run(cand), reference, tol)
+                if not ok:
+                    row["dropped"] = why
+                    continue
+                with exclusive(lock):
+                    ms, _ = time_ms([lambda c=cand: run(c)], target, method=method)  # type: ignore[misc]
+            except Exception as e:  # does not compile (registers, shared memory) or launch: not a candidate
+                row["dropped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                continue
+            row["ms"] = ms
+            if ms < best_ms * (1 - gain):
+                best, best_ms = cand, ms
+                improved = True
+                break  # restart the sweep around the new best
+    return TuneResult(best, best_ms, t_ms, method, tried)
+
+
+def ranked(result: TuneResult) -> list[dict[str, dict[str, Any]]]:
+    """Candidates that ran and agreed, fastest first (what to hand the checker in turn)."""
+    rows = [r for r in result.tried if "ms" in r and math.isfinite(r["ms"])]
+    return [r["policy"] for r in sorted(rows, key=lambda r: r["ms"])]
