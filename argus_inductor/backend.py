@@ -27,6 +27,22 @@ def _devices(example_inputs: list[Any]) -> set[torch.device]:
     return {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
 
 
+def copied_input_bytes(example_inputs: list[Any]) -> int:
+    """Bytes of the tensor inputs a CUDA-graph replay copies: all but parameters and the tensors Dynamo marked as
+    static (buffers, torch._dynamo.mark_static_address, e.g. a static KV cache)."""
+    total = 0
+    for t in example_inputs:
+        if not isinstance(t, torch.Tensor) or isinstance(t, torch.nn.Parameter):
+            continue
+        if getattr(t, "_dynamo_static_input_type", None) is not None:
+            continue
+        try:
+            total += int(t.numel()) * t.element_size()
+        except Exception:  # a size only known symbolically: nothing to go by
+            continue
+    return total
+
+
 def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
                   options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The Dynamo backend. `options` are Argus options (see argus_inductor.config.Options); `mode` goes to
@@ -50,7 +66,15 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
     # once, at capture. On by default on a GPU (as in vLLM and mode="max-autotune"); ARGUS_CUDAGRAPHS=0 or
     # mode="default" turns it off.
+    # A replay first copies every input that has no static address into the graph's own buffers: for inputs of
+    # many megabytes that copy costs more than the launches the graph saves (a memory-bound op would read its
+    # input twice), so such graphs run without one.
     graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and mode != "default"
+    copied = copied_input_bytes(example_inputs)
+    if graphs and copied > opts.cudagraph_copy_mb * 2**20:
+        log.info("argus: no CUDA graph: a replay would copy %.0f MB of inputs (ARGUS_CUDAGRAPH_COPY_MB=%g)",
+                 copied / 2**20, opts.cudagraph_copy_mb)
+        graphs = False
     inductor_config: dict[str, Any] = {"triton.cudagraphs": graphs}
     if mode == "max-autotune":
         inductor_config["max_autotune"] = True

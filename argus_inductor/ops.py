@@ -100,12 +100,20 @@ class OpSpec:
         return tuple(k.name for k in self.kernels)
 
     def policies(self, policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
-        """Policy dict -> a Policy for each kernel that runs, with the signature's constants applied."""
+        """Policy dict -> a Policy for each kernel that runs, with the signature's constants applied. A float32
+        signature's mma precision is not a tuning knob: it is what torch's matmul precision setting asks for
+        now, whatever the stored policy says (an agent plan timed at tf32 must not answer at tf32 accuracy
+        when torch promises float32)."""
         if self.select is not None:
-            return self.select(policy, sig)
-        per = {self.names[0]: policy} if len(self.kernels) == 1 else {n: policy.get(n, {}) for n in self.names}
-        consts = self.consts(sig)
-        return {n: Policy.make(**dict(per[n])).with_consts(**consts.get(n, {})) for n in self.names}
+            out = self.select(policy, sig)
+        else:
+            per = {self.names[0]: policy} if len(self.kernels) == 1 else {n: policy.get(n, {}) for n in self.names}
+            consts = self.consts(sig)
+            out = {n: Policy.make(**dict(per[n])).with_consts(**consts.get(n, {})) for n in self.names}
+        if sig.dtypes and sig.dtypes[0] == "float32" and sig.arch != "cpu":
+            prec = fp32_precision()
+            out = {n: replace(p, input_precision=prec) for n, p in out.items()}
+        return out
 
 
 def _epi_parts(sig: Signature) -> list[str]:

@@ -29,6 +29,7 @@ from .evaluate import rel_error
 
 TILE_KNOB = re.compile(r"^B[A-Z]{1,3}$")   # the library's tile constexprs: BO, BR, BI, BM, BN, BK, BL, BC, BH, ...
 MAX_TILE = 8192
+GROWTH = 4                                 # a kernel's tiles may hold at most this many times the template's elements
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4)
 TOLERANCE = {torch.float32: 2e-3, torch.float64: 1e-9}  # relative error against torch's output, at least
@@ -82,13 +83,26 @@ def moved(policy: dict[str, dict[str, Any]], name: str, knob: str, up: bool) -> 
     return out
 
 
-def neighbours(policy: dict[str, dict[str, Any]]) -> Iterator[dict[str, dict[str, Any]]]:
-    """One-knob moves of `policy`, each knob up then down."""
+def tile_elements(policy: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Per kernel, the product of its tile knobs (how many elements its tiles hold, roughly)."""
+    out = {}
+    for name in policy:
+        out[name] = math.prod(policy[name][k] for n, k in knobs(policy) if n == name and TILE_KNOB.match(k))
+    return out
+
+
+def neighbours(policy: dict[str, dict[str, Any]],
+               limit: dict[str, int] | None = None) -> Iterator[dict[str, dict[str, Any]]]:
+    """One-knob moves of `policy`, each knob up then down; `limit` caps each kernel's tile elements (a tile
+    far larger than the template's spills registers and compiles for long: never the winner)."""
     for name, knob in knobs(policy):
         for up in (True, False):
             cand = moved(policy, name, knob, up)
-            if cand is not None:
-                yield cand
+            if cand is None:
+                continue
+            if limit is not None and name in limit and tile_elements(cand)[name] > limit[name]:
+                continue
+            yield cand
 
 
 def key(policy: dict[str, dict[str, Any]]) -> str:
@@ -153,10 +167,11 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
     def budget_left() -> bool:
         return len(tried) < max_candidates and time.perf_counter() - t0 < seconds
 
+    limit = {n: GROWTH * e for n, e in tile_elements(template).items()}
     improved = True
     while improved and budget_left():
         improved = False
-        for cand in neighbours(best):
+        for cand in neighbours(best, limit):
             if not budget_left():
                 break
             k = key(cand)

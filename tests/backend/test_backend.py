@@ -163,3 +163,24 @@ def test_cuda_graphs_are_asked_of_inductor_on_a_gpu(monkeypatch, options, mode, 
     gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
     backend.argus_backend(gm, [torch.randn(2, 4)], mode=mode, options=options)
     assert seen.get("triton.cudagraphs") is graphs, seen
+
+
+@pytest.mark.parametrize("copy_mb,graphs", [(32.0, True), (0.01, False)])
+def test_no_cuda_graph_when_the_replay_would_copy_large_inputs(monkeypatch, copy_mb, graphs) -> None:
+    """A 64 KB user input is copied into the graph's buffers at each replay: over ARGUS_CUDAGRAPH_COPY_MB the
+    backend asks for no graph. Parameters and static addresses are never counted."""
+    import torch._inductor.compile_fx as cfx
+
+    from argus_inductor import backend
+
+    seen = {}
+    monkeypatch.setattr(cfx, "compile_fx", lambda gm, ex, config_patches=None: seen.update(config_patches) or gm)
+    monkeypatch.setattr(backend, "_devices", lambda inputs: {torch.device("cuda", 0)})
+    monkeypatch.setattr(backend, "target_for", lambda device, opts=None: "cuda")
+    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
+    x = torch.randn(128, 128)
+    backend.argus_backend(gm, [x], options={"cudagraph_copy_mb": copy_mb})
+    assert seen.get("triton.cudagraphs") is graphs, seen
+    static = torch.randn(1024, 1024)
+    torch._dynamo.mark_static_address(static)
+    assert backend.copied_input_bytes([x, nn.Parameter(torch.randn(512, 512)), static, 3]) == 128 * 128 * 4

@@ -90,3 +90,11 @@ def test_tune_budget_options_are_checked(monkeypatch: pytest.MonkeyPatch) -> Non
         Options.resolve()
     monkeypatch.setenv("ARGUS_TUNE_SECONDS", "5")
     assert Options.resolve().tune_seconds == 5.0
+
+
+def test_tiles_do_not_grow_past_the_limit() -> None:
+    p = {"k": {"BM": 64, "BN": 64, "num_warps": 4, "num_stages": 3}}
+    grown = [m for m in tune.neighbours(p, {"k": 64 * 64}) if m["k"]["BM"] * m["k"]["BN"] > 64 * 64]
+    assert grown == []
+    assert len([m for m in tune.neighbours(p, {"k": 64 * 64 * 2})
+                if m["k"]["BM"] * m["k"]["BN"] > 64 * 64]) == 2

@@ -161,6 +161,10 @@ class OpSpec:
             knobs = dict(plan.knobs.get(name, {}))
             fixed = {c: v for c, v in self.fixed_consts(problem, name, plan).items() if c in declared}
             knobs.update(fixed)
+            if problem.dtype == "float32" and problem.device != "cpu":  # torch's matmul precision: not a knob
+                from ...ops import fp32_precision
+
+                knobs["input_precision"] = fp32_precision()
             out[name] = Policy.make(**knobs)
         return out
 
