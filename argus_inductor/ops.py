@@ -503,7 +503,7 @@ def _tune_library(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]
 
     try:
         res = tune.search(spec.template(sig, target), run, target, reference(), seconds=opts.tune_seconds,
-                          max_candidates=opts.tune_candidates, lock=opts.tune_lock or None)
+                          max_candidates=opts.tune_candidates)
     except Exception as e:
         _say_once(f"argus: tuning {sig.short()} failed ({type(e).__name__}: {e}); using the template policy")
         return None, f"tuning failed ({type(e).__name__}); used the default plan"

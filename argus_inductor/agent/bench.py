@@ -3,14 +3,60 @@ benchmarks/sweep.py times), a host clock under the interpreter (where the number
 relative to the template default)."""
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 CUDAGRAPH = "cudagraph median"
 DO_BENCH = "do_bench median"
 WALL = "interpreter wall clock (min of 2)"
+
+
+_HELD: dict[str, int] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def timing_lock() -> str | None:
+    """The file that processes sharing a GPU lock while they time (ARGUS_TUNE_LOCK, or the active options')."""
+    try:
+        from .. import ops
+
+        path = ops.active_options().tune_lock
+    except Exception:
+        path = ""
+    return path or os.environ.get("ARGUS_TUNE_LOCK") or None
+
+
+@contextlib.contextmanager
+def exclusive(lock: str | None = None) -> Iterator[None]:
+    """Hold the file lock `lock` (default: timing_lock()) so that processes timing on one GPU take turns.
+    Re-entrant within a process: a search timing inside a benchmark's locked phase does not wait on itself."""
+    path = lock or timing_lock()
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with _HELD_LOCK:
+        depth = _HELD.get(path, 0)
+        _HELD[path] = depth + 1
+    try:
+        if depth:
+            yield
+            return
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        with _HELD_LOCK:
+            _HELD[path] -= 1
 
 
 def time_ms(fns: list[Callable[[], Any]], target: str, rep_ms: int = 40,
@@ -32,6 +78,11 @@ def time_ms(fns: list[Callable[[], Any]], target: str, rep_ms: int = 40,
             fns[0]()
             best = min(best, (time.perf_counter() - t0) * 1e3)
         return best, WALL
+    with exclusive():
+        return _time_gpu(run_all, n, rep_ms, method)
+
+
+def _time_gpu(run_all: Callable[[], None], n: int, rep_ms: int, method: str | None) -> tuple[float, str]:
     import torch
     import triton.testing
 

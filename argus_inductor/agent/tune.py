@@ -13,7 +13,6 @@ template policy:
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import re
@@ -126,30 +125,13 @@ def _agrees(out: Any, ref: Any, tol: float) -> tuple[bool, str]:
     return ok, "" if ok else f"relative error {err:.3g} > {tol:.3g} against the reference ({where})"
 
 
-@contextlib.contextmanager
-def exclusive(lock: str | None) -> Iterator[None]:
-    """Hold the file lock `lock` (when given) while timing, so processes tuning on one GPU take turns."""
-    if not lock:
-        yield
-        return
-    import fcntl
-
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[str, Any]]], Any], target: str,
-           reference: Any, seconds: float = 20.0, max_candidates: int = 24, gain: float = 0.03,
-           lock: str | None = None) -> TuneResult:
+           reference: Any, seconds: float = 20.0, max_candidates: int = 24, gain: float = 0.03) -> TuneResult:
     """Coordinate descent over `template`'s knobs. run(policy) launches the op with that policy and returns its
     output; `reference` is torch's output on the same operands. The template must agree with it (ValueError
     otherwise: a wrong template is not tuned); a candidate may differ from it by at most four times the
     template's own error (or the dtype's floor). Returns the fastest agreeing candidate (the template when none
-    is faster by `gain`). lock: a file held while timing (see `exclusive`)."""
+    is faster by `gain`). Timing holds ARGUS_TUNE_LOCK (bench.exclusive)."""
     out = run(template)
     ok, why = _agrees(out, reference, _tolerance(reference) if isinstance(reference, torch.Tensor) else 0.0)
     if not ok:
@@ -157,8 +139,7 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
     tol = 0.0
     if out.is_floating_point():
         tol = max(_tolerance(reference), 4 * rel_error(out, reference)[0])
-    with exclusive(lock):
-        t_ms, method = time_ms([lambda: run(template)], target)
+    t_ms, method = time_ms([lambda: run(template)], target)
     tried: list[dict[str, Any]] = [{"policy": template, "ms": t_ms, "template": True}]
     best, best_ms = template, t_ms
     seen = {key(template)}
@@ -185,8 +166,7 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
                 if not ok:
                     row["dropped"] = why
                     continue
-                with exclusive(lock):
-                    ms, _ = time_ms([lambda c=cand: run(c)], target, method=method)  # type: ignore[misc]
+                ms, _ = time_ms([lambda c=cand: run(c)], target, method=method)  # type: ignore[misc]
             except Exception as e:  # does not compile (registers, shared memory) or launch: not a candidate
                 row["dropped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
                 continue

@@ -98,3 +98,21 @@ def test_tiles_do_not_grow_past_the_limit() -> None:
     assert grown == []
     assert len([m for m in tune.neighbours(p, {"k": 64 * 64 * 2})
                 if m["k"]["BM"] * m["k"]["BN"] > 64 * 64]) == 2
+
+
+def test_timing_lock_excludes_other_processes_and_nests_in_one(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from argus_inductor.agent.bench import exclusive
+
+    lock = str(tmp_path / "gpu.lock")
+    probe = ("import fcntl, sys\nf = open(sys.argv[1], 'a')\n"
+             "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('free')\n"
+             "except BlockingIOError:\n    print('held')\n")
+    with exclusive(lock):
+        with exclusive(lock):  # a search timing inside a benchmark's locked phase: no self-deadlock
+            inner = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True).stdout
+        outer = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True).stdout
+    after = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True).stdout
+    assert (inner.strip(), outer.strip(), after.strip()) == ("held", "held", "free")
