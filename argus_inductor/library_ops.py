@@ -395,7 +395,13 @@ register(LibraryOp(
 
 # -------------------------------------------------------------------------------------------- the op
 
-@torch.library.custom_op("argus::library", mutates_args=())
+# Registered through the low-level Library API rather than torch.library.custom_op: the op runs on every call of a
+# compiled model, and custom_op's Python wrappers (autograd shim, redispatch, aliasing check) cost about three times
+# the dispatcher's own path. The schema is functional; the fake implementation below gives shapes to Inductor.
+_LIB = torch.library.Library("argus", "FRAGMENT")
+_LIB.define("library(str name, Tensor?[] tensors, str args, str node_id) -> Tensor")
+
+
 def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str) -> Tensor:
     """The library op `name` on `tensors` with `args` (canonical JSON): the DSL kernels where the device has an
     Argus target and the signature a plan, else the torch reference."""
@@ -418,13 +424,22 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
         return op.reference(ts, a)
 
     if not floats:
-        return fallback()
-    return ops.run_op(node_id, sig, run, fallback, floats,
-                      (name, args, tuple(t is None for t in ts), *(ops.tensor_key(t) for t in present)),
-                      flops=lambda out: op.flops(ts, a, out))
+        out = fallback()
+    else:
+        out = ops.run_op(node_id, sig, run, fallback, floats,
+                         (name, args, tuple(t is None for t in ts), *(ops.tensor_key(t) for t in present)),
+                         flops=lambda out: op.flops(ts, a, out))
+    # a functional op: its result never shares memory with an operand (a reference that returns a view is copied)
+    if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+                           for t in present):
+        out = out.clone()
+    return out
 
 
-@library.register_fake
+_LIB.impl("library", library, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("argus::library")
 def _(name, tensors, args, node_id):
     return LIBRARY[name].reference(list(tensors), parse_args(args))
 

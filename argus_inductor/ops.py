@@ -62,6 +62,8 @@ def _say_once(msg: str, level: int = logging.WARNING) -> None:
 
 def set_active_options(opts: Options) -> None:
     global _ACTIVE
+    if opts != _ACTIVE:
+        _RESOLVED.clear()  # plans were resolved under the old options (cache dir, on-miss, interpret)
     _ACTIVE = opts
 
 
@@ -578,12 +580,16 @@ def forget_plans() -> None:
     """Drop the in-process memo of plans (the next call of each signature reads the cache again)."""
     with _LOCK:
         _PLANS.clear()
+        _RESOLVED.clear()
 
 
 # --------------------------------------------------------------------------------------------------
 # Running one op call
 
 _SIG_MEMO: dict[tuple, Signature] = {}
+# call site + operand metadata -> (signature, plan, target, fallback reason); its FLOPs. Dropped with the plans.
+_RESOLVED: dict[tuple, tuple[Signature, Plan | None, str | None, str | None]] = {}
+_FLOPS: dict[tuple, int] = {}
 
 
 def _memo_sig(parts: tuple, make: Callable[[], Signature]) -> Signature:
@@ -597,7 +603,7 @@ def _memo_sig(parts: tuple, make: Callable[[], Signature]) -> Signature:
 
 
 def tensor_key(t: Tensor) -> tuple:
-    return (tuple(t.shape), t.stride(), t.dtype, t.device)
+    return (t.shape, t.stride(), t.dtype, t.device)
 
 
 def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
@@ -605,18 +611,27 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
            flops: int | Callable[[Tensor], int] = 0) -> Tensor:
     """One call of an Argus op: its signature, its plan (or the aten fallback), the launch, and the report entry
     (source, time, and the call's FLOPs as FlopCounterMode counts them: a number, or a function of the output)."""
-    target = target_for(tensors[0].device)
-    sig = _memo_sig((node_id, *memo, *(tensor_key(t) for t in tensors)), sig_fn)
-    reason = None
-    plan: Plan | None = None
-    if target is None:
-        reason = f"fallback (no Argus target for {device_arch(tensors[0].device)})"
-    elif any(t.dtype not in DTYPES for t in tensors):
-        reason = f"fallback (dtype {next(t.dtype for t in tensors if t.dtype not in DTYPES)} not supported)"
+    key = (node_id, *memo, *(tensor_key(t) for t in tensors))
+    hit = _RESOLVED.get(key)  # the hot path: this call site with these shapes was resolved before
+    if hit is not None:
+        sig, plan, target, reason = hit
     else:
-        plan = plan_for(sig, target, {"reference": fallback_fn, "tensors": tensors, "run": kernel_fn})
-        if plan is None:
-            reason = "fallback (cache miss, ARGUS_ON_MISS=fallback)"
+        target = target_for(tensors[0].device)
+        sig = _memo_sig(key, sig_fn)
+        reason = None
+        plan = None
+        if target is None:
+            reason = f"fallback (no Argus target for {device_arch(tensors[0].device)})"
+        elif any(t.dtype not in DTYPES for t in tensors):
+            reason = f"fallback (dtype {next(t.dtype for t in tensors if t.dtype not in DTYPES)} not supported)"
+        else:
+            plan = plan_for(sig, target, {"reference": fallback_fn, "tensors": tensors, "run": kernel_fn})
+            if plan is None:
+                reason = "fallback (cache miss, ARGUS_ON_MISS=fallback)"
+        with _LOCK:
+            if len(_RESOLVED) > 4096:
+                _RESOLVED.clear()
+            _RESOLVED[key] = (sig, plan, target, reason)
     # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture
     timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
     if timed and tensors[0].is_cuda:
@@ -639,8 +654,13 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         if tensors[0].is_cuda:
             torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
-    _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None,
-                        flops(out) if callable(flops) else flops)
+    if callable(flops):
+        n = _FLOPS.get(key)
+        if n is None:
+            n = _FLOPS[key] = flops(out)
+    else:
+        n = flops
+    _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None, n)
     return out
 
 

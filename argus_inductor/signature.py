@@ -38,6 +38,9 @@ def device_arch(device: torch.device) -> str:
     return device.type
 
 
+_KEYS: dict[Any, str] = {}
+
+
 @dataclass(frozen=True)
 class Signature:
     op: str                        # gemm | bmm | attention | moe
@@ -50,7 +53,14 @@ class Signature:
     versions: tuple[str, str, str]
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+        """The cache key: a hash of every field (computed once: every Argus call on the hot path asks for it)."""
+        k = _KEYS.get(self)
+        if k is None:
+            k = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+            if len(_KEYS) > 65536:
+                _KEYS.clear()
+            _KEYS[self] = k
+        return k
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (lists for tuples): what the cache and the misses file store."""

@@ -93,6 +93,7 @@ class CompiledKernel:
         # Everything that does not depend on the arguments is worked out once, so a launch costs a few
         # dictionary look-ups (this runs on every call of a compiled model's Argus op).
         self._runtime = [p for p in self.ir.params if isinstance(p, (TensorParam, ScalarParam))]
+        self._launches: dict[tuple[Any, ...], tuple[list[Any], tuple[tuple[int, int | str], ...], int]] = {}
         self._names = {p.name for p in self._runtime}
         self._tensors = [p for p in self._runtime if isinstance(p, TensorParam)]
         self._scalars = [p for p in self._runtime if isinstance(p, ScalarParam)]
@@ -203,6 +204,13 @@ class CompiledKernel:
                                   "pass tensors of one dtype or cast in the kernel")
         self._checked_dtypes.add(key)
 
+    def _tensor_slots(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[int, int | str], ...]:
+        """Where each tensor argument goes in the flat launch list: (position, argument index or keyword)."""
+        where: dict[str, int | str] = {p.name: i for i, p in enumerate(self._runtime[:len(args)])}
+        where.update({k: k for k in kwargs})
+        names = self.source.arg_names
+        return tuple((names.index(p.name), where[p.name]) for p in self._tensors)
+
     def grid_size(self, syms: dict[str, int], values: dict[str, Any]) -> int:
         env = {**values, **syms, **self.consts}
         total = 1
@@ -211,15 +219,34 @@ class CompiledKernel:
         return total
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        values = self.bind(args, kwargs)
-        flat, syms, device = self.launch_args(values)
-        total = self.grid_size(syms, values)
-        if total == 0:
+        # Launch memo: the same argument metadata (shapes, strides, dtypes, devices, scalar values) binds,
+        # checks and sizes the grid the same way, so a repeated call only puts its tensors in their slots.
+        key = _launch_key(args, kwargs)
+        memo = self._launches.get(key) if key is not None else None
+        if memo is None:
+            values = self.bind(args, kwargs)
+            flat, syms, device = self.launch_args(values)
+            total = self.grid_size(syms, values)
+            programs = total
+            if total and self.policy.persistent:
+                programs = min(total, _num_sms(device, self.target) * self.policy.programs_per_sm)
+                flat[self.source.arg_names.index("NUM_PROGRAMS")] = programs
+            if key is not None:
+                slots = self._tensor_slots(args, kwargs)
+                template = list(flat)
+                for pos, _ in slots:
+                    template[pos] = None  # the memo keeps no tensor alive
+                memo = (template, slots, programs)
+                if len(self._launches) > 256:
+                    self._launches.clear()
+                self._launches[key] = memo
+        else:
+            template, slots, programs = memo
+            flat = list(template)
+            for pos, src in slots:
+                flat[pos] = args[src] if isinstance(src, int) else kwargs[src]
+        if programs == 0:
             return
-        programs = total
-        if self.policy.persistent:
-            programs = min(total, _num_sms(device, self.target) * self.policy.programs_per_sm)
-            flat[self.source.arg_names.index("NUM_PROGRAMS")] = programs
         try:
             self.fn[(programs,)](*flat, **self._opts)
         except Exception as e:
@@ -230,6 +257,24 @@ class CompiledKernel:
 
 
 _SMS: dict[Any, int] = {}
+
+
+def _launch_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What a launch's binding depends on besides the tensors' addresses; None where an argument is neither a
+    tensor nor a plain number (that call takes the checked path every time)."""
+    import torch
+
+    parts: list[Any] = []
+    for a in (*args, *(kwargs[k] for k in sorted(kwargs))):
+        if isinstance(a, torch.Tensor):
+            parts.append((a.shape, a.stride(), a.dtype, a.device))
+        elif type(a) in (int, float, bool):
+            parts.append((type(a), a))
+        else:
+            return None
+    if kwargs:
+        parts.append(tuple(sorted(kwargs)))
+    return tuple(parts)
 
 
 def _num_sms(device: Any, target: str) -> int:
@@ -249,6 +294,7 @@ class Kernel:
     def __init__(self, ir: KernelIR) -> None:
         self.ir = ir
         self.name = ir.name
+        self._by_policy: dict[tuple[Policy, str], CompiledKernel] = {}
 
     def __repr__(self) -> str:
         return f"<argus kernel {self.name} ({self.ir.filename}:{self.ir.first_line})>"
@@ -259,17 +305,22 @@ class Kernel:
     def compile(self, policy: Policy | None = None, target: str | None = None) -> CompiledKernel:
         policy = policy or self.default_policy()
         target = target or default_target()
+        fast = self._by_policy.get((policy, target))  # the launch hot path: no key strings
+        if fast is not None:
+            return fast
         key = (self.ir.fingerprint(), policy.key(), target)
         with _LOCK:
             hit = _COMPILED.get(key)
-        if hit is not None:
-            return hit
-        src, consts = lower(self.ir, policy, target)
-        fn = _load_module(src, target)
-        ck = CompiledKernel(self.ir, policy, target, src, consts, fn)
-        with _LOCK:
-            _COMPILED[key] = ck
-        return ck
+        if hit is None:
+            src, consts = lower(self.ir, policy, target)
+            fn = _load_module(src, target)
+            hit = CompiledKernel(self.ir, policy, target, src, consts, fn)
+            with _LOCK:
+                _COMPILED[key] = hit
+        if len(self._by_policy) > 1024:
+            self._by_policy.clear()
+        self._by_policy[(policy, target)] = hit
+        return hit
 
     def triton_source(self, policy: Policy | None = None, target: str = "cuda") -> str:
         src, _ = lower(self.ir, policy or self.default_policy(), target)

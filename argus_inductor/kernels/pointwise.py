@@ -323,6 +323,23 @@ class _Emitter:
         return f"exp({_lit(p)} * log({a}))"  # NaN for negative x, like torch
 
 
+def broadcast(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The broadcast shape of `shapes` (torch's rules); ValueError when they do not broadcast. Plain Python:
+    torch.broadcast_shapes costs tens of microseconds a call, and this runs on every launch."""
+    first = tuple(shapes[0])
+    if all(tuple(s) == first for s in shapes[1:]):
+        return first
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for s in shapes:
+        for i, n in enumerate(s, rank - len(s)):
+            if n != 1:
+                if out[i] not in (1, n):
+                    raise ValueError(f"the inputs do not broadcast together: shapes {[tuple(x) for x in shapes]}")
+                out[i] = n
+    return tuple(out)
+
+
 def _check_inputs(chain: Chain, inputs: Sequence[torch.Tensor], allow_double: bool = False) -> None:
     if not isinstance(chain, Chain):
         raise ValueError(f"chain must be a Chain, got {type(chain).__name__}")
@@ -340,10 +357,7 @@ def _check_inputs(chain: Chain, inputs: Sequence[torch.Tensor], allow_double: bo
             raise ValueError(f"input {i} is on {t.device} but input 0 is on {inputs[0].device}")
     if chain.n_inputs > len(inputs):
         raise ValueError(f"the chain reads input {chain.n_inputs - 1} but only {len(inputs)} input(s) were given")
-    try:
-        torch.broadcast_shapes(*(t.shape for t in inputs))
-    except RuntimeError as e:
-        raise ValueError(f"the inputs do not broadcast together: shapes {[tuple(t.shape) for t in inputs]}") from e
+    broadcast([t.shape for t in inputs])
 
 
 def result_dtype(inputs: Sequence[torch.Tensor]) -> torch.dtype:
@@ -496,7 +510,7 @@ def pointwise(chain: Chain, inputs: Sequence[torch.Tensor], *, policies: dict[st
     """
     _check_inputs(chain, inputs)
     n = len(inputs)
-    shape = torch.broadcast_shapes(*(t.shape for t in inputs))
+    shape = broadcast([t.shape for t in inputs])
     out = torch.empty(shape, dtype=result_dtype(inputs), device=inputs[0].device)
     if out.numel() == 0:
         return out
