@@ -165,7 +165,7 @@ def test_cuda_graphs_are_asked_of_inductor_on_a_gpu(monkeypatch, options, mode, 
     assert seen.get("triton.cudagraphs") is graphs, seen
 
 
-@pytest.mark.parametrize("copy_mb,graphs", [(32.0, True), (0.01, False)])
+@pytest.mark.parametrize("copy_mb,graphs", [(256.0, True), (0.01, False)])
 def test_no_cuda_graph_when_the_replay_would_copy_large_inputs(monkeypatch, copy_mb, graphs) -> None:
     """A 64 KB user input is copied into the graph's buffers at each replay: over ARGUS_CUDAGRAPH_COPY_MB the
     backend asks for no graph. Parameters and static addresses are never counted."""
