@@ -17,6 +17,12 @@ WALL = "interpreter wall clock (min of 2)"
 
 
 _HELD: dict[str, int] = {}
+_WAITED = [0.0]  # seconds this process has spent waiting for the timing lock
+
+
+def waited_s() -> float:
+    """Seconds this process has waited for other processes' timing (searches leave it out of their budget)."""
+    return _WAITED[0]
 _HELD_LOCK = threading.Lock()
 
 
@@ -49,7 +55,9 @@ def exclusive(lock: str | None = None) -> Iterator[None]:
             yield
             return
         with open(path, "a") as f:
+            t0 = time.perf_counter()
             fcntl.flock(f, fcntl.LOCK_EX)
+            _WAITED[0] += time.perf_counter() - t0
             try:
                 yield
             finally:

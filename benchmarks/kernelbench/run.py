@@ -548,14 +548,18 @@ def write_outputs(out: Path, stem: str, meta: dict[str, Any], rows: list[dict[st
 
 def merge(files: list[str], out: Path, stem: str) -> int:
     """One table from several runs' JSON files (e.g. a problem set run in parts on a time-boxed machine): rows
-    concatenated in order, metadata of the first, the summary recomputed."""
+    concatenated in order (a later file's row for the same problem replaces the earlier one: a re-run), metadata
+    of the first, the summary recomputed."""
     parts = [json.loads(Path(f).read_text()) for f in files]
-    rows = [r for p in parts for r in p["rows"]]
+    by_problem: dict[str, dict[str, Any]] = {}
+    for p in parts:
+        for r in p["rows"]:
+            by_problem[r.get("path") or r["problem"]] = r
+    rows = list(by_problem.values())
     meta = dict(parts[0]["meta"], merged_from=[Path(f).name for f in files])
     backends = tuple(b for b in BACKENDS if any(b in r.get("backends", {}) for r in rows))
     out.mkdir(parents=True, exist_ok=True)
     write_outputs(out, stem, meta, rows, backends)
-    return 0
     return 0
 
 

@@ -146,7 +146,15 @@ def test_merge_makes_one_table_from_parts(small_run: tuple, tmp_path: Path) -> N
                           timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     merged = json.loads((tmp_path / "all.json").read_text())
-    assert len(merged["rows"]) == 2 * len(data["rows"]) and merged["meta"]["merged_from"] == ["kb.json", "kb.json"]
-    assert merged["summary"]["problems"] == 2 * data["summary"]["problems"]
+    assert merged["meta"]["merged_from"] == ["kb.json", "kb.json"]
+    # a later file's row for the same problem replaces the earlier one (a re-run), so no problem counts twice
+    assert len(merged["rows"]) == len(data["rows"]) and merged["summary"]["problems"] == data["summary"]["problems"]
     assert merged["summary"]["correct_argus"] == pytest.approx(data["summary"]["correct_argus"])
     assert "| 01_square_matmul | 1 | ok |" in (tmp_path / "all.md").read_text()
+    rerun = dict(data, rows=[dict(data["rows"][0], status="crash", backends={})])
+    (tmp_path / "rerun.json").write_text(json.dumps(rerun))
+    subprocess.run([sys.executable, str(RUNNER), "--merge", str(out / "kb.json"), str(tmp_path / "rerun.json"),
+                    "--out", str(tmp_path), "--name", "again"], check=True, env=_env(), timeout=120, cwd=REPO)
+    again = json.loads((tmp_path / "again.json").read_text())
+    first = next(r for r in again["rows"] if r["path"] == data["rows"][0]["path"])
+    assert first["status"] == "crash" and len(again["rows"]) == len(data["rows"])
