@@ -103,9 +103,9 @@ class OpSpec:
 
     def policies(self, policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
         """Policy dict -> a Policy for each kernel that runs, with the signature's constants applied. A float32
-        signature's mma precision is not a tuning knob: it is what torch's matmul precision setting asks for
-        now, whatever the stored policy says (an agent plan timed at tf32 must not answer at tf32 accuracy
-        when torch promises float32)."""
+        signature's mma precision is not a tuning knob: it is what torch's settings ask for now (fp32_precision),
+        whatever the stored policy says (an agent plan timed at tf32 must not answer at tf32 accuracy when torch
+        promises float32 matmuls)."""
         if self.select is not None:
             out = self.select(policy, sig)
         else:
@@ -113,7 +113,7 @@ class OpSpec:
             consts = self.consts(sig)
             out = {n: Policy.make(**dict(per[n])).with_consts(**consts.get(n, {})) for n in self.names}
         if sig.dtypes and sig.dtypes[0] == "float32" and sig.arch != "cpu":
-            prec = fp32_precision()
+            prec = fp32_precision(sig.op)
             out = {n: replace(p, input_precision=prec) for n, p in out.items()}
         return out
 
@@ -133,9 +133,15 @@ def _act_of(sig: Signature) -> int:
 _ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def fp32_precision() -> str:
-    """The mma precision of float32 inputs, as torch's own setting asks for matmuls: 'highest' (torch's default)
-    -> three-pass tf32 (float32 accuracy on tensor cores), 'high'/'medium' -> tf32."""
+CONV_OPS = ("conv", "conv_chain")  # signatures whose float32 precision follows cuDNN's setting, not matmul's
+
+
+def fp32_precision(op: str = "gemm") -> str:
+    """The mma precision of float32 inputs, as torch's own settings ask: for matmuls torch's float32 matmul
+    precision ('highest', the default -> three-pass tf32, float32 accuracy on tensor cores; 'high'/'medium' ->
+    tf32); for convolutions torch.backends.cudnn.allow_tf32 (on by default -> tf32, as cuDNN runs them)."""
+    if op in CONV_OPS:
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "tf32x3"
     return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 

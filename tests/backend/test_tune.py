@@ -116,3 +116,19 @@ def test_timing_lock_excludes_other_processes_and_nests_in_one(tmp_path: Path) -
         outer = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True).stdout
     after = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True).stdout
     assert (inner.strip(), outer.strip(), after.strip()) == ("held", "held", "free")
+
+
+def test_float32_precision_follows_torch_settings_per_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Matmuls follow torch's float32 matmul precision; convolutions follow cuDNN's allow_tf32 (tf32 by default,
+    as cuDNN runs them), so a float32 conv is not slowed to three-pass tf32 that torch itself does not use."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert ops.fp32_precision("gemm") == "tf32x3" and ops.fp32_precision("conv") == "tf32"
+        torch.set_float32_matmul_precision("high")
+        assert ops.fp32_precision("bmm") == "tf32"
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+        assert ops.fp32_precision("conv_chain") == "tf32x3"
+    finally:
+        torch.set_float32_matmul_precision(old)
