@@ -26,7 +26,7 @@ import torch
 from .bench import time_ms, waited_s
 from .evaluate import rel_error
 
-TILE_KNOB = re.compile(r"^B[A-Z]{1,3}$")   # the library's tile constexprs: BO, BR, BI, BM, BN, BK, BL, BC, BH, ...
+TILE_KNOB = re.compile(r"^B[A-Z0-9]{1,3}$")  # tile constexprs: BO, BR, BI, BM, BN, BK, BL, BC, B2, B3, ...
 MAX_TILE = 8192
 GROWTH = 4                                 # a kernel's tiles may hold at most this many times the template's elements
 WARPS = (1, 2, 4, 8, 16)
