@@ -470,6 +470,38 @@ def _shapes_of(sig: Any) -> tuple[Tensors, Args]:
     return ts, parse_args(args)
 
 
+def example_operands(sig: Any, device: torch.device | str, seed: int = 0) -> tuple[Tensors, Args]:
+    """Random operands with a library signature's shapes and dtypes on `device`, and its arguments: floats uniform
+    in [0.5, 1.5) (inside every op's domain: variances, logs, roots), masks random, integer tensors 0 or 1 (class
+    indices valid for any class count >= 2). What `argus warmup` tunes a recorded miss on."""
+    metas, a = _shapes_of(sig)
+    gen = torch.Generator().manual_seed(seed)
+    out: Tensors = []
+    for m in metas:
+        if m is None:
+            out.append(None)
+            continue
+        if m.dtype.is_floating_point:
+            t = (torch.rand(m.shape, generator=gen) + 0.5).to(m.dtype)
+        elif m.dtype == torch.bool:
+            t = torch.rand(m.shape, generator=gen) < 0.5
+        else:
+            t = torch.randint(0, 2, m.shape, generator=gen, dtype=m.dtype)
+        out.append(t.to(device))
+    return out, a
+
+
+def launcher(sig: Any, ts: Tensors, a: Args) -> tuple[Callable[[Any, str], Tensor], Callable[[], Tensor]]:
+    """(run_plan, reference) of a library signature on fixed operands: run_plan(plan, target) launches the plan's
+    kernels, reference() is torch's output (what ops.tune_library takes)."""
+    op = LIBRARY[sig.op]
+
+    def run_plan(plan: Any, target: str) -> Tensor:
+        return op.run(ts, a, {"policies": dict(plan.policies), "kernels": dict(plan.kernels), "target": target})
+
+    return run_plan, lambda: op.reference(ts, a)
+
+
 def template_policies(sig: Any, target: str) -> dict[str, Any]:
     op = LIBRARY[sig.op]
     ts, a = _shapes_of(sig)

@@ -493,14 +493,24 @@ def _is_library(sig: Signature) -> bool:
 
 
 def _tune_library(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]) -> tuple[Plan | None, str]:
-    """A library op class's miss under ARGUS_ON_MISS=synthesize: the policy search of agent/tune.py on the
-    call's own operands, then the checker on the fastest candidate (the next fastest where it fails). The
-    winner is stored in the cache with its timings."""
+    """A library op class's miss under ARGUS_ON_MISS=synthesize: tune_library on the call's own operands."""
     run_plan, reference = ctx.get("run"), ctx.get("reference")
     if run_plan is None or reference is None:
         return None, "no operands to tune on; used the default plan"
     if target != "interpret" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         return None, "miss met inside a CUDA-graph capture (nothing can be timed there); used the default plan"
+    entry, detail = tune_library(spec, sig, target, run_plan, reference, kernel_cache())
+    if entry is None:
+        return None, detail + "; used the default plan"
+    return _plan_from_entry(spec, sig, entry, "synthesized", detail), ""
+
+
+def tune_library(spec: OpSpec, sig: Signature, target: str, run_plan: Callable[[Plan, str], Tensor],
+                 reference: Callable[[], Tensor], cache: KernelCache) -> tuple[CacheEntry | None, str]:
+    """The policy search of agent/tune.py for a library signature (run_plan(plan, target) launches it on fixed
+    operands, reference() is torch's output on them), then the checker on the fastest candidate (the next
+    fastest where it fails). The winner is stored in `cache` with its timings. Returns (entry, what happened);
+    entry None when nothing was stored."""
     from .agent import tune
 
     opts = _ACTIVE
@@ -514,18 +524,17 @@ def _tune_library(spec: OpSpec, sig: Signature, target: str, ctx: dict[str, Any]
                           max_candidates=opts.tune_candidates)
     except Exception as e:
         _say_once(f"argus: tuning {sig.short()} failed ({type(e).__name__}: {e}); using the template policy")
-        return None, f"tuning failed ({type(e).__name__}); used the default plan"
+        return None, f"tuning failed ({type(e).__name__}: {e})"
     ms = {tune.key(r["policy"]): r["ms"] for r in res.tried if "ms" in r}
     for policy in tune.ranked(res):
         timings = {**res.timings(), "ms": round(ms[tune.key(policy)], 5)}
         entry = make_entry(sig, policy, "synthesized", target, timings=timings)
         if entry.verification.get("status") == "violations":
             continue
-        kernel_cache().put(sig.key(), entry)
+        cache.put(sig.key(), entry)
         speed = res.template_ms / timings["ms"] if timings["ms"] > 0 else 1.0
-        return _plan_from_entry(spec, sig, entry, "synthesized",
-                                f"tuned, {speed:.2f}x the template in {len(res.tried)} candidates"), ""
-    return None, "the checker rejected every tuned candidate; used the default plan"
+        return entry, f"tuned, {speed:.2f}x the template in {len(res.tried)} candidates"
+    return None, "the checker rejected every tuned candidate"
 
 
 def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache) -> Plan:

@@ -75,8 +75,11 @@ def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
 
 def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
     """Recorded misses of the general op classes (conv, reductions, norms, ...: argus_inductor.library_ops) are
-    not searched by the agent: each is stored with its template policy and the invariant checker's verdict, so
-    the next run is a cache hit with a proven kernel. Returns how many were stored."""
+    not searched by the agent. Where this machine has the signature's device (or ARGUS_INTERPRET=1 for a CPU
+    signature), each is tuned by the policy search on random operands of its shapes (ops.tune_library);
+    otherwise, or when tuning finds nothing, it is stored with its template policy. Either way the entry carries
+    the invariant checker's verdict, so the next run is a cache hit with a proven kernel. Returns how many were
+    stored."""
     if args.config or args.shapes or args.preset:
         if not args.misses:
             return 0
@@ -90,9 +93,27 @@ def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
             if not m.get("solved") and m["signature"].get("op") in LIBRARY]
     wanted = {o.strip() for o in args.ops.split(",")} if args.ops else None
     todo = [s for s in todo if wanted is None or s.op in wanted]
+    import torch
+
+    from ..library_ops import example_operands, launcher
+    from ..signature import device_arch
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    target = ops.target_for(device)
     for i, sig in enumerate(todo, 1):
-        entry = ops.warm(sig, cache=cache)
-        print(f"argus warmup: [{i}/{len(todo)}] {sig.short()}: template policy, "
+        how = "template policy"
+        entry = None
+        if target is not None and sig.arch == device_arch(device):
+            try:
+                run_plan, reference = launcher(sig, *example_operands(sig, device))
+                entry, how = ops.tune_library(ops.spec_for(sig), sig, target, run_plan, reference, cache)
+            except Exception as e:  # operands this signature cannot be built from: the template still serves
+                how = f"not tuned ({type(e).__name__}: {e})"
+            if entry is None:
+                how = f"template policy ({how})"
+        if entry is None:
+            entry = ops.warm(sig, cache=cache)
+        print(f"argus warmup: [{i}/{len(todo)}] {sig.short()}: {how}, "
               f"{entry.verification.get('status', 'not verified')}", file=sys.stderr)
     return len(todo)
 

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from argus_inductor.agent import cli, shapes
 from argus_inductor.agent.opspecs import Problem, signature_for
 from argus_inductor.cache import KernelCache
@@ -97,20 +99,36 @@ def test_the_fast_kernels_preset_matches_the_benchmark() -> None:
     assert len(attn) == len(ops_mod.ATTN) and len(moe) == len(ops_mod.MOE)
 
 
-def test_library_op_misses_are_stored_verified_with_their_template(tmp_path: Path, capsys) -> None:
+def test_library_op_misses_are_tuned_here_or_stored_with_their_template(tmp_path: Path, capsys,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miss of this machine's device (the CPU under ARGUS_INTERPRET=1 here) is tuned on random operands of its
+    shapes; a miss recorded on another device (sm_90) gets the template policy. Both are stored verified."""
+    import dataclasses
+
     import torch
 
+    from argus_inductor import ops
+    from argus_inductor.config import Options
     from argus_inductor.library_ops import library_signature
 
+    monkeypatch.setenv("ARGUS_TUNE_CANDIDATES", "3")
+    ops.set_active_options(Options.resolve())  # what a fresh `argus warmup` process reads from its environment
     root = tmp_path / "cache"
     cache = KernelCache(root)
     args_json = ('{"activation":"relu","dilation":[1],"groups":1,"output_padding":[0],"padding":[1],"stride":[2],'
                  '"transposed":false}')
-    sig = library_signature("conv", [torch.empty(2, 3, 11), torch.empty(5, 3, 3), torch.empty(5)], args_json)
-    cache.record_miss(sig)
+    here = library_signature("conv", [torch.empty(2, 3, 11), torch.empty(5, 3, 3), torch.empty(5)], args_json)
+    there = dataclasses.replace(here, arch="sm_90")
+    cache.record_miss(here)
+    cache.record_miss(there)
     assert cli.main(["--cache-dir", str(root), "--misses"]) == 0
-    entry = KernelCache(root).get(sig.key())
-    assert entry is not None and entry.verification["status"] == "verified", entry and entry.verification
-    assert "conv_fwd" in entry.policy and "def conv_fwd(" in entry.dsl_source
-    assert "template policy, verified" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    tuned, template = KernelCache(root).get(here.key()), KernelCache(root).get(there.key())
+    assert tuned is not None and tuned.verification["status"] == "verified", tuned and tuned.verification
+    assert tuned.origin == "synthesized" and 1 <= tuned.timings["candidates"] <= 3 and "conv_fwd" in tuned.policy
+    assert template is not None and template.verification["status"] == "verified" and template.origin == "warmup"
+    assert "def conv_fwd(" in template.dsl_source
+    assert "tuned, " in err and "template policy, verified" in err
     assert all(m["solved"] for m in KernelCache(root).misses())
+    monkeypatch.delenv("ARGUS_TUNE_CANDIDATES")
+    ops.set_active_options(Options.resolve())
