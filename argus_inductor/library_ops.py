@@ -376,12 +376,12 @@ def _conv_chain_ref(ts: Tensors, a: Args) -> Tensor:
 
 
 def _conv_chain_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
-    (pol,) = _conv.conv_policies(*_conv_geo(ts, a), target=target).values()
+    (pol,) = _conv.conv_policies(*_conv_geo(ts, a), target=target, direct=False).values()
     return {_conv_chain_kernel(ts, a)[0].name: pol}
 
 
 def _conv_chain_geometry(ts: Tensors, a: Args) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
-    _, consts, shapes = _conv.conv_geometry(*_conv_geo(ts, a))
+    _, consts, shapes = _conv.conv_geometry(*_conv_geo(ts, a), direct=False)
     name = _conv_chain_kernel(ts, a)[0].name
     return {name: consts}, {name: shapes}
 

@@ -175,7 +175,58 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "K
     store(Y[n, g, rn, rm], y)
 
 
-KERNELS: tuple[Kernel, ...] = (conv_fwd, conv_transpose_fwd)
+@kernel
+def conv_depthwise(X: Tensor("N", "C", "S"), Wk: Tensor("C", "T"), bias: Tensor("C"), Y: Tensor("N", "C", "OS"),
+                   ID: constexpr = 1, IH: constexpr = 1, IW: constexpr = 1,
+                   OD: constexpr = 1, OH: constexpr = 1, OW: constexpr = 1,
+                   KD: constexpr = 1, KH: constexpr = 1, KW: constexpr = 1,
+                   SD: constexpr = 1, SH: constexpr = 1, SW: constexpr = 1,
+                   PD: constexpr = 0, PH: constexpr = 0, PW: constexpr = 0,
+                   DD: constexpr = 1, DH: constexpr = 1, DW: constexpr = 1,
+                   BC: constexpr = 4, BM: constexpr = 128, HAS_BIAS: constexpr = 0, ACT: constexpr = 0):
+    """Y = act(depthwise conv(X, W) + bias) for one output channel per input channel: each output is a sum of
+    KD*KH*KW products, so the taps are walked directly (multiply-adds, no mma with a reduction of one)."""
+    n, pc, pm = tile_grid(N, cdiv(C, BC), cdiv(OS, BM))
+    assume((S == ID * IH * IW) & (OS == OD * OH * OW) & (T == KD * KH * KW))
+    rc = pc * BC + arange(BC)
+    rm = pm * BM + arange(BM)
+    od = rm // (OH * OW)
+    oh = (rm // OW) % OH
+    ow = rm % OW
+    acc = zeros((BC, BM), float32)
+    for t in range(0, KD * KH * KW):
+        kd = t // (KH * KW)
+        kh = (t // KW) % KH
+        kw = t % KW
+        id_ = od * SD - PD + kd * DD
+        ih = oh * SH - PH + kh * DH
+        iw = ow * SW - PW + kw * DW
+        inside = (rm < OS) & (id_ >= 0) & (id_ < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+        s = (id_ * IH + ih) * IW + iw
+        x = load(X[n, rc, s], mask=inside[None, :])
+        w = load(Wk[rc, t])
+        assert_tag(tag_of(x, "C") == tag_of(w[:, None], "C"), "each output channel reads its own input channel")
+        assert_tag((tag_of(x, "S") // (IH * IW) - (rm // (OH * OW))[None, :] * SD + PD
+                    == tag_of(w[:, None], "T") // (KH * KW) * DD)
+                   & ((tag_of(x, "S") // IW) % IH - ((rm // OW) % OH)[None, :] * SH + PH
+                      == tag_of(w[:, None], "T") // KW % KH * DH)
+                   & (tag_of(x, "S") % IW - (rm % OW)[None, :] * SW + PW == tag_of(w[:, None], "T") % KW * DW),
+                   "the input tap gathered (input - output * stride + pad) is the weight tap times dilation")
+        acc = acc + x.to(float32) * w.to(float32)[:, None]
+    if HAS_BIAS == 1:
+        acc = acc + load(bias[rc]).to(float32)[:, None]
+    if ACT == 1:
+        acc = relu(acc)
+    if ACT == 2:
+        acc = gelu(acc)
+    if ACT == 3:
+        acc = silu(acc)
+    if ACT == 4:
+        acc = gelu_tanh(acc)
+    store(Y[n, rc, rm], acc)
+
+
+KERNELS: tuple[Kernel, ...] = (conv_fwd, conv_transpose_fwd, conv_depthwise)
 
 _GEOMETRY = ("ID", "IH", "IW", "OD", "OH", "OW", "KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW",
              "DD", "DH", "DW")
@@ -270,7 +321,17 @@ class _Geometry:
 
     @property
     def kernel_name(self) -> str:
+        """The implicit-GEMM kernel of this geometry (what a fused chain is spliced into)."""
         return "conv_transpose_fwd" if self.transposed else "conv_fwd"
+
+    @property
+    def depthwise(self) -> bool:
+        """One output channel per input channel (groups = in = out channels): conv_depthwise's case."""
+        return not self.transposed and self.cg == 1 and self.cog == 1
+
+    def launch_name(self, direct: bool = True) -> str:
+        """The kernel conv() launches: conv_depthwise for a depthwise geometry (when `direct`), else kernel_name."""
+        return "conv_depthwise" if direct and self.depthwise else self.kernel_name
 
     @property
     def cg(self) -> int:
@@ -304,8 +365,9 @@ ConvGeometry = _Geometry  # the public name of a convolution's resolved geometry
 # ---- policies and host function --------------------------------------------------------------------------------
 def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 1, padding: Any = 0,
                   dilation: Any = 1, groups: int = 1, transposed: bool = False, output_padding: Any = 0,
-                  target: str = "cuda") -> dict[str, Policy]:
-    """Template launch policies (tile sizes) for the kernel a convolution of these shapes runs.
+                  target: str = "cuda", direct: bool = True) -> dict[str, Policy]:
+    """Template launch policies (tile sizes) for the kernel a convolution of these shapes runs (direct=False:
+    always the implicit-GEMM kernel, as a fused chain needs).
 
     The geometry constexprs (ID..DW) are not part of a policy: conv() sets them from the shapes.
     """
@@ -315,6 +377,11 @@ def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
     m = 1
     for o in geo.out_spatial:
         m *= o
+    if direct and geo.depthwise:
+        bm = pow2_between(m, 16, 32 if target == "interpret" else 256)
+        bc = pow2_between(geo.cin, 1, max(1, (128 if target == "interpret" else 1024) // bm))
+        return {"conv_depthwise": Policy.make(BC=bc, BM=bm, num_warps=4) if target != "interpret"
+                else Policy.make(BC=bc, BM=bm)}
     if target == "interpret":
         pol = Policy.make(BM=pow2_between(m, 16, 32), BN=16, BK=16)
     else:
@@ -326,8 +393,9 @@ def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
 
 def conv_geometry(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 1, padding: Any = 0,
                   dilation: Any = 1, groups: int = 1, transposed: bool = False, output_padding: Any = 0,
-                  ) -> tuple[str, dict[str, int], dict[str, int]]:
-    """What a convolution of these shapes launches: (kernel name, geometry constexprs, shape symbols).
+                  direct: bool = True) -> tuple[str, dict[str, int], dict[str, int]]:
+    """What a convolution of these shapes launches: (kernel name, geometry constexprs, shape symbols); direct as
+    in conv_policies.
 
     The constexprs and shapes are exactly what `verify(kernel, policy.with_consts(**consts), shapes)`
     needs to prove the launch (the shape symbols of the kernels' tensor views).
@@ -336,6 +404,8 @@ def conv_geometry(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
     taps = s_in = s_out = 1
     for k, i, o in zip(geo.k_spatial, geo.in_spatial, geo.out_spatial):
         taps, s_in, s_out = taps * k, s_in * i, s_out * o
+    if direct and geo.depthwise:
+        return "conv_depthwise", dict(geo.consts), dict(N=max(geo.n, 1), C=geo.cin, S=s_in, OS=s_out, T=taps)
     shapes = dict(N=max(geo.n, 1), G=geo.groups, CG=geo.cg, S=s_in, COG=geo.cog, KK=taps * geo.cg, OS=s_out)
     return geo.kernel_name, dict(geo.consts), shapes
 
@@ -374,8 +444,9 @@ def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             raise ValueError(f"bias must have shape ({geo.cout},) (out_channels), got {got}")
         if bias.device != x.device:
             raise ValueError(f"bias is on {bias.device} but x is on {x.device}")
-    name = geo.kernel_name
-    kern = (kernels or {}).get(name) or (conv_transpose_fwd if geo.transposed else conv_fwd)
+    name = geo.launch_name()
+    kern = (kernels or {}).get(name) or {"conv_depthwise": conv_depthwise, "conv_transpose_fwd": conv_transpose_fwd,
+                                         "conv_fwd": conv_fwd}[name]
     tgt = target or ("interpret" if x.device.type == "cpu" else ("hip" if torch.version.hip else "cuda"))
     pol = (policies or {}).get(name)
     if pol is None:
@@ -385,7 +456,11 @@ def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
     xb = x if geo.batched else x.unsqueeze(0)
     out = torch.empty(geo.out_shape, dtype=x.dtype, device=x.device)
-    if geo.n > 0:
+    if geo.n > 0 and geo.depthwise and name == "conv_depthwise":
+        c = geo.cin
+        bv = bias.to(x.dtype) if bias is not None else out.new_empty(c)
+        kern(xb.reshape(geo.n, c, -1), weight.reshape(c, -1), bv, out.view(geo.n, c, -1), policy=pol, target=tgt)
+    elif geo.n > 0:
         g, cg, cog = geo.groups, geo.cg, geo.cog
         xv = xb.reshape(geo.n, g, cg, -1)
         wk = conv_weight_view(weight, geo)
@@ -394,4 +469,4 @@ def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     return out if geo.batched else out.squeeze(0)
 
 
-__all__ = ["conv", "conv_policies", "conv_geometry", "conv_fwd", "conv_transpose_fwd", "KERNELS"]
+__all__ = ["conv", "conv_policies", "conv_geometry", "conv_fwd", "conv_transpose_fwd", "conv_depthwise", "KERNELS"]

@@ -605,7 +605,8 @@ def conv_chain_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: 
                         target: str = "cuda") -> dict[str, Policy]:
     """Template tile sizes of the convolution under a fused chain: conv.py's (keys conv_fwd /
     conv_transpose_fwd)."""
-    return conv_policies(x_shape, w_shape, stride, padding, dilation, groups, transposed, output_padding, target)
+    return conv_policies(x_shape, w_shape, stride, padding, dilation, groups, transposed, output_padding, target,
+                         direct=False)
 
 
 def _check_extras(chain: Chain, extras: Sequence[torch.Tensor], out_shape: tuple[int, ...],
@@ -700,7 +701,8 @@ def conv_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         default = conv_chain_kernel(chain, len(ex), geo.transposed)
         kern = _pick(kernels, default.name, geo.kernel_name) or default
         pol = _pick(policies, default.name, geo.kernel_name) or conv_policies(
-            x.shape, weight.shape, stride, padding, dilation, groups, transposed, output_padding, tgt)[geo.kernel_name]
+            x.shape, weight.shape, stride, padding, dilation, groups, transposed, output_padding, tgt,
+            direct=False)[geo.kernel_name]
         pol = pol.with_consts(**geo.consts, HAS_BIAS=int(bias is not None), ACT=0)
         g, cog = geo.groups, geo.cog
         xb = x if geo.batched else x.unsqueeze(0)

@@ -1,15 +1,15 @@
 """The convolution kernels prove at odd concrete shapes, and bugs planted in their source (group offset,
-tap index, K loop, transposed divisibility, flipped taps) are rejected with a counterexample at the right
-line that names the thread."""
+tap index, K loop, transposed divisibility, flipped taps; the depthwise kernel's channel and tap) are rejected
+with a counterexample at the right line that names the thread."""
 from __future__ import annotations
 
 import pytest
 
 from argus_inductor.dsl import kernels_from_source
 from argus_inductor.invariants import verify
-from argus_inductor.kernels.conv import conv_fwd, conv_geometry, conv_policies, conv_transpose_fwd
+from argus_inductor.kernels.conv import conv_depthwise, conv_fwd, conv_geometry, conv_policies, conv_transpose_fwd
 
-KERNELS = {"conv_fwd": conv_fwd, "conv_transpose_fwd": conv_transpose_fwd}
+KERNELS = {"conv_fwd": conv_fwd, "conv_transpose_fwd": conv_transpose_fwd, "conv_depthwise": conv_depthwise}
 
 # x shape, weight shape, conv arguments: odd sizes, CG = 20 > BK = 16 (a partial K block), KH != KW,
 # groups with CG != COG, strides and dilations that differ per dimension
@@ -17,9 +17,13 @@ FWD = ((2, 40, 9, 7), (6, 20, 3, 2), dict(stride=(2, 1), padding=(1, 2), dilatio
 TRANSPOSED = ((1, 40, 4, 5), (40, 3, 3, 2), dict(transposed=True, stride=(2, 3), padding=(1, 0), output_padding=(1, 0),
                                                  dilation=(1, 2), groups=2))
 
+DEPTHWISE = ((2, 5, 9, 7), (5, 1, 3, 2), dict(groups=5, stride=(2, 1), padding=(1, 2), dilation=(1, 2)))
+
 GOOD = [
     FWD,
     TRANSPOSED,
+    DEPTHWISE,
+    ((1, 3, 4, 6, 5), (3, 1, 2, 3, 3), dict(groups=3, padding=(0, 1, 2), stride=(1, 2, 1))),
     ((2, 3, 13), (5, 3, 3), dict(stride=2, dilation=3, padding=2)),
     ((1, 3, 5, 6, 4), (4, 3, 2, 3, 2), dict(padding=(1, 0, 2), stride=(1, 2, 1))),
     ((1, 6, 8, 7), (6, 1, 3, 3), dict(groups=6, padding="same")),
@@ -61,6 +65,12 @@ BUGS = [
      "w = load(Wk[g, rn, (KD * KH * KW - 1 - t) * CG + rc]", "acc = mma(w, a, acc)"),
     ("conv_transpose_fwd", TRANSPOSED, "a = load(X[n, g, rc, s]", "a = load(X[n, G - 1 - g, rc, s]",
      "assert_tag(tag_of(a, \"G\") == g"),
+    ("conv_depthwise", DEPTHWISE, "w = load(Wk[rc, t])", "w = load(Wk[(rc + 1) % C, t])",
+     "assert_tag(tag_of(x, \"C\") == tag_of(w[:, None], \"C\")"),
+    ("conv_depthwise", DEPTHWISE, "iw = ow * SW - PW + kw * DW", "iw = ow * SW - PW + kw",
+     "assert_tag((tag_of(x, \"S\")"),
+    ("conv_depthwise", DEPTHWISE, "w = load(Wk[rc, t])", "w = load(Wk[rc, KD * KH * KW - 1 - t])",
+     "assert_tag((tag_of(x, \"S\")"),
 ]
 
 

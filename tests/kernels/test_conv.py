@@ -20,6 +20,9 @@ CASES = {
     "conv2d_asym_pad_stride": ((1, 3, 10, 9), (4, 3, 3, 2), dict(stride=(2, 3), padding=(2, 0)), False, "silu"),
     "conv2d_grouped": ((2, 6, 7, 8), (9, 2, 3, 3), dict(groups=3, padding=1, dilation=(2, 1)), True, "gelu_tanh"),
     "conv2d_depthwise": ((1, 5, 8, 7), (5, 1, 3, 3), dict(groups=5, padding=1), True, "none"),
+    "conv1d_depthwise_strided": ((2, 7, 19), (7, 1, 5), dict(groups=7, stride=3, dilation=2, padding=3), True, "gelu"),
+    "conv3d_depthwise": ((1, 3, 4, 6, 5), (3, 1, 2, 3, 3), dict(groups=3, padding=(0, 1, 2), stride=(1, 2, 1)),
+                         False, "silu"),
     "conv2d_same_even_kernel": ((1, 3, 8, 9), (4, 3, 4, 3), dict(padding="same", dilation=(1, 2)), False, "none"),
     "conv2d_valid": ((1, 3, 6, 6), (2, 3, 3, 3), dict(padding="valid"), True, "none"),
     "conv2d_pointwise_k_tail": ((2, 20, 5, 6), (17, 20, 1, 1), dict(), True, "relu"),
@@ -29,7 +32,7 @@ CASES = {
                          "relu"),
     "conv_transpose3d": ((1, 4, 3, 4, 3), (4, 2, 3, 2, 3), dict(stride=(2, 1, 2), padding=1), True, "none"),
 }
-BF16 = ["conv1d_dilated_strided", "conv2d_grouped", "conv3d", "conv_transpose2d"]
+BF16 = ["conv1d_dilated_strided", "conv2d_grouped", "conv3d", "conv_transpose2d", "conv2d_depthwise"]
 ACT_REF = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}
 
@@ -116,7 +119,12 @@ def test_conv_policies_templates():
         assert all(16 <= pol.const(k) <= 128 for k in ("BM", "BN", "BK"))
     pols = conv_policies((8, 64, 28, 28), (64, 32, 4, 4), 2, 1, 1, 1, True, 0, "interpret")
     assert list(pols) == ["conv_transpose_fwd"]
-    assert {k.name for k in KERNELS} == {"conv_fwd", "conv_transpose_fwd"}
+    assert {k.name for k in KERNELS} == {"conv_fwd", "conv_transpose_fwd", "conv_depthwise"}
+    # depthwise (one output per input channel) takes the direct kernel, unless the implicit GEMM is asked for
+    dw = ((8, 32, 56, 56), (32, 1, 3, 3), 1, 1, 1, 32, False, 0, "cuda")
+    assert list(conv_policies(*dw)) == ["conv_depthwise"]
+    assert list(conv_policies(*dw, direct=False)) == ["conv_fwd"]
+    assert list(conv_policies((8, 32, 56, 56), (64, 1, 3, 3), 1, 1, 1, 32, False, 0, "cuda")) == ["conv_fwd"]
     with pytest.raises(ValueError, match="target"):
         conv_policies((1, 3, 5, 5), (4, 3, 3, 3), 1, 0, 1, 1, False, 0, "tpu")
 
