@@ -25,7 +25,10 @@ def add_warmup_parser(subparsers: Any) -> argparse.ArgumentParser:
         "warmup", help="synthesize and cache kernels ahead of time",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_argument_group("what to warm up (default: --misses)")
-    src.add_argument("--misses", action="store_true", help="signatures earlier runs recorded as cache misses")
+    src.add_argument("--misses", action="store_true",
+                     help="signatures earlier runs recorded as cache misses (GEMM/attention/MoE go to the agent; "
+                          "conv, reductions, norms, pooling, scans, losses and elementwise chains to a policy "
+                          "search on random operands of their shapes, where this machine has their device)")
     src.add_argument("--config", metavar="config.json", help="a transformers model config")
     src.add_argument("--tokens", default="1,16,2048", help="token counts for --config (default 1,16,2048)")
     src.add_argument("--context", type=int, default=4096, help="KV length of decode attention for --config")
