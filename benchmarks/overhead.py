@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                "argus_ops": args.ops, "on_miss": args.on_miss, "cwd": os.getcwd()}
+                "argus_ops": args.ops, "on_miss": args.on_miss}
         (out / "overhead.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 
