@@ -9,6 +9,8 @@ from argus_inductor.dsl import kernels_from_source
 from argus_inductor.invariants import verify
 from argus_inductor.kernels.conv import conv_depthwise, conv_fwd, conv_geometry, conv_policies, conv_transpose_fwd
 
+from .planted import assert_flags_one_of, first_line, lines_with
+
 KERNELS = {"conv_fwd": conv_fwd, "conv_transpose_fwd": conv_transpose_fwd, "conv_depthwise": conv_depthwise}
 
 # x shape, weight shape, conv arguments: odd sizes, CG = 20 > BK = 16 (a partial K block), KH != KW,
@@ -84,9 +86,5 @@ def test_conv_planted_bug_is_rejected(name, case, old, new, assertion):
     res = verify(kernels_from_source(bad, filename=f"{name}.py")[name], pol, shapes)
     assert not res.ok, f"{name} with `{new}` was not rejected"
     assert res.violations, res.text()
-    lines = bad.splitlines()
-    flagged = {v.line for v in res.violations} | {r for v in res.violations for r in v.related}
-    mutated = next(i for i, line in enumerate(lines, 1) if new.strip() in line)
-    asserted = {i for i, line in enumerate(lines, 1) if assertion in line}
-    assert flagged & ({mutated} | asserted), f"flagged lines {sorted(flagged)}; expected {mutated} or {asserted}"
+    assert_flags_one_of(res, {first_line(bad, new.strip())} | lines_with(bad, assertion))
     assert "thread" in res.text()

@@ -7,6 +7,7 @@ import pytest
 from argus_inductor.dsl import Policy, kernels_from_source
 from argus_inductor.invariants import verify
 
+from .planted import assert_flags_one_of, first_line
 from .suite import LIBRARY, library_kernels
 
 BUGS = [
@@ -37,9 +38,5 @@ def test_library_assertion_catches_planted_bug(name, old, new, assertion):
     bad = text.replace(old, new, 1)
     res = _verify(name, bad)
     assert not res.ok, f"{name} with `{new}` was not rejected"
-    lines = bad.splitlines()
-    flagged = {v.line for v in res.violations} | {r for v in res.violations for r in v.related}
-    mutated = next(i for i, line in enumerate(lines, 1) if new.strip() in line)
-    asserted = next(i for i, line in enumerate(lines, 1) if assertion in line)
-    assert flagged & {mutated, asserted}, f"flagged lines {sorted(flagged)}; expected {mutated} or {asserted}"
+    assert_flags_one_of(res, {first_line(bad, new.strip()), first_line(bad, assertion)})
     assert "thread" in res.text()

@@ -10,6 +10,8 @@ from argus_inductor.dsl import kernels_from_source
 from argus_inductor.invariants import verify
 from argus_inductor.kernels.scan import scan_kernel, scan_policies
 
+from .planted import assert_flags_one_of, first_line, lines_with
+
 SHAPES = {"O": 5, "L": 37, "I": 3}  # L is not a multiple of the chunk
 FLAGS = ("PROD", "REVERSE", "EXCLUSIVE", "MASKED")
 
@@ -51,10 +53,6 @@ def test_planted_bug_is_rejected_at_the_right_line(what, flags, old, new, assert
     k = kernels_from_source(bad, filename="scan.py")["scan_kernel"]
     res = verify(k, _policy(**flags), SHAPES)
     assert not res.ok, f"`{new}` was not rejected"
-    lines = bad.splitlines()
-    flagged = {v.line for v in res.violations} | {r for v in res.violations for r in v.related}
-    expected = {next(i for i, line in enumerate(lines, 1) if new.strip() in line)}
-    if assertion is not None:
-        expected |= {i for i, line in enumerate(lines, 1) if assertion in line}
-    assert flagged & expected, f"flagged lines {sorted(flagged)}; expected one of {sorted(expected)}\n{res.text()}"
+    expected = {first_line(bad, new.strip())} | (lines_with(bad, assertion) if assertion is not None else set())
+    assert_flags_one_of(res, expected)
     assert "thread" in res.text()
