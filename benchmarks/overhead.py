@@ -12,36 +12,14 @@ call - gpu is the host cost that the GPU did not hide. It prints a table, and wr
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def _load(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-def _call_ms(fn: Any, inputs: list[Any], reps: int) -> float:
-    import torch
-
-    for _ in range(10):
-        fn(*inputs)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(*inputs)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+from benchmarks.kernelbench.run import _load, _time  # noqa: E402  (the runner's loading and timing, as it reports)
 
 
 def _gpu_ms(fn: Any, inputs: list[Any]) -> float | None:
@@ -72,7 +50,7 @@ def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int =
             out = fn(*inputs)  # a CUDA graph records on the second call
             err = float((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)) \
                 if out.is_floating_point() else float((out != ref).any())
-            call = _call_ms(fn, inputs, reps)
+            call = _time(fn, inputs, "cuda", 10, reps)
             gpu = _gpu_ms(fn, inputs) if name != "argus+graphs" else None
             row[name] = {"call_ms": call, "gpu_ms": gpu, "host_ms": None if gpu is None else max(0.0, call - gpu),
                          "rel_err": err}
@@ -104,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if not torch.cuda.is_available():
         ap.error("needs a GPU (host overhead is measured against GPU time)")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import argus_inductor  # noqa: F401
 
     rows = []
