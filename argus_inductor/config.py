@@ -18,16 +18,18 @@ def _env_bool(name: str, default: bool = False) -> bool:
     return v.lower() not in ("0", "false", "no", "off")
 
 
-def _env_number(name: str, default: Any, kind: type) -> Any:
+def env_number(name: str, default: Any, kind: type, positive: bool = False) -> Any:
+    """The number in environment variable `name` (`default` when unset or blank); ValueError unless it parses as
+    `kind` and is >= 0 (> 0 when `positive`)."""
     v = os.environ.get(name)
     if v is None or v.strip() == "":
         return default
     try:
-        n = kind(v)
+        n = kind(v.strip())
     except ValueError:
         raise ValueError(f"{name} must be a number, got {v!r}") from None
-    if n < 0:
-        raise ValueError(f"{name} must be >= 0, got {v!r}")
+    if n < 0 or (positive and n == 0):
+        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {v!r}")
     return n
 
 
@@ -60,9 +62,9 @@ class Options:
             "verify": _env_bool("ARGUS_VERIFY", True),
             "optimize": _env_bool("ARGUS_OPTIMIZE", True),
             "cudagraphs": _env_bool("ARGUS_CUDAGRAPHS", True),
-            "cudagraph_copy_mb": _env_number("ARGUS_CUDAGRAPH_COPY_MB", 256.0, float),
-            "tune_seconds": _env_number("ARGUS_TUNE_SECONDS", 20.0, float),
-            "tune_candidates": _env_number("ARGUS_TUNE_CANDIDATES", 24, int),
+            "cudagraph_copy_mb": env_number("ARGUS_CUDAGRAPH_COPY_MB", 256.0, float),
+            "tune_seconds": env_number("ARGUS_TUNE_SECONDS", 20.0, float),
+            "tune_candidates": env_number("ARGUS_TUNE_CANDIDATES", 24, int),
             "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),
         }
         names = {f.name for f in fields(Options)}

@@ -16,14 +16,14 @@ DO_BENCH = "do_bench median"
 WALL = "interpreter wall clock (min of 2)"
 
 
-_HELD: dict[str, int] = {}
-_WAITED = [0.0]  # seconds this process has spent waiting for the timing lock
+_HELD: dict[str, int] = {}        # lock file -> how deeply this process holds it
+_HELD_LOCK = threading.Lock()
+_WAITED = [0.0]                   # seconds this process has spent waiting for the timing lock
 
 
 def waited_s() -> float:
     """Seconds this process has waited for other processes' timing (searches leave it out of their budget)."""
     return _WAITED[0]
-_HELD_LOCK = threading.Lock()
 
 
 def timing_lock() -> str | None:

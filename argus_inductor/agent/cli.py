@@ -86,21 +86,18 @@ def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
     if args.config or args.shapes or args.preset:
         if not args.misses:
             return 0
+    import torch
+
     from .. import ops
     from ..cache import KernelCache
-    from ..library_ops import LIBRARY
-    from ..signature import Signature
+    from ..library_ops import LIBRARY, example_operands, launcher
+    from ..signature import Signature, device_arch
 
     cache = KernelCache(cache_root)
     todo = [Signature.from_dict(m["signature"]) for m in cache.misses()
             if not m.get("solved") and m["signature"].get("op") in LIBRARY]
     wanted = {o.strip() for o in args.ops.split(",")} if args.ops else None
     todo = [s for s in todo if wanted is None or s.op in wanted]
-    import torch
-
-    from ..library_ops import example_operands, launcher
-    from ..signature import device_arch
-
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     target = ops.target_for(device)
     for i, sig in enumerate(todo, 1):

@@ -15,7 +15,6 @@ Every trial is appended to kernels/<key>.trials.jsonl in the cache directory; th
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..config import env_number
 from ..dsl import Kernel, Policy
 from ..signature import Signature
 from . import hardware as hw
@@ -63,18 +63,8 @@ class Budget:
         """The default budget for `target`, with ARGUS_AGENT_TRIALS / ARGUS_AGENT_SECONDS overriding it."""
         b = Budget(trials=5, seconds=300.0, repair_rounds=2, test_trials=2, patience=4) if target == "interpret" \
             else Budget()
-        for env, name, kind in (("ARGUS_AGENT_TRIALS", "trials", int), ("ARGUS_AGENT_SECONDS", "seconds", float)):
-            v = os.environ.get(env, "").strip()
-            if not v:
-                continue
-            try:
-                n = kind(v)
-            except ValueError:
-                raise ValueError(f"{env} must be a number, got {v!r}") from None
-            if n <= 0:
-                raise ValueError(f"{env} must be > 0, got {v!r}")
-            b = replace(b, **{name: n})
-        return b
+        return replace(b, trials=env_number("ARGUS_AGENT_TRIALS", b.trials, int, positive=True),
+                       seconds=env_number("ARGUS_AGENT_SECONDS", b.seconds, float, positive=True))
 
 
 @dataclass

@@ -216,3 +216,18 @@ def test_table_reports_sources_and_ratios() -> None:
     text = table(rows)
     assert "| gemm(K=1,N=2,M=3) | offline/template | BM=16 BK=64 w4" in text or "BK=64 BM=16 w4" in text
     assert "failed: no kernel" in text and "1/1 >= 0.95" in text
+
+
+def test_agent_budget_from_the_environment(monkeypatch) -> None:
+    from argus_inductor.agent.loop import Budget
+
+    monkeypatch.setenv("ARGUS_AGENT_TRIALS", "3")
+    monkeypatch.setenv("ARGUS_AGENT_SECONDS", "12.5")
+    b = Budget.for_target("cuda")
+    assert (b.trials, b.seconds, b.patience) == (3, 12.5, Budget().patience)
+    monkeypatch.setenv("ARGUS_AGENT_SECONDS", "0")
+    with pytest.raises(ValueError, match="ARGUS_AGENT_SECONDS must be > 0"):
+        Budget.for_target("cuda")
+    monkeypatch.setenv("ARGUS_AGENT_SECONDS", "soon")
+    with pytest.raises(ValueError, match="ARGUS_AGENT_SECONDS must be a number"):
+        Budget.for_target("interpret")
