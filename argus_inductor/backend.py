@@ -70,10 +70,9 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # hundreds of megabytes that copy costs more than the host launch work the graph saves (measured on the H100:
     # about 0.2 ms per Argus op, the copy of 256 MB), so such graphs run without one.
     graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and mode != "default"
-    copied = copied_input_bytes(example_inputs)
+    copied = copied_input_bytes(example_inputs) if graphs else 0
     argus_ops = sum(1 for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus."))
-    limit = opts.cudagraph_copy_mb * 2**20 * max(1, argus_ops)
-    if graphs and copied > limit:
+    if copied > opts.cudagraph_copy_mb * 2**20 * max(1, argus_ops):
         log.info("argus: no CUDA graph: a replay would copy %.0f MB of inputs (ARGUS_CUDAGRAPH_COPY_MB=%g per "
                  "Argus op, %d op(s))", copied / 2**20, opts.cudagraph_copy_mb, argus_ops)
         graphs = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from .kernels import pointwise as _pw
 from .kernels import pool as _pool
 from .kernels import reduce as _reduce
 from .kernels import scan as _scan
+from .kernels.gemm import ACTIVATION_FNS
 from .policies import fit_shared_memory
 
 Tensors = list[Tensor | None]
@@ -76,8 +77,6 @@ def canonical_args(args: Args) -> str:
 
 # ------------------------------------------------------------------------------------------ convolutions
 
-_ACT = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
-        "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
 _CONV = {(False, 1): F.conv1d, (False, 2): F.conv2d, (False, 3): F.conv3d,
          (True, 1): F.conv_transpose1d, (True, 2): F.conv_transpose2d, (True, 3): F.conv_transpose3d}
 
@@ -89,7 +88,7 @@ def _conv_ref(ts: Tensors, a: Args) -> Tensor:
         y = fn(x, w, b, a["stride"], a["padding"], a["output_padding"], a["groups"], a["dilation"])
     else:
         y = fn(x, w, b, a["stride"], a["padding"], a["dilation"], a["groups"])
-    return _ACT[a["activation"]](y)
+    return ACTIVATION_FNS[a["activation"]](y)
 
 
 def _conv_geo(ts: Tensors, a: Args) -> tuple[Any, ...]:
@@ -349,12 +348,10 @@ def _linear_chain_ref(ts: Tensors, a: Args) -> Tensor:
 
 
 def _linear_chain_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
-    from .ops import fp32_precision
-
     (m, k), n = ts[0].shape, ts[1].shape[0]
     pol = _pw.linear_chain_policies(m, n, k, target)["gemm_epilogue"]
-    if target != "interpret" and ts[0].dtype == torch.float32:  # torch's float32 matmul precision
-        pol = replace(fit_shared_memory(pol, 4), input_precision=fp32_precision())
+    if target != "interpret" and ts[0].dtype == torch.float32:  # float32 doubles every staged tile
+        pol = fit_shared_memory(pol, 4)  # (its mma precision is OpSpec.policies' to set)
     return {_linear_chain_kernel(ts, a)[0].name: pol}
 
 

@@ -36,7 +36,7 @@ from .cache import CacheEntry, KernelCache
 from .config import Options
 from .dsl import Kernel, Policy, kernels_from_source
 from .kernels.attention import attention_decode, attention_fwd, mask_operand
-from .kernels.gemm import ACTIVATIONS, bias_act_cast, bmm_kernel, gemm_epilogue, gemm_splitk
+from .kernels.gemm import ACTIVATION_FNS, ACTIVATIONS, bias_act_cast, bmm_kernel, gemm_epilogue, gemm_splitk
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
@@ -146,12 +146,11 @@ def fp32_precision(op: str = "gemm") -> str:
 
 
 def _for_dtype(p: Policy, sig: Signature, target: str, b_tiles: int = 1) -> Policy:
-    """A template tuned on 2-byte inputs made to fit the signature's dtype: staged tiles within shared memory,
-    and float32 at the precision torch's matmul setting asks for."""
+    """A template tuned on 2-byte inputs made to fit the signature's dtype: staged tiles within shared memory
+    (the float32 precision is OpSpec.policies' to set, for every plan)."""
     if target == "interpret":
         return p
-    p = fit_shared_memory(p, _ELEM_BYTES.get(sig.dtypes[0], 4), b_tiles)
-    return replace(p, input_precision=fp32_precision()) if sig.dtypes[0] == "float32" else p
+    return fit_shared_memory(p, _ELEM_BYTES.get(sig.dtypes[0], 4), b_tiles)
 
 
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -207,8 +206,6 @@ def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     p = attention_policy(d["S"], d["D"], target, "causal" in _epi_parts(sig))
     if target != "interpret":
         p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4))
-        if sig.dtypes[0] == "float32":
-            p = replace(p, input_precision=fp32_precision())
     return p.as_dict()
 
 
@@ -525,14 +522,13 @@ def tune_library(spec: OpSpec, sig: Signature, target: str, run_plan: Callable[[
     except Exception as e:
         _say_once(f"argus: tuning {sig.short()} failed ({type(e).__name__}: {e}); using the template policy")
         return None, f"tuning failed ({type(e).__name__}: {e})"
-    ms = {tune.key(r["policy"]): r["ms"] for r in res.tried if "ms" in r}
-    for policy in tune.ranked(res):
-        timings = {**res.timings(), "ms": round(ms[tune.key(policy)], 5)}
+    for policy, ms in tune.ranked(res):
+        timings = {**res.timings(), "ms": round(ms, 5)}
         entry = make_entry(sig, policy, "synthesized", target, timings=timings)
         if entry.verification.get("status") == "violations":
             continue
         cache.put(sig.key(), entry)
-        speed = res.template_ms / timings["ms"] if timings["ms"] > 0 else 1.0
+        speed = res.template_ms / ms if ms > 0 else 1.0
         return entry, f"tuned, {speed:.2f}x the template in {len(res.tried)} candidates"
     return None, "the checker rejected every tuned candidate"
 
@@ -596,6 +592,7 @@ def forget_plans() -> None:
     with _LOCK:
         _PLANS.clear()
         _RESOLVED.clear()
+        _FLOPS.clear()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -646,6 +643,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         with _LOCK:
             if len(_RESOLVED) > 4096:
                 _RESOLVED.clear()
+                _FLOPS.clear()
             _RESOLVED[key] = (sig, plan, target, reason)
     # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture
     timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
@@ -677,10 +675,6 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         n = flops
     _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None, n)
     return out
-
-
-_ACTS = {"none": lambda x: x, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
-         "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
 def _epilogue(*parts: str) -> str:
@@ -720,7 +714,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
-        return _ACTS[activation](F.linear(x, weight, bias))
+        return ACTIVATION_FNS[activation](F.linear(x, weight, bias))
 
     return run_op(node_id, sig, run, fallback, [x, weight], (activation, bias is None),
                   flops=2 * m * n * k)
@@ -752,7 +746,7 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
-        return residual + _ACTS[activation](F.linear(x, weight, bias))
+        return residual + ACTIVATION_FNS[activation](F.linear(x, weight, bias))
 
     return run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None),
                   flops=2 * m * n * k)
@@ -781,7 +775,7 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
-        return _ACTS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
+        return ACTIVATION_FNS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
 
     return run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,),
                   flops=4 * m * n * k)

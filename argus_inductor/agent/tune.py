@@ -178,7 +178,7 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
     return TuneResult(best, best_ms, t_ms, method, tried)
 
 
-def ranked(result: TuneResult) -> list[dict[str, dict[str, Any]]]:
-    """Candidates that ran and agreed, fastest first (what to hand the checker in turn)."""
+def ranked(result: TuneResult) -> list[tuple[dict[str, dict[str, Any]], float]]:
+    """(policy, ms) of the candidates that ran and agreed, fastest first (what to hand the checker in turn)."""
     rows = [r for r in result.tried if "ms" in r and math.isfinite(r["ms"])]
-    return [r["policy"] for r in sorted(rows, key=lambda r: r["ms"])]
+    return [(r["policy"], r["ms"]) for r in sorted(rows, key=lambda r: r["ms"])]

@@ -1,9 +1,11 @@
 """GEMM with fused epilogue, and batched GEMM."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 
 from ..dsl import Policy
 from ..dsl.lang import (
@@ -27,6 +29,10 @@ from ..dsl.lang import (
 from ..dsl.runtime import kernel
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "gelu_tanh": 4}
+# the torch function of each activation (what a fused epilogue's ACT code must match)
+ACTIVATION_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda x: x, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
 @kernel

@@ -75,7 +75,7 @@ def test_wrong_or_failing_candidates_are_dropped() -> None:
     assert any("relative error" in why for why in dropped.values())
     assert any("out of resources" in why for why in dropped.values())
     assert res.policy["k"]["BR"] != 64 and res.policy["k"]["num_warps"] != 8
-    assert all(p["k"]["BR"] != 64 and p["k"]["num_warps"] != 8 for p in tune.ranked(res))
+    assert all(p["k"]["BR"] != 64 and p["k"]["num_warps"] != 8 for p, _ in tune.ranked(res))
 
 
 def test_a_wrong_template_is_not_tuned() -> None:

@@ -9,15 +9,12 @@ import torch
 import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
+from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
 from ...kernels.gemm import ACTIVATIONS
 from ...policies import gemm_policy
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, strided
-
-_ACT_FN: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "none": lambda x: x, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
 @dataclass(frozen=True)
