@@ -146,18 +146,28 @@ _SOFTMAX = {torch.softmax: False, F.softmax: False, torch.Tensor.softmax: False,
             torch.special.log_softmax: True}
 
 
-def _match_softmax(node: fx.Node) -> Found | None:
-    if node.op == "call_function" and node.target in _SOFTMAX:
-        log = _SOFTMAX[node.target]
-    elif node.op == "call_method" and node.target in ("softmax", "log_softmax"):
-        log = node.target == "log_softmax"
+def _along_dim(node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]) -> tuple[Any, fx.Node, int] | None:
+    """(what `functions` or `methods` say the call is, its input, its dim in [0, rank)) for a call f(input, dim)
+    on a floating-point tensor of rank >= 1 with an int dim and no dtype argument (softmax, cumsum, ...)."""
+    if node.op == "call_function" and node.target in functions:
+        what = functions[node.target]
+    elif node.op == "call_method" and node.target in methods:
+        what = methods[node.target]
     else:
         return None
     a = _bind(node, ["input", "dim"])
     x, d = a.get("input"), a.get("dim")
     if not _float_tensor(x) or _int(d) is None or a.get("dtype") is not None or _val(x).dim() == 0:
         return None
-    return "softmax", [x], {"dim": d % _val(x).dim(), "log": log}, node, [node]
+    return what, x, d % _val(x).dim()
+
+
+def _match_softmax(node: fx.Node) -> Found | None:
+    found = _along_dim(node, _SOFTMAX, {"softmax": False, "log_softmax": True})
+    if found is None:
+        return None
+    log, x, d = found
+    return "softmax", [x], {"dim": d, "log": log}, node, [node]
 
 
 # ----------------------------------------------------------------------------------------- normalizations
@@ -316,18 +326,11 @@ def _flip_of(n: Any, d: int, rank: int) -> Any:
 
 
 def _match_scan(node: fx.Node) -> Found | None:
-    if node.op == "call_function" and node.target in _SCANS:
-        kind = _SCANS[node.target]
-    elif node.op == "call_method" and node.target in ("cumsum", "cumprod"):
-        kind = "sum" if node.target == "cumsum" else "prod"
-    else:
+    found = _along_dim(node, _SCANS, {"cumsum": "sum", "cumprod": "prod"})
+    if found is None:
         return None
-    a = _bind(node, ["input", "dim"])
-    x, d = a.get("input"), a.get("dim")
-    if not _float_tensor(x) or _int(d) is None or a.get("dtype") is not None or _val(x).dim() == 0:
-        return None
+    kind, x, d = found
     rank = _val(x).dim()
-    d %= rank
     nodes, last, reverse = [node], node, False
     inner = _flip_of(x, d, rank)
     users = list(node.users)
