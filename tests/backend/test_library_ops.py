@@ -16,19 +16,11 @@ from argus_inductor.config import Options
 from argus_inductor.library_ops import LIBRARY, library_signature
 from argus_inductor.matchers import rewrite
 
+from .graphs import capture
+
 KINDS = ("conv", "norm", "scan", "pool", "reduce", "loss")
 
 
-def _capture(fn: Callable, *args: torch.Tensor) -> tuple[torch.fx.GraphModule, list]:
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append((gm, list(example_inputs)))
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args)
-    return graphs[0]
 
 
 def _check(fn: Callable, *args: torch.Tensor, names: list[str], tol: float = 1e-4,
@@ -36,7 +28,7 @@ def _check(fn: Callable, *args: torch.Tensor, names: list[str], tol: float = 1e-
     """The graph of fn has exactly `names` library calls after the rewrite, each ran an Argus kernel, and the
     result equals eager."""
     report_mod.clear()
-    gm, inputs = _capture(fn, *args)
+    gm, inputs = capture(fn, *args)
     rewrite(gm, kinds)
     calls = [n.args[0] for n in gm.graph.nodes if n.target is torch.ops.argus.library.default]
     assert sorted(calls) == sorted(names), gm.graph
@@ -137,7 +129,7 @@ def test_what_the_library_does_not_take_stays_with_inductor() -> None:
     def fn(x, m, v):
         return F.batch_norm(x, m, v, training=True) + torch.cumsum(x, 1, dtype=torch.float64).float()
 
-    gm, _ = _capture(fn, _x(2, 3, 4), torch.zeros(3), torch.ones(3))
+    gm, _ = capture(fn, _x(2, 3, 4), torch.zeros(3), torch.ones(3))
     assert rewrite(gm, KINDS) == []
 
 
@@ -148,9 +140,9 @@ def test_default_ops_leave_the_general_classes_to_inductor() -> None:
     def fn(x, w):
         return F.conv2d(x, w).sum(dim=1)
 
-    gm, _ = _capture(fn, _x(1, 2, 5, 5), _x(3, 2, 3, 3))
+    gm, _ = capture(fn, _x(1, 2, 5, 5), _x(3, 2, 3, 3))
     assert rewrite(gm, Options.resolve().enabled_ops) == []
-    gm, _ = _capture(fn, _x(1, 2, 5, 5), _x(3, 2, 3, 3))
+    gm, _ = capture(fn, _x(1, 2, 5, 5), _x(3, 2, 3, 3))
     assert [m.kind for m in rewrite(gm, Options.resolve({"ops": "gemm,conv"}).enabled_ops)] == ["conv"]
 
 

@@ -12,26 +12,16 @@ import torch.nn.functional as F
 from argus_inductor import reporting as report_mod
 from argus_inductor.matchers import rewrite
 
+from .graphs import capture
+
 ALL = ("gemm", "attention", "moe")
 
 
-def _capture(fn: Callable, *args: torch.Tensor) -> tuple[torch.fx.GraphModule, list]:
-    """Dynamo's graph of fn and its inputs (in the graph's order, which is not always the call's)."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append((gm, list(example_inputs)))
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args)
-    assert len(graphs) == 1
-    return graphs[0]
 
 
 def _check(fn: Callable, *args: torch.Tensor, kinds: list[str], tol: float = 1e-4) -> list:
     report_mod.clear()
-    gm, inputs = _capture(fn, *args)
+    gm, inputs = capture(fn, *args)
     matches = rewrite(gm, ALL)
     assert sorted(m.kind for m in matches) == sorted(kinds), [(m.kind, m.nodes) for m in matches]
     with torch.no_grad():
