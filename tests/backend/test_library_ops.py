@@ -21,8 +21,6 @@ from .graphs import capture
 KINDS = ("conv", "norm", "scan", "pool", "reduce", "loss")
 
 
-
-
 def _check(fn: Callable, *args: torch.Tensor, names: list[str], tol: float = 1e-4,
            kinds: tuple[str, ...] = KINDS) -> torch.fx.GraphModule:
     """The graph of fn has exactly `names` library calls after the rewrite, each ran an Argus kernel, and the

@@ -17,8 +17,6 @@ from .graphs import capture
 ALL = ("gemm", "attention", "moe")
 
 
-
-
 def _check(fn: Callable, *args: torch.Tensor, kinds: list[str], tol: float = 1e-4) -> list:
     report_mod.clear()
     gm, inputs = capture(fn, *args)
