@@ -11,23 +11,16 @@ from argus_inductor.invariants import verify
 from argus_inductor.kernels import loss, pool
 
 from .planted import assert_flags_one_of, first_line
-
-# kernel: (policy, concrete shapes not multiples of the tiles, preconditions the host guarantees)
-SPECS: dict[str, tuple[dict[str, Any], dict[str, int], list[str]]] = {
-    "max_pool_kernel": (dict(BC=4, BW=8, KD=2, KH=3, KW=3, SD=2, SH=2, SW=2, PD=1, PH=1, PW=1, DD=1, DH=2, DW=2),
-                        dict(NC=5, D=5, H=11, W=13, OD=3, OH=5, OW=6), []),
-    "avg_pool_kernel": (dict(BC=4, BW=8, KD=2, KH=3, KW=3, SD=2, SH=2, SW=2, PD=1, PH=1, PW=1, COUNT_PAD=0),
-                        dict(NC=5, D=5, H=11, W=13, OD=3, OH=6, OW=7), []),
-    "adaptive_avg_pool_kernel": (dict(BC=4, BW=8), dict(NC=5, D=3, H=11, W=13, OD=2, OH=3, OW=4), []),
-    "pointwise_loss_kernel": (dict(BLOCK=64, LOSS=4), dict(N=301), []),
-    "loss_partial_kernel": (dict(BLOCK=64, CHUNK=2, LOSS=0), dict(N=301, S=3), []),
-    "sum_partials_kernel": (dict(BLOCK=16), dict(S=37, O=1), ["O == 1"]),
-    "cross_entropy_kernel": (dict(BR=4, BC=16), dict(N=13, C=37), []),
-    "cosine_loss_kernel": (dict(BR=4, BD=16), dict(N=13, D=37), []),
-    "triplet_loss_kernel": (dict(BR=4, BD=16, NORM=0, SWAP=1), dict(N=13, D=37), []),
-}
+from .suite import LIBRARY
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in pool.KERNELS + loss.KERNELS}
+
+# kernel: (policy, concrete shapes not multiples of the tiles, preconditions the host guarantees): the suite's
+# configurations, plus adaptive pooling, which the suite leaves out (it proves at concrete shapes only)
+SPECS: dict[str, tuple[dict[str, Any], dict[str, int], list[str]]] = {
+    **{name: LIBRARY[name] for name in KERNELS if name in LIBRARY},
+    "adaptive_avg_pool_kernel": (dict(BC=4, BW=8), dict(NC=5, D=3, H=11, W=13, OD=2, OH=3, OW=4), []),
+}
 
 # (kernel, text to replace, its replacement, text of the assertion line the bug breaks)
 BUGS = [
