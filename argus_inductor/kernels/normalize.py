@@ -37,6 +37,7 @@ from ..dsl.lang import (
 )
 from ..dsl.runtime import Kernel, kernel
 from .reduce import (
+    SPLIT_MIN,
     check_input,
     check_target,
     cols_policy,
@@ -366,7 +367,7 @@ def lp_normalize(x: torch.Tensor, p: float, dim: int | tuple[int, ...] | None, e
     return _segment_norm(x, dims, "l1" if p == 1 else "l2", None, None, eps, policies, kernels, target)
 
 
-WHOLE_TENSOR_SPLIT = 1 << 16  # elements above which a whole-tensor norm is not left to one program
+WHOLE_TENSOR_SPLIT = SPLIT_MIN  # elements above which a whole-tensor norm is not left to one program (as reduce)
 
 
 def _whole_tensor_lp(x: torch.Tensor, p: float, eps: float, target: str | None) -> torch.Tensor:
