@@ -183,11 +183,11 @@ def _load(path: Path) -> Any:
 
 
 def _timing_slot() -> Any:
-    """With --jobs > 1 the problems compile in parallel, but only one runs GPU work at once (the file lock the
-    parent names, which Argus's own policy and agent timing also take), so no measurement shares the GPU."""
+    """With --jobs > 1 the problems compile in parallel, but only one runs GPU work at once: the ARGUS_TUNE_LOCK the
+    parent names, which Argus's own policy and agent timing also take, so no measurement shares the GPU."""
     from argus_inductor.agent.bench import exclusive
 
-    return exclusive(os.environ.get("ARGUS_KB_TIMING_LOCK"))
+    return exclusive()
 
 
 def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -479,9 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     if bad or "eager" not in args.backends:
         ap.error(f"--backends must include eager and name only {', '.join(BACKENDS)} (got {bad or args.backends})")
 
+    out = Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results")
+    stem = args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     if args.merge:
-        return merge(args.merge, Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results"),
-                     args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+        return merge(args.merge, out, stem)
     if args.worker:
         row = worker(Path(args.worker), args)
         Path(args.worker_out).write_text(json.dumps(row))
@@ -510,14 +511,12 @@ def main(argv: list[str] | None = None) -> int:
             "trials": args.trials, "atol": ATOL, "rtol": RTOL, "timeout_s": args.timeout,
             "full_sizes": os.environ.get("ARGUS_KB_FULL") == "1" or gpu, "coverage_note": COVERAGE_NOTE,
             "argus_on_miss": args.on_miss}
-    out = Path(args.out or os.environ.get("OUT") or REPO / "benchmarks" / "results")
     out.mkdir(parents=True, exist_ok=True)
-    stem = args.name or f"kernelbench-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     meta["jobs"] = args.jobs
     done: dict[int, dict[str, Any]] = {}
     lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
-    if args.jobs > 1:  # the same lock serializes Argus's own policy timing (--on-miss synthesize)
-        os.environ["ARGUS_KB_TIMING_LOCK"] = os.environ["ARGUS_TUNE_LOCK"] = str(lock)
+    if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
+        os.environ["ARGUS_TUNE_LOCK"] = str(lock)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(run_one, p, args): i for i, p in enumerate(problems)}
         for fut in concurrent.futures.as_completed(futures):
