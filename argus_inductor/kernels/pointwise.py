@@ -626,9 +626,9 @@ def _check_extras(chain: Chain, extras: Sequence[torch.Tensor], out_shape: tuple
         if e.device != device:
             raise ValueError(f"extra {i} is on {e.device} but the input is on {device}")
         try:
-            if torch.broadcast_shapes(e.shape, out_shape) != torch.Size(out_shape):
-                raise RuntimeError
-        except RuntimeError:
+            if broadcast([e.shape, out_shape]) != tuple(out_shape):
+                raise ValueError
+        except ValueError:
             raise ValueError(f"extra {i} of shape {tuple(e.shape)} does not broadcast to the output shape "
                              f"{tuple(out_shape)}") from None
         out.append(e.expand(out_shape))
@@ -700,9 +700,8 @@ def conv_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         tgt = _target(x, target)
         default = conv_chain_kernel(chain, len(ex), geo.transposed)
         kern = _pick(kernels, default.name, geo.kernel_name) or default
-        pol = _pick(policies, default.name, geo.kernel_name) or conv_policies(
-            x.shape, weight.shape, stride, padding, dilation, groups, transposed, output_padding, tgt,
-            direct=False)[geo.kernel_name]
+        pol = _pick(policies, default.name, geo.kernel_name) or conv_chain_policies(
+            x.shape, weight.shape, stride, padding, dilation, groups, transposed, output_padding, tgt)[geo.kernel_name]
         pol = pol.with_consts(**geo.consts, HAS_BIAS=int(bias is not None), ACT=0)
         g, cog = geo.groups, geo.cog
         xb = x if geo.batched else x.unsqueeze(0)
