@@ -13,6 +13,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from . import reporting as report
+from .kernels.pointwise import broadcasts_to
 from .library_match import _emit, _static_shape
 from .matchers import Match, _alive, _bind, _num, _val
 
@@ -104,16 +105,12 @@ def _region(root: fx.Node, shape: tuple[int, ...]) -> tuple[list[fx.Node], list[
         for a in _elementwise(n)[1]:
             if isinstance(a, fx.Node) and a not in members and a not in inputs:
                 sh = _static_shape(a)
-                if sh is None or _val(a).dtype not in _FLOATS or not _broadcasts_to(sh, shape):
+                if sh is None or _val(a).dtype not in _FLOATS or not broadcasts_to(sh, shape):
                     return None
                 inputs.append(a)
             elif not isinstance(a, fx.Node) and _num(a) is None:
                 return None
     return order, inputs
-
-
-def _broadcasts_to(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) <= len(b) and all(x in (1, y) for x, y in zip(reversed(a), reversed(b)))
 
 
 def _chain(order: list[fx.Node], inputs: list[fx.Node]) -> list[Any]:
@@ -179,19 +176,14 @@ def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
             else:
                 kind, a = anchor
                 rest = [n for n in inputs if n is not a]
-                ins = [a, *rest]
+                cargs = json.loads(a.args[2]) if kind == "conv" else {}
+                act = cargs.pop("activation") if kind == "conv" else a.args[3]
+                steps = _chain(order, [a, *rest])
+                if act != "none":  # the activation the GEMM/conv folded runs first in the fused epilogue
+                    steps = _shift(steps, [[act, [["in", 0]]]])
                 if kind == "linear":
-                    act = a.args[3]
-                    steps = _chain(order, ins)
-                    if act != "none":
-                        steps = _shift(steps, [[act, [["in", 0]]]])
                     name, tensors, args = "linear_chain", [a.args[0], a.args[1], a.args[2], *rest], {"chain": steps}
                 else:
-                    cargs = json.loads(a.args[2])
-                    act = cargs.pop("activation")
-                    steps = _chain(order, ins)
-                    if act != "none":
-                        steps = _shift(steps, [[act, [["in", 0]]]])
                     x, w, b = a.args[1]
                     name, tensors, args = "conv_chain", [x, w, b, *rest], {**cargs, "chain": steps}
             Chain(tuple(Step(op, tuple(tuple(x) for x in xs)) for op, xs in steps))  # validates

@@ -40,6 +40,7 @@ from .kernels.gemm import ACTIVATION_FNS, ACTIVATIONS, bias_act_cast, bmm_kernel
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
+from .kernels.pointwise import broadcasts_to
 from .policies import attention_policy, fit_attention, fit_shared_memory, gemm_policy, moe_policies
 from .signature import Signature, device_arch, make_signature
 
@@ -827,17 +828,11 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
 
     if v.shape != k.shape or h % hk or q.shape[0] != k.shape[0] or q.shape[-1] != d:
         return fallback()
-    if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not _broadcasts(
+    if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not broadcasts_to(
             mask.shape, (z, h, s, t))):
         return fallback()
     return run_op(node_id, sig, run, fallback, [q, k, v], (causal, mask is None),
                   flops=4 * z * h * s * t * d)  # as FlopCounterMode counts SDPA (the mask ignored)
-
-
-def _broadcasts(shape: tuple[int, ...] | torch.Size, to: tuple[int, ...]) -> bool:
-    if len(shape) > len(to):
-        return False
-    return all(a in (1, b) for a, b in zip(reversed(tuple(shape)), reversed(to)))
 
 
 @torch.library.custom_op("argus::attention", mutates_args=())

@@ -340,6 +340,13 @@ def broadcast(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def broadcasts_to(shape: Sequence[int], to: Sequence[int]) -> bool:
+    """Whether a tensor of `shape` broadcasts to `to` (torch's rules) without changing it."""
+    if len(shape) > len(to):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(tuple(shape)), reversed(tuple(to))))
+
+
 def _check_inputs(chain: Chain, inputs: Sequence[torch.Tensor], allow_double: bool = False) -> None:
     if not isinstance(chain, Chain):
         raise ValueError(f"chain must be a Chain, got {type(chain).__name__}")
@@ -625,12 +632,9 @@ def _check_extras(chain: Chain, extras: Sequence[torch.Tensor], out_shape: tuple
             raise ValueError(f"extra {i} must be a float16/bfloat16/float32 tensor, got {what}")
         if e.device != device:
             raise ValueError(f"extra {i} is on {e.device} but the input is on {device}")
-        try:
-            if broadcast([e.shape, out_shape]) != tuple(out_shape):
-                raise ValueError
-        except ValueError:
+        if not broadcasts_to(e.shape, out_shape):
             raise ValueError(f"extra {i} of shape {tuple(e.shape)} does not broadcast to the output shape "
-                             f"{tuple(out_shape)}") from None
+                             f"{tuple(out_shape)}")
         out.append(e.expand(out_shape))
     return out
 
