@@ -36,7 +36,18 @@ from .cache import CacheEntry, KernelCache
 from .config import Options
 from .dsl import Kernel, Policy, kernels_from_source
 from .kernels.attention import attention_decode, attention_fwd, mask_operand
-from .kernels.gemm import ACTIVATION_FNS, ACTIVATIONS, bias_act_cast, bmm_kernel, gemm_epilogue, gemm_splitk
+from .kernels.gemm import (
+    ACTIVATION_FNS,
+    ACTIVATIONS,
+    TF32_SPLIT_POLICY,
+    bias_act_cast,
+    bmm_kernel,
+    gemm_epilogue,
+    gemm_splitk,
+    split_operands,
+    tf32_split,
+    tf32x3_split_pays,
+)
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
@@ -97,6 +108,8 @@ class OpSpec:
     shapes: Callable[[Signature], dict[str, dict[str, int]]]  # kernel name -> shape symbols, for the checker
     # policy dict -> the kernels that run and their policies, where that is not one per kernel
     select: Callable[[dict[str, Any], Signature], dict[str, Policy]] | None = None
+    # mma kernels that take pre-split float32 operands (tf32_split) for three-pass tf32 where that pays
+    presplit: tuple[str, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -116,7 +129,26 @@ class OpSpec:
         if sig.dtypes and sig.dtypes[0] == "float32" and sig.arch != "cpu":
             prec = fp32_precision(sig.op)
             out = {n: replace(p, input_precision=prec) for n, p in out.items()}
+            if prec == "tf32x3" and self.presplits(sig) and any(n in out for n in self.presplit):
+                # hi*hi + hi*lo + lo*hi as one tf32 GEMM over 3K on operands split once (kernels.gemm.tf32_split)
+                out = {n: replace(p, input_precision="tf32") if n in self.presplit else p for n, p in out.items()}
+                out["tf32_split"] = Policy.make(**TF32_SPLIT_POLICY)
         return out
+
+    def presplits(self, sig: Signature) -> bool:
+        """Whether this signature's three-pass tf32 GEMM runs on pre-split operands (kernels.gemm)."""
+        if not self.presplit:
+            return False
+        d = sig.dims()
+        return tf32x3_split_pays(d.get("M", 1), d["N"], d["K"])
+
+    def checked_shapes(self, sig: Signature, policies: dict[str, Policy]) -> dict[str, dict[str, int]]:
+        """Shape symbols per kernel for the checker: the signature's, with K tripled for the mma kernels that
+        run on pre-split operands (tf32_split itself is proven for every shape)."""
+        shapes = self.shapes(sig)
+        if "tf32_split" in policies:
+            shapes = {n: {**v, "K": 3 * v["K"]} if n in self.presplit and "K" in v else v for n, v in shapes.items()}
+        return shapes
 
 
 def _epi_parts(sig: Signature) -> list[str]:
@@ -249,16 +281,16 @@ SPECS: dict[str, OpSpec] = {
     "gemm": OpSpec("gemm", (gemm_epilogue, gemm_splitk, bias_act_cast), _gemm_template,
                    lambda s: {"gemm_epilogue": _bias_consts(s)},
                    lambda s: {n: _gemm_shapes(s) for n in ("gemm_epilogue", "gemm_splitk", "bias_act_cast")},
-                   _gemm_select),
+                   _gemm_select, presplit=("gemm_epilogue",)),
     "gemm_residual": OpSpec("gemm_residual", (gemm_residual,), _gemm_fused_template,
                             lambda s: {"gemm_residual": _bias_consts(s)},
                             lambda s: {"gemm_residual": _gemm_shapes(s)},
-                            _fused_select("gemm_residual", _bias_consts)),
+                            _fused_select("gemm_residual", _bias_consts), presplit=("gemm_residual",)),
     "gate_up": OpSpec("gate_up", (gemm_gate_up,), _gate_up_template,
                       lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)},
-                      _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)})),
+                      _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)}), presplit=("gemm_gate_up",)),
     "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},
-                  lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}),
+                  lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}, presplit=("bmm_kernel",)),
     "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,
                         lambda s: {n: {k: v for k, v in s.dims().items() if k in ("Z", "H", "HK", "S", "T", "D")}
                                    for n in ("attention_fwd", "attention_decode")},
@@ -332,7 +364,7 @@ def dsl_source(kernels: tuple[Kernel, ...] | list[Kernel]) -> str:
 
 
 def library_kernels(spec: OpSpec, names: Iterable[str]) -> dict[str, Kernel]:
-    lib = {k.name: k for k in spec.kernels}
+    lib = {k.name: k for k in (*spec.kernels, *((tf32_split,) if spec.presplit else ()))}
     return {n: lib[n] for n in names}
 
 
@@ -344,11 +376,11 @@ def _kernels_of(spec: OpSpec, text: str, names: Iterable[str]) -> dict[str, Kern
     if text == dsl_source(list(lib.values())):
         return lib
     found = kernels_from_source(text, filename="<argus cache>")
-    missing = [n for n in names if n not in found]
+    missing = [n for n in names if n not in found and n != "tf32_split"]  # the split comes with the precision
     if missing:
         raise ValueError(f"the cached DSL source defines no kernel {', '.join(missing)} (op {spec.name} runs "
                          f"{', '.join(names)} with the library's parameters)")
-    return {n: found[n] for n in names}
+    return {n: found.get(n) or lib[n] for n in names}
 
 
 def _verification_summary(v: dict[str, Any]) -> str:
@@ -389,7 +421,7 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
     fn = _verifier()
     if fn is None:
         return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
-    shapes = spec.shapes(sig)
+    shapes = spec.checked_shapes(sig, policies)
     results: dict[str, Any] = {}
     problems = 0
     for name, k in kernels.items():
@@ -686,6 +718,15 @@ def _dummy(t: Tensor) -> Tensor:
     return t.new_empty(1)
 
 
+def _presplit(plan: Plan, target: str, a: Tensor, *bs: Tensor) -> tuple[Tensor, ...]:
+    """A (.., M, K) and each B (.., K, N) as the plan's mma kernel takes them: unchanged, or where the plan runs
+    three-pass tf32 on pre-split operands (kernels.gemm.split_operands)."""
+    if "tf32_split" not in plan.policies:
+        return (a, *bs)
+    return split_operands(a, *bs, policy=plan.policies["tf32_split"], target=target,
+                          kernel_fn=plan.kernels["tf32_split"])
+
+
 # --------------------------------------------------------------------------------------------------
 # The ops
 
@@ -710,8 +751,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
             plan.kernels["gemm_splitk"](x2, weight.t(), part, policy=plan.policies["gemm_splitk"], target=target)
             plan.kernels["bias_act_cast"](part, b, out, policy=plan.policies["bias_act_cast"], target=target)
         else:
-            plan.kernels["gemm_epilogue"](x2, weight.t(), b, out, policy=plan.policies["gemm_epilogue"],
-                                          target=target)
+            a, w = _presplit(plan, target, x2, weight.t())
+            plan.kernels["gemm_epilogue"](a, w, b, out, policy=plan.policies["gemm_epilogue"], target=target)
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
@@ -742,7 +783,8 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-        plan.kernels["gemm_residual"](x2, weight.t(), bias if bias is not None else _dummy(out), r2, out,
+        a, w = _presplit(plan, target, x2, weight.t())
+        plan.kernels["gemm_residual"](a, w, bias if bias is not None else _dummy(out), r2, out,
                                       policy=plan.policies["gemm_residual"], target=target)
         return out.view(*x.shape[:-1], n)
 
@@ -771,8 +813,8 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-        plan.kernels["gemm_gate_up"](x2, w_gate.t(), w_up.t(), out, policy=plan.policies["gemm_gate_up"],
-                                     target=target)
+        a, wg, wu = _presplit(plan, target, x2, w_gate.t(), w_up.t())
+        plan.kernels["gemm_gate_up"](a, wg, wu, out, policy=plan.policies["gemm_gate_up"], target=target)
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
@@ -797,7 +839,8 @@ def bmm(a: Tensor, b: Tensor, node_id: str) -> Tensor:
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(bt, m, n, dtype=a.dtype, device=a.device)
-        plan.kernels["bmm_kernel"](a, b, out, policy=plan.policies["bmm_kernel"], target=target)
+        a3, b3 = _presplit(plan, target, a, b)
+        plan.kernels["bmm_kernel"](a3, b3, out, policy=plan.policies["bmm_kernel"], target=target)
         return out
 
     return run_op(node_id, sig, run, lambda: torch.bmm(a, b), [a, b],

@@ -24,6 +24,8 @@ def _trunc_div(a: int, b: int) -> int:
 
 def _apply(op: Op, args: list[Any]) -> Any:
     if op.kind == "cast":
+        if op.attrs.get("bitcast"):
+            raise LaunchError("a bitcast cannot be evaluated before launch")
         return float(args[0]) if op.attrs["dtype"].is_float else int(args[0])
     o = op.attrs["op"]
     a, b = args

@@ -780,6 +780,19 @@ class Frontend:
         x_n, d_n = self.args(node, ["x", "dtype"], 2)
         return self.cast(self.value(self.expr(x_n), x_n), self.dtype_arg(d_n), node)
 
+    def op_bitcast(self, node: ast.Call) -> Value:
+        x_n, d_n = self.args(node, ["x", "dtype"], 2)
+        v = self.value(self.expr(x_n), x_n)
+        dt = self.dtype_arg(d_n)
+        if not isinstance(v.dtype, DType) or not isinstance(dt, DType):
+            raise self.err(f"bitcast needs known dtypes, got {v.dtype} -> {dt}",
+                           "cast to a concrete dtype first, e.g. bitcast(load(X[r]).to(float32), int32)", node)
+        if v.dtype.bits != dt.bits or dt.kind == "bool" or v.dtype.kind == "bool":
+            raise self.err(f"bitcast from {v.dtype} ({v.dtype.bits} bits) to {dt} ({dt.bits} bits) changes the "
+                           "width", "bitcast between types of one width, e.g. float32 <-> int32", node)
+        t = TileType(v.shape, dt) if v.is_tile else ScalarType(dt, v.is_const)
+        return self.emit("cast", [v], {"dtype": dt, "bitcast": True}, [t], node).result
+
     def cast(self, v: Value, dt: AnyDType, node: ast.AST) -> Value:
         t = TileType(v.shape, dt) if v.is_tile else ScalarType(dt, v.is_const)
         return self.emit("cast", [v], {"dtype": dt}, [t], node).result

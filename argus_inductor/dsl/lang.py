@@ -92,6 +92,9 @@ trans = _builtin("trans", "trans(x): transpose of a 2-D tile.")
 reshape = _builtin("reshape", "reshape(x, shape): same elements, new static shape.")
 broadcast_to = _builtin("broadcast_to", "broadcast_to(x, shape).")
 cast = _builtin("cast", "cast(x, dtype); also x.to(dtype).")
+bitcast = _builtin("bitcast", "bitcast(x, dtype): each element's bits read as dtype, of the same width "
+                   "(float32 <-> int32, float16/bfloat16 <-> int16 is not a DSL type); x's dtype must be known, "
+                   "e.g. load(X[r]).to(float32).")
 tag = _builtin("tag", "tag(x, name=expr, ...) -> x: attach user tags to the elements of x.")
 assert_tag = _builtin("assert_tag", "assert_tag(predicate, msg=''): a relation over tags that must hold for "
                                     "every element at this point.")

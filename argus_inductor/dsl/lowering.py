@@ -200,8 +200,9 @@ class _Emitter:
         elif k == "where":
             self.define(op.result, f"tl.where({self.ref(a[0])}, {self.ref(a[1])}, {self.ref(a[2])})", ind)
         elif k == "cast":
-            self.define(op.result, f"tl.cast({self.ref(a[0])}, {self.tl_dtype(op.attrs['dtype'])})", ind)
-            if a[0].id in self.nonneg:
+            bits = ", bitcast=True" if op.attrs.get("bitcast") else ""
+            self.define(op.result, f"tl.cast({self.ref(a[0])}, {self.tl_dtype(op.attrs['dtype'])}{bits})", ind)
+            if a[0].id in self.nonneg and not bits:
                 self.nonneg.add(op.result.id)
         elif k == "expand":
             rank = len(op.result.shape)

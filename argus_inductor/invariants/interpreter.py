@@ -472,7 +472,9 @@ class Interpreter:
         x = self.get(op.args[0])
         kind = _kind(op.attrs["dtype"])
         res = replace(x, kind=kind)
-        if x.val is not None:
+        if op.attrs.get("bitcast"):  # the bits read as another type: no arithmetic relation survives
+            res.val = None
+        elif x.val is not None:
             if kind == "float":
                 res.val = None
             elif kind == "int":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -11,12 +12,15 @@ from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
     arange,
+    assume,
     atomic_add,
+    bitcast,
     cdiv,
     constexpr,
     float32,
     gelu,
     gelu_tanh,
+    int32,
     load,
     minimum,
     mma,
@@ -112,6 +116,77 @@ def bias_act_cast(X: Tensor("M", "N"), bias: Tensor("NB"), Y: Tensor("M", "N"),
     if ACT == 4:
         y = gelu_tanh(y)
     store(Y[rm, rn], y)
+
+
+TF32_SPLIT_POLICY = {"BR": 32, "BC": 128}
+
+
+@kernel
+def tf32_split(X: Tensor("Bt", "R", "C"), Y: Tensor("Bt", "R", "C3"),
+               BR: constexpr = 32, BC: constexpr = 128, LO: constexpr = 1):
+    """Y[b, r, j*C + c] = hi(X[b, r, c]) for two of j = 0, 1, 2 and lo(X[b, r, c]) for j = LO.
+
+    hi is x with the 13 mantissa bits a tf32 mma drops cleared (exactly a tf32 number), lo = x - hi (exact; a tf32
+    mma keeps its top 11 bits, so hi + lo carries 22 of float32's 24). Split A as [hi lo hi] (LO=1) and B as
+    [lo; hi; hi] (LO=0): one tf32 GEMM over 3K computes hi*lo + lo*hi + hi*hi, the three-pass tf32 product, with
+    the operands read straight into the mma pipeline instead of split tile by tile in registers. The small
+    cross terms come first: the tensor cores' accumulation truncates each step to the running sum's exponent,
+    and a running sum that is still small loses less of them.
+    """
+    assume(C3 == 3 * C)
+    b, pr, pc = tile_grid(Bt, cdiv(R, BR), cdiv(C, BC))
+    rr = pr * BR + arange(BR)
+    rc = pc * BC + arange(BC)
+    inside = (rc < C)[None, :]
+    x = load(X[b, rr, rc]).to(float32)
+    hi = bitcast(bitcast(x, int32) & -8192, float32)  # -8192: all bits but the low 13
+    lo = x - hi
+    store(Y[b, rr, LO * C + rc], lo, mask=inside)
+    store(Y[b, rr, ((LO + 1) % 3) * C + rc], hi, mask=inside)
+    store(Y[b, rr, ((LO + 2) % 3) * C + rc], hi, mask=inside)
+
+
+A_LO_SLOT, B_LO_SLOT = 1, 0  # A' = [hi lo hi], B' = [lo; hi; hi]: the cross terms first, hi*hi last
+
+
+def tf32x3_split_pays(m: int, n: int, k: int) -> bool:
+    """Whether a float32 GEMM at three-pass tf32 is faster on pre-split operands (one tf32 GEMM over 3K) than
+    splitting every tile in registers. The split moves 16 bytes per element of A and B and costs two launches;
+    it pays where the GEMM is compute-bound (each operand element feeds enough outputs: m*n/(m+n) >= 128) and
+    large enough to repay the launches (m*n*k >= 2^30). H100 (benchmarks/results/fp32-gemm-2026-11-23.md):
+    4096^3 1.31 ms pre-split against 2.82 ms in registers; 32768x256x64 0.175 against 0.051 ms."""
+    return k >= 16 and m * n >= 128 * (m + n) and m * n * k >= 1 << 30
+
+
+def split_operand(x: torch.Tensor, k_dim: int, lo_slot: int, policy: Policy | None = None,
+                  target: str | None = None, kernel_fn: Any = None) -> torch.Tensor:
+    """x (..., K, ...) float32 -> x' with K tripled along k_dim, lo at slot lo_slot and hi at the other two, in
+    x's stride order (a K-contiguous operand stays K-contiguous). 2-D or 3-D (a leading batch dim)."""
+    if x.dtype != torch.float32 or x.dim() not in (2, 3):
+        raise ValueError(f"split_operand takes a 2-D or 3-D float32 tensor, got {x.dtype} {tuple(x.shape)}")
+    k_dim %= x.dim()
+    x3 = x if x.dim() == 3 else x.unsqueeze(0)
+    kd = k_dim + (3 - x.dim())
+    if kd == 1:  # K is the rows: split the transpose, whose K is the columns
+        x3 = x3.transpose(1, 2)
+    shape = (x3.shape[0], x3.shape[1], 3 * x3.shape[2])
+    k_major = x3.stride(2) == 1 or x3.shape[2] == 1
+    if k_major:
+        y = torch.empty(shape, dtype=x.dtype, device=x.device)
+    else:  # the columns (K) are strided: keep the rows contiguous, as x has them
+        y = torch.empty(shape[0], shape[2], shape[1], dtype=x.dtype, device=x.device).transpose(1, 2)
+    pol = (policy or Policy.make(**TF32_SPLIT_POLICY)).with_consts(LO=lo_slot)
+    (kernel_fn or tf32_split)(x3, y, policy=pol, **({"target": target} if target else {}))
+    if kd == 1:
+        y = y.transpose(1, 2)
+    return y if x.dim() == 3 else y.squeeze(0)
+
+
+def split_operands(a: torch.Tensor, *bs: torch.Tensor, policy: Policy | None = None, target: str | None = None,
+                   kernel_fn: Any = None) -> tuple[torch.Tensor, ...]:
+    """A (.., M, K) and each B (.., K, N) split for one tf32 GEMM over 3K (A_LO_SLOT, B_LO_SLOT)."""
+    kw = {"policy": policy, "target": target, "kernel_fn": kernel_fn}
+    return (split_operand(a, -1, A_LO_SLOT, **kw), *(split_operand(b, -2, B_LO_SLOT, **kw) for b in bs))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str = "none",

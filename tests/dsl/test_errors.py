@@ -83,6 +83,11 @@ BAD = [
     ("non-power-of-two literal extent is fine, zero is not", mutate("rm = pm * BM + arange(BM)",
                                                                     "rm = pm * BM + arange(0)"),
      "must be positive", "arange(0)"),
+    ("bitcast changes width", mutate("acc = zeros((BM, BN), float32)", "acc = zeros((BM, BN), float32)\n"
+                                     "    w = bitcast(acc, int64)"), "changes the width", "bitcast(acc"),
+    ("bitcast of an unknown dtype", mutate("acc = zeros((BM, BN), float32)", "acc = zeros((BM, BN), float32)\n"
+                                           "    w = bitcast(load(A[rm, 0]), int32)"), "needs known dtypes",
+     "bitcast(load"),
     ("python helper call", mutate("acc = zeros((BM, BN), float32)", "acc = zeros((BM, BN), float32)\n"
                                   "    n = len(acc)"), "unknown function 'len'", "n = len(acc)"),
 ]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
-from ...kernels.gemm import ACTIVATIONS
+from ...kernels.gemm import ACTIVATIONS, split_operands, tf32x3_split_pays
 from ...policies import gemm_policy
 from .. import templates
 from ..plan import Plan
@@ -39,6 +39,23 @@ def parse_epilogue(epilogue: str) -> Epilogue:
         raise ValueError(f"unknown GEMM epilogue part(s) {unknown} in {epilogue!r}")
     acts = [p for p in parts if p in ACTIVATIONS]
     return Epilogue("bias" in parts, acts[0] if acts else "none", "residual" in parts, False)
+
+
+def presplits(policy: Policy, m: int, n: int, k: int) -> bool:
+    """Whether a kernel under `policy` runs on pre-split operands: three-pass tf32 where that pays
+    (kernels.gemm.tf32_split; argus_inductor.ops makes the same choice for the plans it runs)."""
+    return policy.input_precision == "tf32x3" and tf32x3_split_pays(m, n, k)
+
+
+def mma_operands(name: str, policies: dict[str, Policy], a: torch.Tensor,
+                 *bs: torch.Tensor) -> tuple[dict[str, Policy], tuple[torch.Tensor, ...]]:
+    """The policies and operands kernel `name` runs with: A and each B split along K (kernels.gemm.split_operands)
+    and one tf32 pass where three-pass tf32 runs on pre-split operands; otherwise unchanged."""
+    p = policies[name]
+    if a.dtype != torch.float32 or not presplits(p, a.shape[-2], bs[0].shape[-1], a.shape[-1]):
+        return policies, (a, *bs)
+    return ({**policies, name: replace(p, input_precision="tf32")},
+            split_operands(a, *bs))
 
 
 def _regime(m: int) -> str:
@@ -135,14 +152,17 @@ class GemmSpec(OpSpec):
             return out
         out = empty((m, n), a.dtype, a.device, poison)
         if "gemm_gate_up" in kernels:
-            kernels["gemm_gate_up"](a, b, inputs["b_up"], out, policy=policies["gemm_gate_up"])
+            pols, (a, b, bu) = mma_operands("gemm_gate_up", policies, a, b, inputs["b_up"])
+            kernels["gemm_gate_up"](a, b, bu, out, policy=pols["gemm_gate_up"])
             return out
         bias = inputs.get("bias")
         bias_arg = bias if bias is not None else out.new_empty(1)
-        if "gemm_residual" in kernels:
-            kernels["gemm_residual"](a, b, bias_arg, inputs["residual"], out, policy=policies["gemm_residual"])
+        name = "gemm_residual" if "gemm_residual" in kernels else "gemm_epilogue"
+        pols, (a, b) = mma_operands(name, policies, a, b)
+        if name == "gemm_residual":
+            kernels[name](a, b, bias_arg, inputs["residual"], out, policy=pols[name])
         else:
-            kernels["gemm_epilogue"](a, b, bias_arg, out, policy=policies["gemm_epilogue"])
+            kernels[name](a, b, bias_arg, out, policy=pols[name])
         return out
 
     def peers(self, problem: Problem, inputs: Inputs) -> dict[str, Callable[[], Any]]:
@@ -162,6 +182,8 @@ class GemmSpec(OpSpec):
     def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
         d = problem.dims
         shapes = {"M": d["M"], "N": d["N"], "K": d["K"]}
+        if kernel != "gemm_splitk" and presplits(policy, d["M"], d["N"], d["K"]):
+            shapes["K"] *= 3  # the mma runs over the split operands, 3K long
         if kernel in ("gemm_epilogue", "gemm_residual", "bias_act_cast"):
             shapes["NB"] = d["N"] if parse_epilogue(problem.epilogue).bias else 1
         return shapes, []
@@ -206,7 +228,8 @@ class BmmSpec(OpSpec):
             inputs: Inputs, poison: bool = False) -> torch.Tensor:
         a, b = inputs["a"], inputs["b"]
         out = empty((a.shape[0], a.shape[1], b.shape[2]), a.dtype, a.device, poison)
-        kernels["bmm_kernel"](a, b, out, policy=policies["bmm_kernel"])
+        pols, (a, b) = mma_operands("bmm_kernel", policies, a, b)
+        kernels["bmm_kernel"](a, b, out, policy=pols["bmm_kernel"])
         return out
 
     def peers(self, problem: Problem, inputs: Inputs) -> dict[str, Callable[[], Any]]:
@@ -215,7 +238,8 @@ class BmmSpec(OpSpec):
 
     def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
         d = problem.dims
-        return {"Bt": d["B"], "M": d["M"], "N": d["N"], "K": d["K"]}, []
+        k = d["K"] * (3 if presplits(policy, d["M"], d["N"], d["K"]) else 1)
+        return {"Bt": d["B"], "M": d["M"], "N": d["N"], "K": k}, []
 
     def flops(self, problem: Problem) -> float:
         d = problem.dims

@@ -1,0 +1,153 @@
+"""Float32 GEMMs at float32 accuracy: cuBLAS SGEMM against our three-pass tf32, split in registers or split once.
+
+    python benchmarks/fp32_gemm.py [--out benchmarks/results] [--quick]
+
+torch's default float32 matmul precision ("highest") promises float32 accuracy, so our float32 GEMMs run
+three-pass tf32 (hi*hi + hi*lo + lo*hi). Two ways: `input_precision="tf32x3"` splits every tile in registers
+inside the K loop; kernels.gemm.tf32_split splits A and B once ([hi lo hi], [lo; hi; hi]) and one tf32 GEMM runs
+over 3K. For each shape (the KernelBench float32 matmuls): median ms by CUDA events (triton.testing.do_bench) of
+cuBLAS, the in-register split at the template policy, and the pre-split GEMM at each of a few tile policies
+(split included in its time); the ratio cuBLAS time / ours; the max relative error of each against a float64
+reference. Writes JSON and Markdown under --out and prints the table last. Needs a CUDA GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from argus_inductor.dsl import Policy  # noqa: E402
+from argus_inductor.kernels.gemm import gemm_epilogue, split_operands  # noqa: E402
+from argus_inductor.policies import fit_shared_memory, gemm_policy  # noqa: E402
+
+# (M, N, K, what): the float32 matmuls of benchmarks/kernelbench/problems/level1 at full size
+SHAPES = [(4096, 4096, 4096, "01/12/13 square"), (2048, 3072, 4096, "11 transposed"),
+          (16384, 768, 2048, "09 3-D x matrix"), (65536, 768, 256, "10 4-D x matrix"),
+          (8192, 8192, 32, "14 small K"), (32768, 256, 64, "03 tall-skinny")]
+TILES = [dict(BM=128, BN=128, BK=32, num_warps=8, num_stages=4), dict(BM=128, BN=128, BK=32, num_warps=4, num_stages=4),
+         dict(BM=128, BN=256, BK=32, num_warps=8, num_stages=3), dict(BM=256, BN=128, BK=32, num_warps=8, num_stages=3),
+         dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3), dict(BM=64, BN=128, BK=32, num_warps=4, num_stages=4)]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).abs().max() / ref.abs().max())
+
+
+def run_shape(m: int, n: int, k: int, tiles: list[dict]) -> dict:
+    import triton.testing
+
+    a = torch.randn(m, k, device="cuda")
+    w = torch.randn(n, k, device="cuda")  # an nn.Linear weight: B = w.t() is K-major
+    ref = a.double() @ w.double().t()
+    out = torch.empty(m, n, device="cuda")
+    bias = out.new_empty(1)
+    row: dict = {"M": m, "N": n, "K": k}
+
+    def cublas() -> torch.Tensor:
+        return a @ w.t()
+
+    template = fit_shared_memory(gemm_policy(m, n, k, "cuda"), 4)
+    in_regs = replace(template, input_precision="tf32x3",
+                      consts=tuple((c, v) for c, v in template.consts if c != "SPLIT_K"))
+
+    def registers() -> torch.Tensor:
+        gemm_epilogue(a, w.t(), bias, out, policy=in_regs)
+        return out
+
+    def presplit(pol: Policy):
+        def call() -> torch.Tensor:
+            gemm_epilogue(*split_operands(a, w.t()), bias, out, policy=pol)
+            return out
+        return call
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    t_cublas = triton.testing.do_bench(cublas, warmup=25, rep=100)
+    row["cublas_ms"], row["cublas_err"] = t_cublas, rel_err(cublas(), ref)
+    try:
+        row["registers_ms"] = triton.testing.do_bench(registers, warmup=25, rep=100)
+        row["registers_err"] = rel_err(registers(), ref)
+        row["registers_policy"] = in_regs.key()
+    except Exception as e:  # a template that does not compile is a row, not a crash
+        row["registers_error"] = f"{type(e).__name__}: {e}"[:200]
+    best = None
+    for t in tiles:
+        pol = Policy.make(**t, input_precision="tf32")
+        try:
+            fn = presplit(pol)
+            err = rel_err(fn(), ref)
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+        except Exception as e:
+            row.setdefault("presplit_failed", []).append(f"{pol.key()}: {type(e).__name__}")
+            continue
+        row.setdefault("presplit", []).append({"policy": pol.key(), "ms": ms, "err": err})
+        if best is None or ms < best[0]:
+            best = (ms, err, pol.key())
+    if best:
+        row["presplit_ms"], row["presplit_err"], row["presplit_policy"] = best
+        row["presplit_vs_cublas"] = t_cublas / best[0]
+    split_only = triton.testing.do_bench(lambda: split_operands(a, w.t()),
+                                         warmup=10, rep=50)
+    row["split_only_ms"] = split_only
+    flops = 2.0 * m * n * k
+    row["cublas_tflops"] = flops / t_cublas * 1e-9
+    if best:
+        row["presplit_tflops"] = flops / best[0] * 1e-9
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| shape | M x N x K | cuBLAS ms | in-register tf32x3 ms | pre-split ms (split alone) | cuBLAS/pre-split "
+             "| max rel err cuBLAS / in-reg / pre-split | pre-split policy |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        reg = f"{r['registers_ms']:.3f}" if "registers_ms" in r else "failed"
+        pre = f"{r['presplit_ms']:.3f} ({r['split_only_ms']:.3f})" if "presplit_ms" in r else "failed"
+        ratio = f"{r['presplit_vs_cublas']:.2f}x" if "presplit_vs_cublas" in r else "-"
+        errs = " / ".join(f"{r[k]:.1e}" if k in r else "-" for k in ("cublas_err", "registers_err", "presplit_err"))
+        lines.append(f"| {r['what']} | {r['M']}x{r['N']}x{r['K']} | {r['cublas_ms']:.3f} | {reg} | {pre} | {ratio} "
+                     f"| {errs} | {r.get('presplit_policy', '-')} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="benchmarks/results", help="folder for the JSON and Markdown results")
+    ap.add_argument("--quick", action="store_true", help="first two shapes and two tile policies only")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("fp32_gemm.py needs a CUDA GPU (it times cuBLAS against our kernels)")
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    tiles = TILES[:2] if args.quick else TILES
+    rows = []
+    for m, n, k, what in shapes:
+        r = run_shape(m, n, k, tiles)
+        r["what"] = what
+        rows.append(r)
+        print(f"{what}: cuBLAS {r['cublas_ms']:.3f} ms, pre-split {r.get('presplit_ms', float('nan')):.3f} ms",
+              flush=True)
+    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "command": "python benchmarks/fp32_gemm.py" + (" --quick" if args.quick else "")}
+    try:
+        import triton
+        meta["triton"] = triton.__version__
+    except ImportError:
+        pass
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"fp32-gemm-{datetime.date.today().isoformat()}"
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    md = table(rows)
+    (out / f"{stem}.md").write_text(f"# Float32 GEMM at float32 accuracy\n\n{json.dumps(meta)}\n\n{md}\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
