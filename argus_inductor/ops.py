@@ -52,7 +52,14 @@ from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
 from .kernels.moe import moe_align_block, moe_down, moe_gate_up
 from .kernels.pointwise import broadcasts_to
-from .policies import attention_policy, fit_attention, fit_shared_memory, gemm_policy, moe_policies
+from .policies import (
+    attention_policy,
+    fit_attention,
+    fit_shared_memory,
+    gemm_policy,
+    moe_policies,
+    presplit_gemm_policy,
+)
 from .signature import Signature, device_arch, make_signature
 
 log = logging.getLogger("argus_inductor")
@@ -140,7 +147,7 @@ class OpSpec:
         if not self.presplit:
             return False
         d = sig.dims()
-        return tf32x3_split_pays(d.get("M", 1), d["N"], d["K"])
+        return tf32x3_split_pays(d.get("M", 1), d["N"], d["K"], d.get("B", 1))
 
     def checked_shapes(self, sig: Signature, policies: dict[str, Policy]) -> dict[str, dict[str, int]]:
         """Shape symbols per kernel for the checker: the signature's, with K tripled for the mma kernels that
@@ -186,8 +193,20 @@ def _for_dtype(p: Policy, sig: Signature, target: str, b_tiles: int = 1) -> Poli
     return fit_shared_memory(p, _ELEM_BYTES.get(sig.dtypes[0], 4), b_tiles)
 
 
+def _presplit_template(sig: Signature, target: str) -> Policy | None:
+    """The template of a float32 GEMM that runs three-pass tf32 on pre-split operands (OpSpec.policies), else None."""
+    if target == "interpret" or sig.dtypes[0] != "float32" or fp32_precision(sig.op) != "tf32x3":
+        return None
+    d = sig.dims()
+    m, n, k = d.get("M", 1), d["N"], d["K"]
+    return presplit_gemm_policy(m, n, k) if tf32x3_split_pays(m, n, k, d.get("B", 1)) else None
+
+
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
+    split = _presplit_template(sig, target)
+    if split is not None:
+        return split.as_dict()
     return _for_dtype(gemm_policy(d.get("M", 1), d["N"], d["K"], target), sig, target).as_dict()
 
 
@@ -198,6 +217,9 @@ def _unsplit(p: Policy) -> Policy:
 
 def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
+    split = _presplit_template(sig, target)
+    if split is not None:
+        return split.as_dict()
     return _for_dtype(_unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target)), sig, target).as_dict()
 
 

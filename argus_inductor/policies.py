@@ -26,6 +26,13 @@ def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
                        persistent=True)
 
 
+def presplit_gemm_policy(m: int, n: int, k: int) -> Policy:
+    """A tf32 GEMM over the 3K of pre-split float32 operands (three-pass tf32, kernels.gemm.tf32_split). From
+    benchmarks/results/fp32-gemm-2026-11-23.json (H100): 128x256 tiles with a 32-wide K step and 3 stages, in row
+    order and not persistent (the persistent grouped prefill template ran 4096^3 at 4.9-5.5 ms, this at 1.3)."""
+    return Policy.make(BM=128, BN=256, BK=32, num_warps=8, num_stages=3)
+
+
 def attention_policy(s: int, d: int, target: str, causal: bool = False) -> Policy:
     """From benchmarks/results/sweep-attention-2026-11-22.json (H100, bf16)."""
     if target == "interpret":

@@ -29,42 +29,45 @@ from argus_inductor.kernels.gemm import gemm_epilogue, split_operands  # noqa: E
 from argus_inductor.policies import fit_shared_memory, gemm_policy  # noqa: E402
 
 # (M, N, K, what): the float32 matmuls of benchmarks/kernelbench/problems/level1 at full size
-SHAPES = [(4096, 4096, 4096, "01/12/13 square"), (2048, 3072, 4096, "11 transposed"),
-          (16384, 768, 2048, "09 3-D x matrix"), (65536, 768, 256, "10 4-D x matrix"),
-          (8192, 8192, 32, "14 small K"), (32768, 256, 64, "03 tall-skinny")]
+# B layout: "n-major" is B (K, N) row-major as torch.matmul(a, b) passes it, "k-major" an nn.Linear weight's w.t()
+SHAPES = [(4096, 4096, 4096, "01/12/13 square", "n-major"), (4096, 4096, 4096, "square, linear", "k-major"),
+          (2048, 3072, 4096, "11 transposed", "k-major"), (16384, 768, 2048, "09 3-D x matrix", "n-major"),
+          (65536, 768, 256, "10 4-D x matrix", "n-major"), (8192, 8192, 32, "14 small K", "n-major"),
+          (32768, 256, 64, "03 tall-skinny", "n-major")]
 TILES = [dict(BM=128, BN=128, BK=32, num_warps=8, num_stages=4), dict(BM=128, BN=128, BK=32, num_warps=4, num_stages=4),
          dict(BM=128, BN=256, BK=32, num_warps=8, num_stages=3), dict(BM=256, BN=128, BK=32, num_warps=8, num_stages=3),
-         dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3), dict(BM=64, BN=128, BK=32, num_warps=4, num_stages=4)]
+         dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3), dict(BM=64, BN=128, BK=32, num_warps=4, num_stages=4),
+         dict(BM=128, BN=256, BK=32, num_warps=8, num_stages=3, persistent=True, grid_order="grouped")]
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).abs().max() / ref.abs().max())
 
 
-def run_shape(m: int, n: int, k: int, tiles: list[dict]) -> dict:
+def run_shape(m: int, n: int, k: int, b_layout: str, tiles: list[dict]) -> dict:
     import triton.testing
 
     a = torch.randn(m, k, device="cuda")
-    w = torch.randn(n, k, device="cuda")  # an nn.Linear weight: B = w.t() is K-major
-    ref = a.double() @ w.double().t()
+    b = torch.randn(n, k, device="cuda").t() if b_layout == "k-major" else torch.randn(k, n, device="cuda")
+    ref = a.double() @ b.double()
     out = torch.empty(m, n, device="cuda")
     bias = out.new_empty(1)
-    row: dict = {"M": m, "N": n, "K": k}
+    row: dict = {"M": m, "N": n, "K": k, "B": b_layout}
 
     def cublas() -> torch.Tensor:
-        return a @ w.t()
+        return a @ b
 
     template = fit_shared_memory(gemm_policy(m, n, k, "cuda"), 4)
     in_regs = replace(template, input_precision="tf32x3",
                       consts=tuple((c, v) for c, v in template.consts if c != "SPLIT_K"))
 
     def registers() -> torch.Tensor:
-        gemm_epilogue(a, w.t(), bias, out, policy=in_regs)
+        gemm_epilogue(a, b, bias, out, policy=in_regs)
         return out
 
     def presplit(pol: Policy):
         def call() -> torch.Tensor:
-            gemm_epilogue(*split_operands(a, w.t()), bias, out, policy=pol)
+            gemm_epilogue(*split_operands(a, b), bias, out, policy=pol)
             return out
         return call
 
@@ -93,7 +96,7 @@ def run_shape(m: int, n: int, k: int, tiles: list[dict]) -> dict:
     if best:
         row["presplit_ms"], row["presplit_err"], row["presplit_policy"] = best
         row["presplit_vs_cublas"] = t_cublas / best[0]
-    split_only = triton.testing.do_bench(lambda: split_operands(a, w.t()),
+    split_only = triton.testing.do_bench(lambda: split_operands(a, b),
                                          warmup=10, rep=50)
     row["split_only_ms"] = split_only
     flops = 2.0 * m * n * k
@@ -104,15 +107,15 @@ def run_shape(m: int, n: int, k: int, tiles: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| shape | M x N x K | cuBLAS ms | in-register tf32x3 ms | pre-split ms (split alone) | cuBLAS/pre-split "
-             "| max rel err cuBLAS / in-reg / pre-split | pre-split policy |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| shape | M x N x K | B | cuBLAS ms | in-register tf32x3 ms | pre-split ms (split alone) "
+             "| cuBLAS/pre-split | max rel err cuBLAS / in-reg / pre-split | pre-split policy |", "|---" * 9 + "|"]
     for r in rows:
         reg = f"{r['registers_ms']:.3f}" if "registers_ms" in r else "failed"
         pre = f"{r['presplit_ms']:.3f} ({r['split_only_ms']:.3f})" if "presplit_ms" in r else "failed"
         ratio = f"{r['presplit_vs_cublas']:.2f}x" if "presplit_vs_cublas" in r else "-"
         errs = " / ".join(f"{r[k]:.1e}" if k in r else "-" for k in ("cublas_err", "registers_err", "presplit_err"))
-        lines.append(f"| {r['what']} | {r['M']}x{r['N']}x{r['K']} | {r['cublas_ms']:.3f} | {reg} | {pre} | {ratio} "
-                     f"| {errs} | {r.get('presplit_policy', '-')} |")
+        lines.append(f"| {r['what']} | {r['M']}x{r['N']}x{r['K']} | {r['B']} | {r['cublas_ms']:.3f} | {reg} | {pre} "
+                     f"| {ratio} | {errs} | {r.get('presplit_policy', '-')} |")
     return "\n".join(lines)
 
 
@@ -126,8 +129,8 @@ def main() -> None:
     shapes = SHAPES[:2] if args.quick else SHAPES
     tiles = TILES[:2] if args.quick else TILES
     rows = []
-    for m, n, k, what in shapes:
-        r = run_shape(m, n, k, tiles)
+    for m, n, k, what, b_layout in shapes:
+        r = run_shape(m, n, k, b_layout, tiles)
         r["what"] = what
         rows.append(r)
         print(f"{what}: cuBLAS {r['cublas_ms']:.3f} ms, pre-split {r.get('presplit_ms', float('nan')):.3f} ms",

@@ -149,19 +149,20 @@ def tf32_split(X: Tensor("Bt", "R", "C"), Y: Tensor("Bt", "R", "C3"),
 A_LO_SLOT, B_LO_SLOT = 1, 0  # A' = [hi lo hi], B' = [lo; hi; hi]: the cross terms first, hi*hi last
 
 
-def tf32x3_split_pays(m: int, n: int, k: int) -> bool:
+def tf32x3_split_pays(m: int, n: int, k: int, batch: int = 1) -> bool:
     """Whether a float32 GEMM at three-pass tf32 is faster on pre-split operands (one tf32 GEMM over 3K) than
     splitting every tile in registers. The split moves 16 bytes per element of A and B and costs two launches;
     it pays where the GEMM is compute-bound (each operand element feeds enough outputs: m*n/(m+n) >= 128) and
-    large enough to repay the launches (m*n*k >= 2^30). H100 (benchmarks/results/fp32-gemm-2026-11-23.md):
+    large enough to repay the launches (batch*m*n*k >= 2^30). H100 (benchmarks/results/fp32-gemm-2026-11-23.md):
     4096^3 1.31 ms pre-split against 2.82 ms in registers; 32768x256x64 0.175 against 0.051 ms."""
-    return k >= 16 and m * n >= 128 * (m + n) and m * n * k >= 1 << 30
+    return k >= 16 and m * n >= 128 * (m + n) and batch * m * n * k >= 1 << 30
 
 
 def split_operand(x: torch.Tensor, k_dim: int, lo_slot: int, policy: Policy | None = None,
                   target: str | None = None, kernel_fn: Any = None) -> torch.Tensor:
-    """x (..., K, ...) float32 -> x' with K tripled along k_dim, lo at slot lo_slot and hi at the other two, in
-    x's stride order (a K-contiguous operand stays K-contiguous). 2-D or 3-D (a leading batch dim)."""
+    """x (..., K, ...) float32 -> x' with K tripled along k_dim, lo at slot lo_slot and hi at the other two.
+    2-D or 3-D (a leading batch dim). x' is K-contiguous whatever x's strides: tf32 wgmma reads both operands
+    K-major from shared memory, and an M- or N-major float32 operand drops Triton to a 3-4x slower mma."""
     if x.dtype != torch.float32 or x.dim() not in (2, 3):
         raise ValueError(f"split_operand takes a 2-D or 3-D float32 tensor, got {x.dtype} {tuple(x.shape)}")
     k_dim %= x.dim()
@@ -169,12 +170,7 @@ def split_operand(x: torch.Tensor, k_dim: int, lo_slot: int, policy: Policy | No
     kd = k_dim + (3 - x.dim())
     if kd == 1:  # K is the rows: split the transpose, whose K is the columns
         x3 = x3.transpose(1, 2)
-    shape = (x3.shape[0], x3.shape[1], 3 * x3.shape[2])
-    k_major = x3.stride(2) == 1 or x3.shape[2] == 1
-    if k_major:
-        y = torch.empty(shape, dtype=x.dtype, device=x.device)
-    else:  # the columns (K) are strided: keep the rows contiguous, as x has them
-        y = torch.empty(shape[0], shape[2], shape[1], dtype=x.dtype, device=x.device).transpose(1, 2)
+    y = torch.empty(x3.shape[0], x3.shape[1], 3 * x3.shape[2], dtype=x.dtype, device=x.device)
     pol = (policy or Policy.make(**TF32_SPLIT_POLICY)).with_consts(LO=lo_slot)
     (kernel_fn or tf32_split)(x3, y, policy=pol, **({"target": target} if target else {}))
     if kd == 1:

@@ -18,15 +18,19 @@ def _split(x: torch.Tensor, k_dim: int, lo: int) -> torch.Tensor:
     return split_operand(x, k_dim, lo, target=TARGET)
 
 
-@pytest.mark.parametrize("layout", ["k_contiguous", "k_strided", "batched"])
-def test_split_is_exact_and_keeps_the_stride_order(layout):
+@pytest.mark.parametrize("layout", ["k_contiguous", "a_m_major", "b_n_major", "b_k_major", "batched"])
+def test_split_is_exact_and_k_contiguous(layout):
     seed = fresh_seed()
     k = 53  # not a multiple of the 128-wide column tile
-    if layout == "k_contiguous":
+    if layout == "k_contiguous":  # A (M, K) row-major
         x, k_dim = torch.randn(37, k, device=DEVICE), 1
-    elif layout == "k_strided":
-        x, k_dim = torch.randn(29, k, device=DEVICE).t(), 0  # (K, N) as weight.t() gives it
-    else:
+    elif layout == "a_m_major":  # A = a.T of an untransposed a (K, M): M contiguous
+        x, k_dim = torch.randn(k, 37, device=DEVICE).t(), 1
+    elif layout == "b_n_major":  # B (K, N) row-major, as torch.matmul(a, b) passes it
+        x, k_dim = torch.randn(k, 29, device=DEVICE), 0
+    elif layout == "b_k_major":  # B = weight.t() of an nn.Linear weight (N, K)
+        x, k_dim = torch.randn(29, k, device=DEVICE).t(), 0
+    else:  # a batch of A (B, M, K)
         x, k_dim = torch.randn(3, 19, k, device=DEVICE) * 1e3, 2
     for lo_slot in (0, 1, 2):
         y = _split(x, k_dim, lo_slot)
@@ -37,8 +41,8 @@ def test_split_is_exact_and_keeps_the_stride_order(layout):
         assert torch.equal(hi + lo, x), f"hi + lo must be x exactly (seed {seed})"
         assert int((hi.contiguous().view(torch.int32) & 8191).abs().sum()) == 0, "hi must be a tf32 number"
         assert float(lo.abs().max()) <= float(x.abs().max()) * 2.0 ** -10
-        # the split keeps which dim is contiguous (a K-major weight stays K-major for the mma's loads)
-        assert (y.stride(k_dim) == 1) == (x.stride(k_dim) == 1)
+        # K-contiguous whatever x's layout: tf32 wgmma reads both operands K-major
+        assert y.stride(k_dim) == 1
 
 
 def test_gemm_over_the_split_operands_has_float32_accuracy():
@@ -66,6 +70,7 @@ def test_the_split_pays_only_where_the_gemm_is_compute_bound():
     assert not tf32x3_split_pays(1, 4096, 4096)      # matrix-vector: memory-bound, the split would triple bytes
     assert not tf32x3_split_pays(16384, 16, 4096)    # tall-skinny
     assert not tf32x3_split_pays(4096, 4096, 8)      # almost no K
+    assert not tf32x3_split_pays(512, 256, 1024) and tf32x3_split_pays(512, 256, 1024, batch=32)  # bmm: the batch
 
 
 def _sig(op: str, m: int, n: int, k: int, dtype: torch.dtype = torch.float32, arch: str = "sm_90"):
@@ -93,6 +98,7 @@ def test_float32_plans_split_where_it_pays_and_the_checker_proves_them_at_3k(op)
         pols = spec.policies(spec.template(sig, "cuda"), sig)
         mma = "bmm_kernel" if op == "bmm" else "gemm_epilogue"
         assert "tf32_split" in pols and pols[mma].input_precision == "tf32"
+        assert not pols[mma].persistent and pols[mma].const("BN") == 256  # the pre-split template (H100 sweep)
         assert spec.checked_shapes(sig, pols)[mma]["K"] == 3 * 1024
         entry = ops.make_entry(sig, origin="warmup", target="cuda", verify=True)
         assert entry.verification["status"] == "verified", entry.verification
@@ -133,7 +139,7 @@ def test_the_agent_verifies_and_runs_the_split_the_same_way(monkeypatch):
     # the agent times what runs: at a small shape made to split, its run goes through the split operands
     calls = []
     real = agent_gemm.split_operands
-    monkeypatch.setattr(agent_gemm, "tf32x3_split_pays", lambda m, n, k: True)
+    monkeypatch.setattr(agent_gemm, "tf32x3_split_pays", lambda *dims: True)
     monkeypatch.setattr(agent_gemm, "split_operands", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     prob = Problem("gemm", "bias", {"M": 40, "N": 48, "K": 70}, "float32", device=DEVICE)
     inputs = gemm.make_inputs(prob, generator(DEVICE, seed))

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
 from ...kernels.gemm import ACTIVATIONS, split_operands, tf32x3_split_pays
-from ...policies import gemm_policy
+from ...policies import gemm_policy, presplit_gemm_policy
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, strided
@@ -41,10 +41,10 @@ def parse_epilogue(epilogue: str) -> Epilogue:
     return Epilogue("bias" in parts, acts[0] if acts else "none", "residual" in parts, False)
 
 
-def presplits(policy: Policy, m: int, n: int, k: int) -> bool:
+def presplits(policy: Policy, m: int, n: int, k: int, batch: int = 1) -> bool:
     """Whether a kernel under `policy` runs on pre-split operands: three-pass tf32 where that pays
     (kernels.gemm.tf32_split; argus_inductor.ops makes the same choice for the plans it runs)."""
-    return policy.input_precision == "tf32x3" and tf32x3_split_pays(m, n, k)
+    return policy.input_precision == "tf32x3" and tf32x3_split_pays(m, n, k, batch)
 
 
 def mma_operands(name: str, policies: dict[str, Policy], a: torch.Tensor,
@@ -52,10 +52,23 @@ def mma_operands(name: str, policies: dict[str, Policy], a: torch.Tensor,
     """The policies and operands kernel `name` runs with: A and each B split along K (kernels.gemm.split_operands)
     and one tf32 pass where three-pass tf32 runs on pre-split operands; otherwise unchanged."""
     p = policies[name]
-    if a.dtype != torch.float32 or not presplits(p, a.shape[-2], bs[0].shape[-1], a.shape[-1]):
+    batch = a.shape[0] if a.dim() == 3 else 1
+    if a.dtype != torch.float32 or not presplits(p, a.shape[-2], bs[0].shape[-1], a.shape[-1], batch):
         return policies, (a, *bs)
     return ({**policies, name: replace(p, input_precision="tf32")},
             split_operands(a, *bs))
+
+
+def _template(problem: Problem, target: str) -> Policy:
+    """The template policy: the pre-split tf32 one where a float32 problem runs three-pass tf32 on split operands
+    (as argus_inductor.ops' templates do), else gemm_policy's."""
+    d = problem.dims
+    if target != "interpret" and problem.dtype == "float32":
+        from ...ops import fp32_precision
+
+        if presplits(Policy.make(input_precision=fp32_precision()), d["M"], d["N"], d["K"], d.get("B", 1)):
+            return presplit_gemm_policy(d["M"], d["N"], d["K"])
+    return gemm_policy(d["M"], d["N"], d["K"], target)
 
 
 def _regime(m: int) -> str:
@@ -100,8 +113,7 @@ class GemmSpec(OpSpec):
         return consts
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
-        d = problem.dims
-        pol = gemm_policy(d["M"], d["N"], d["K"], target).as_dict()
+        pol = _template(problem, target).as_dict()
         note = "template default (argus_inductor.policies)"
         if int(pol.get("SPLIT_K", 1)) > 1 and "splitk" in self.variants(problem):
             return Plan({"gemm_splitk": pol, "bias_act_cast": {}}, ("split-k",), note)
@@ -210,8 +222,7 @@ class BmmSpec(OpSpec):
         return _regime(problem.dims["M"])
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
-        d = problem.dims
-        pol = gemm_policy(d["M"], d["N"], d["K"], target)
+        pol = _template(problem, target)
         return Plan({"bmm_kernel": pol.as_dict()}, ("tile-shape",), "template default (argus_inductor.policies)")
 
     def make_inputs(self, problem: Problem, gen: torch.Generator) -> Inputs:
@@ -238,7 +249,7 @@ class BmmSpec(OpSpec):
 
     def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
         d = problem.dims
-        k = d["K"] * (3 if presplits(policy, d["M"], d["N"], d["K"]) else 1)
+        k = d["K"] * (3 if presplits(policy, d["M"], d["N"], d["K"], d["B"]) else 1)
         return {"Bt": d["B"], "M": d["M"], "N": d["N"], "K": k}, []
 
     def flops(self, problem: Problem) -> float:
