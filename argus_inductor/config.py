@@ -50,6 +50,7 @@ class Options:
     tune_seconds: float = 20.0     # ARGUS_TUNE_SECONDS: policy search per library-op signature (ON_MISS=synthesize)
     tune_candidates: int = 24      # ARGUS_TUNE_CANDIDATES: most policies that search times per signature
     tune_lock: str = ""            # ARGUS_TUNE_LOCK: a file locked while timing (processes sharing a GPU take turns)
+    replay: bool = True            # ARGUS_REPLAY: replay an op call's recorded launches (argus_inductor.replay)
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
@@ -66,6 +67,7 @@ class Options:
             "tune_seconds": env_number("ARGUS_TUNE_SECONDS", 20.0, float),
             "tune_candidates": env_number("ARGUS_TUNE_CANDIDATES", 24, int),
             "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),
+            "replay": _env_bool("ARGUS_REPLAY", True),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

@@ -426,7 +426,7 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
         # run_op keys the call by the float operands' metadata itself; the memo adds the others' (masks, targets)
         others = [ops.tensor_key(t) for t in present if not t.is_floating_point()]
         out = ops.run_op(node_id, sig, run, fallback, floats, (name, args, tuple(t is None for t in ts), *others),
-                         flops=lambda out: op.flops(ts, a, out))
+                         flops=lambda out: op.flops(ts, a, out), inputs=present)
     # a functional op: its result never shares memory with an operand (a reference that returns a view is copied)
     if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for t in present):

@@ -83,6 +83,7 @@ def set_active_options(opts: Options) -> None:
     global _ACTIVE
     if opts != _ACTIVE:
         _RESOLVED.clear()  # plans were resolved under the old options (cache dir, on-miss, interpret)
+        _REPLAYS.clear()
     _ACTIVE = opts
 
 
@@ -648,6 +649,7 @@ def forget_plans() -> None:
         _PLANS.clear()
         _RESOLVED.clear()
         _FLOPS.clear()
+        _REPLAYS.clear()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -657,6 +659,9 @@ _SIG_MEMO: dict[tuple, Signature] = {}
 # call site + operand metadata -> (signature, plan, target, fallback reason); its FLOPs. Dropped with the plans.
 _RESOLVED: dict[tuple, tuple[Signature, Plan | None, str | None, str | None]] = {}
 _FLOPS: dict[tuple, int] = {}
+# call site + operand metadata -> the recorded launches of its plan (argus_inductor.replay), or None where the
+# host function cannot be replayed. Dropped with the plans.
+_REPLAYS: dict[tuple, Any] = {}
 
 
 def _memo_sig(parts: tuple, make: Callable[[], Signature]) -> Signature:
@@ -675,9 +680,11 @@ def tensor_key(t: Tensor) -> tuple:
 
 def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
            fallback_fn: Callable[[], Tensor], tensors: list[Tensor], memo: tuple = (),
-           flops: int | Callable[[Tensor], int] = 0) -> Tensor:
+           flops: int | Callable[[Tensor], int] = 0, inputs: list[Tensor] | None = None) -> Tensor:
     """One call of an Argus op: its signature, its plan (or the aten fallback), the launch, and the report entry
-    (source, time, and the call's FLOPs as FlopCounterMode counts them: a number, or a function of the output)."""
+    (source, time, and the call's FLOPs as FlopCounterMode counts them: a number, or a function of the output).
+    `inputs`: every tensor the host function reads (default `tensors`), for replaying its launches; `memo` and
+    the metadata of `tensors` must decide everything else the host function does."""
     key = (node_id, *memo, *(tensor_key(t) for t in tensors))
     hit = _RESOLVED.get(key)  # the hot path: this call site with these shapes was resolved before
     if hit is not None:
@@ -699,6 +706,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
             if len(_RESOLVED) > 4096:
                 _RESOLVED.clear()
                 _FLOPS.clear()
+                _REPLAYS.clear()
             _RESOLVED[key] = (sig, plan, target, reason)
     # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture
     timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
@@ -708,7 +716,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     out = None
     if plan is not None:
         try:
-            out = kernel_fn(plan, target)  # type: ignore[arg-type]
+            out = _launch(key, plan, target, kernel_fn, tensors if inputs is None else inputs)  # type: ignore
             source = plan.label()
         except Exception as e:
             _say_once(f"argus: the {plan.source} kernel for {sig.short()} failed ({type(e).__name__}: {e}); "
@@ -730,6 +738,29 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         n = flops
     _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None, n)
     return out
+
+
+def _launch(key: tuple, plan: Plan, target: str, kernel_fn: Callable[[Plan, str], Tensor],
+            inputs: list[Tensor]) -> Tensor:
+    """The plan's host function on this call's operands: replayed from its recorded launches where this call site
+    with this metadata was recorded before, recorded now on its first call (argus_inductor.replay)."""
+    if not _ACTIVE.replay:
+        return kernel_fn(plan, target)
+    rec = _REPLAYS.get(key, False)
+    if rec is False:
+        from .replay import record
+
+        out, rec, why = record(lambda: kernel_fn(plan, target), inputs)
+        if why is not None:
+            log.debug("argus: no replay for %s: %s", key[0], why)
+        with _LOCK:
+            _REPLAYS[key] = rec
+        return out
+    if rec is not None:
+        out = rec.replay(inputs)
+        if out is not None:
+            return out
+    return kernel_fn(plan, target)
 
 
 def _epilogue(*parts: str) -> str:

@@ -25,6 +25,9 @@ from .policy import Policy
 from .types import TensorDType
 
 _LOCK = threading.Lock()
+# observe_launches(): a function called with (compiled kernel, flat arguments, programs, what Triton returned)
+# after every launch in this thread (argus_inductor.replay records an op call's launches through it)
+_OBSERVER = threading.local()
 _COMPILED: dict[tuple[str, str, str], CompiledKernel] = {}
 
 
@@ -247,13 +250,65 @@ class CompiledKernel:
                 flat[pos] = args[src] if isinstance(src, int) else kwargs[src]
         if programs == 0:
             return
+        observer = getattr(_OBSERVER, "fn", None)
         try:
-            self.fn[(programs,)](*flat, **self._opts)
+            if observer is not None:
+                _OBSERVER.launching = True
+            launched = self.fn[(programs,)](*flat, **self._opts)
         except Exception as e:
             if type(e).__name__ == "OutOfResources":
                 raise LaunchError(f"policy {self.policy.key()} does not fit kernel {self.ir.name} on this GPU "
                                   f"({e}); choose smaller tiles or fewer stages") from e
             raise
+        finally:
+            _OBSERVER.launching = False
+        if observer is not None:
+            observer(self, flat, programs, launched)
+
+    def launch_flat(self, flat: list[Any], programs: int, launched: Any = None, stream: int | None = None) -> None:
+        """Launch with an already bound argument list (as __call__ builds it). `launched`, the compiled Triton kernel
+        an earlier launch returned, and `stream` skip Triton's binding and specialization: the caller vouches that
+        the arguments specialize as that launch's did (same metadata, same 16-byte alignment of every pointer)."""
+        order = self._direct_order() if launched is not None and stream is not None else None
+        if order is None:
+            self.fn[(programs,)](*flat, **self._opts)
+            return
+        full = [flat[i] if i >= 0 else v for i, v in order]
+        launched.run(programs, 1, 1, stream, launched.function, launched.packed_metadata, None, None, None, *full)
+
+    def _direct_order(self) -> list[tuple[int, Any]] | None:
+        """The Triton function's parameters in order, each (index into the flat list, None) or (-1, its constexpr
+        value): what its launcher takes. None where that cannot be worked out (then launches go through Triton)."""
+        order = getattr(self, "_order", False)
+        if order is False:
+            names = getattr(self.fn, "arg_names", None)
+            index = {n: i for i, n in enumerate(self.source.arg_names)}
+            order = None
+            if names is not None and all(n in index or n in self.consts for n in names) and \
+                    len(index) == sum(n in index for n in names):
+                order = [(index[n], None) if n in index else (-1, self.consts[n]) for n in names]
+            self._order = order
+        return order
+
+
+def launching() -> bool:
+    """Whether this thread is inside an observed kernel launch (Triton's own work, not the caller's)."""
+    return getattr(_OBSERVER, "launching", False)
+
+
+class observe_launches:
+    """Context manager: call `fn(compiled, flat, programs, launched)` after each DSL kernel launch in this thread."""
+
+    def __init__(self, fn: Callable[[CompiledKernel, list[Any], int, Any], None]) -> None:
+        self.fn = fn
+
+    def __enter__(self) -> observe_launches:
+        self.prev = getattr(_OBSERVER, "fn", None)
+        _OBSERVER.fn = self.fn
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _OBSERVER.fn = self.prev
 
 
 _SMS: dict[Any, int] = {}

@@ -1,0 +1,153 @@
+"""Replayed launches (argus_inductor.replay): an op call's first run records its allocations and DSL launches, and
+later calls with the same metadata replay them on their own operands with the same result as eager; a host
+function that does other device work, reads a tensor from outside its operands, mutates one, or meets a pointer
+aligned differently is never replayed wrongly: it runs in full."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import argus_inductor  # noqa: F401  (registers backend="argus")
+from argus_inductor import ops
+from argus_inductor.config import Options
+from argus_inductor.dsl import Policy, Tensor, arange, cdiv, constexpr, kernel, load, store, tile_grid
+from argus_inductor.matchers import rewrite
+from argus_inductor.replay import Recording, record
+
+from .graphs import capture
+from .test_library_ops import CASES, CHAINS, KINDS
+
+
+@kernel
+def axpy(X: Tensor("N"), Y: Tensor("N"), Out: Tensor("N"), a: float, BLOCK: constexpr = 16):
+    (pid,) = tile_grid(cdiv(N, BLOCK))
+    r = pid * BLOCK + arange(BLOCK)
+    store(Out[r], a * load(X[r]) + load(Y[r]))
+
+
+POLICY = Policy.make(BLOCK=16)
+
+
+def _axpy(x: torch.Tensor, y: torch.Tensor, a: float = 2.0) -> torch.Tensor:
+    out = torch.empty_like(x)
+    axpy(x, y, out, a, policy=POLICY, target="interpret")
+    return out
+
+
+def _fresh(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.bool:
+        return torch.rand(t.shape) > 0.3
+    if not t.is_floating_point():
+        return torch.randint(0, int(t.max()) + 1, t.shape, dtype=t.dtype)
+    return torch.rand_like(t) + 0.5 if bool((t > 0).all()) else torch.randn_like(t)
+
+
+def test_a_recorded_call_replays_on_new_operands():
+    x, y = torch.randn(37), torch.randn(37)
+    out, rec, why = record(lambda: _axpy(x, y).view(37, 1)[:, 0], [x, y])
+    assert why is None and isinstance(rec, Recording)
+    assert len(rec.launches) == 1 and len(rec.allocs) == 1
+    torch.testing.assert_close(out, 2 * x + y)
+    x2, y2 = torch.randn(37), torch.randn(37)
+    again = rec.replay([x2, y2])
+    torch.testing.assert_close(again, 2 * x2 + y2)
+    assert again.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()  # a fresh output buffer
+    # operands that are views at another offset of a bigger buffer: the views follow them
+    big = torch.randn(80)
+    torch.testing.assert_close(rec.replay([big[4:41], big[40:77]]), 2 * big[4:41] + big[40:77])
+
+
+def test_a_host_function_that_computes_with_torch_is_not_recorded():
+    x, y = torch.randn(37), torch.randn(37)
+    out, rec, why = record(lambda: _axpy(x, y) + 1, [x, y])
+    assert rec is None and "aten.add" in why
+    torch.testing.assert_close(out, 2 * x + y + 1)
+
+
+def test_a_tensor_from_outside_the_operands_is_not_recorded():
+    x, y = torch.randn(37), torch.randn(37)
+    captured = torch.randn(37)
+    _, rec, why = record(lambda: _axpy(x, captured), [x, y])
+    assert rec is None and "not a view of an operand" in why
+
+
+def test_a_mutating_host_function_is_not_recorded():
+    x, y = torch.randn(37), torch.randn(37)
+
+    def run() -> torch.Tensor:
+        out = _axpy(x, y)
+        return out.mul_(3)
+    _, rec, why = record(run, [x, y])
+    assert rec is None and "mul_" in why
+
+
+def test_operands_sharing_storage_are_not_recorded():
+    base = torch.randn(74)
+    x, y = base[:37], base[37:]
+    _, rec, why = record(lambda: _axpy(x, y), [x, y])
+    assert rec is None and why
+
+
+def test_a_pointer_aligned_differently_from_the_recorded_one_is_not_replayed():
+    x, y = torch.randn(37), torch.randn(37)
+    _, rec, _ = record(lambda: _axpy(x, y), [x, y])
+    assert rec is not None and all(rec.launches[0].aligned)
+    big = torch.randn(40)
+    assert rec.replay([big[1:38], y]) is None  # 4 bytes in: the kernel may have been specialized on alignment
+
+
+def test_scalars_and_fills_are_recorded():
+    x, y = torch.randn(20), torch.randn(20)
+
+    def run() -> torch.Tensor:
+        ones = torch.ones(20)
+        return _axpy(x, ones, 0.5)
+    _, rec, why = record(run, [x, y])
+    assert why is None and rec.allocs[0].fill == 1
+    x2 = torch.randn(20)
+    torch.testing.assert_close(rec.replay([x2, y]), 0.5 * x2 + 1)
+
+
+def _run_twice(fn, args, kinds):
+    gm, inputs = capture(fn, *args)
+    rewrite(gm, kinds)
+    recorded = []
+    with torch.no_grad():
+        for _ in range(3):
+            fresh = [_fresh(t) for t in args]
+            out, ref = gm(*fresh), fn(*fresh)
+            out = out if isinstance(out, (tuple, list)) else (out,)
+            ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+            for o, r in zip(out, ref):
+                torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-4)
+            recorded.append(sum(v is not None for v in ops._REPLAYS.values()))
+    return recorded
+
+
+# host functions that copy an operand with torch before their kernels (conv weight relayout, a reduction's
+# permute to contiguous, a mask or target conversion): they run in full on every call
+COPIES = {"conv2d+relu", "conv1d_grouped_dilated", "conv_transpose2d", "sum_dims_keepdim", "masked_cumsum",
+          "cross_entropy", "conv_epilogue", "conv_transpose_epilogue"}
+
+
+@pytest.mark.parametrize("case", list(CASES) + list(CHAINS))
+def test_library_ops_replay_with_fresh_inputs_and_match_eager(case: str, fresh_cache, monkeypatch) -> None:
+    fn, args, _ = CASES.get(case) or CHAINS[case]
+    replays = []
+    real = Recording.replay
+    monkeypatch.setattr(Recording, "replay", lambda self, inputs: replays.append(1) or real(self, inputs))
+    recorded = _run_twice(fn, args, (*KINDS, "gemm", "pointwise"))  # each call's result equals eager's
+    assert ops._REPLAYS, "every call site is looked at on its first call"
+    if case in COPIES:
+        assert recorded == [0, 0, 0] and not replays
+    else:  # every op call site is recorded on its first call and replayed on the two after
+        assert recorded[0] == len(ops._REPLAYS), ops._REPLAYS
+        assert len(replays) == 2 * recorded[0]
+
+
+def test_replay_off(fresh_cache, monkeypatch) -> None:
+    monkeypatch.setenv("ARGUS_REPLAY", "0")
+    ops.set_active_options(Options.resolve())
+    fn, args, _ = CASES["layer_norm"]
+    _run_twice(fn, args, KINDS)
+    assert not ops._REPLAYS
