@@ -66,9 +66,10 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
     # once, at capture. On by default on a GPU (as in vLLM and mode="max-autotune"); ARGUS_CUDAGRAPHS=0 or
     # mode="default" turns it off.
-    # A replay first copies every input that has no static address into the graph's own buffers: for inputs of
-    # hundreds of megabytes that copy costs more than the host launch work the graph saves (measured on the H100:
-    # about 0.2 ms per Argus op, the copy of 256 MB), so such graphs run without one.
+    # A replay first copies every input that has no static address into the graph's own buffers: for large inputs
+    # that copy costs more than the host launch work the graph saves (measured on the H100 with replayed launches,
+    # argus_inductor.replay: about 0.1 ms per Argus op, the copy of some 100 MB; default 32 MB per op), so such
+    # graphs run without one.
     graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and mode != "default"
     copied = copied_input_bytes(example_inputs) if graphs else 0
     argus_ops = sum(1 for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus."))

@@ -45,7 +45,7 @@ class Options:
     verify: bool = True            # ARGUS_VERIFY: run the invariant checker on kernels stored in the cache
     optimize: bool = True          # ARGUS_OPTIMIZE: replace traced MoE expert blocks by torch.ops.argus.moe
     cudagraphs: bool = True        # ARGUS_CUDAGRAPHS: on a GPU, let Inductor capture the graph in CUDA graphs
-    cudagraph_copy_mb: float = 256.0  # ARGUS_CUDAGRAPH_COPY_MB: per Argus op in the graph; no CUDA graph when a
+    cudagraph_copy_mb: float = 32.0  # ARGUS_CUDAGRAPH_COPY_MB: per Argus op in the graph; no CUDA graph when a
     #                                   replay would copy more input bytes than that
     tune_seconds: float = 20.0     # ARGUS_TUNE_SECONDS: policy search per library-op signature (ON_MISS=synthesize)
     tune_candidates: int = 24      # ARGUS_TUNE_CANDIDATES: most policies that search times per signature
@@ -63,7 +63,7 @@ class Options:
             "verify": _env_bool("ARGUS_VERIFY", True),
             "optimize": _env_bool("ARGUS_OPTIMIZE", True),
             "cudagraphs": _env_bool("ARGUS_CUDAGRAPHS", True),
-            "cudagraph_copy_mb": env_number("ARGUS_CUDAGRAPH_COPY_MB", 256.0, float),
+            "cudagraph_copy_mb": env_number("ARGUS_CUDAGRAPH_COPY_MB", 32.0, float),
             "tune_seconds": env_number("ARGUS_TUNE_SECONDS", 20.0, float),
             "tune_candidates": env_number("ARGUS_TUNE_CANDIDATES", 24, int),
             "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),

@@ -148,7 +148,7 @@ class OpSpec:
         if not self.presplit:
             return False
         d = sig.dims()
-        return tf32x3_split_pays(d.get("M", 1), d["N"], d["K"], d.get("B", 1))
+        return tf32x3_split_pays(d.get("M", 1), d["N"], d["K"])
 
     def checked_shapes(self, sig: Signature, policies: dict[str, Policy]) -> dict[str, dict[str, int]]:
         """Shape symbols per kernel for the checker: the signature's, with K tripled for the mma kernels that
@@ -200,7 +200,7 @@ def _presplit_template(sig: Signature, target: str) -> Policy | None:
         return None
     d = sig.dims()
     m, n, k = d.get("M", 1), d["N"], d["K"]
-    return presplit_gemm_policy(m, n, k) if tf32x3_split_pays(m, n, k, d.get("B", 1)) else None
+    return presplit_gemm_policy(m, n, k) if tf32x3_split_pays(m, n, k) else None
 
 
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:

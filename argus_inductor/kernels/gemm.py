@@ -149,13 +149,20 @@ def tf32_split(X: Tensor("Bt", "R", "C"), Y: Tensor("Bt", "R", "C3"),
 A_LO_SLOT, B_LO_SLOT = 1, 0  # A' = [hi lo hi], B' = [lo; hi; hi]: the cross terms first, hi*hi last
 
 
-def tf32x3_split_pays(m: int, n: int, k: int, batch: int = 1) -> bool:
-    """Whether a float32 GEMM at three-pass tf32 is faster on pre-split operands (one tf32 GEMM over 3K) than
-    splitting every tile in registers. The split moves 16 bytes per element of A and B and costs two launches;
+SPLIT_MAX_K = 8192  # beyond it the tensor cores' truncating accumulation over 3K steps loses float32 accuracy
+
+
+def tf32x3_split_pays(m: int, n: int, k: int) -> bool:
+    """Whether a float32 GEMM at three-pass tf32 should run on pre-split operands (one tf32 GEMM over 3K) rather
+    than split every tile in registers. The split moves 16 bytes per element of A and B and costs two launches;
     it pays where the GEMM is compute-bound (each operand element feeds enough outputs: m*n/(m+n) >= 128) and
-    large enough to repay the launches (batch*m*n*k >= 2^30). H100 (benchmarks/results/fp32-gemm-2026-11-23.md):
-    4096^3 1.31 ms pre-split against 2.82 ms in registers; 32768x256x64 0.175 against 0.051 ms."""
-    return k >= 16 and m * n >= 128 * (m + n) and batch * m * n * k >= 1 << 30
+    large enough to repay the launches (m*n*k >= 2^30). It stays accurate while K is moderate: the tensor cores
+    accumulate 3K products into one float32 sum, truncating at each step, where the in-register split adds each
+    K tile's product to the running sum in IEEE float32. Measured on H100 (benchmarks/results/fp32-gemm-2026-11-23):
+    4096^3 1.3 ms pre-split against 2.8 ms in registers, max relative error 1.2e-5 (cuBLAS 3e-6, one tf32 pass
+    8e-4); at K = 131072 the pre-split error reached 1.5e-3, hence SPLIT_MAX_K. A batch of small matrices
+    (bmm 32 x 512x256x1024) ran slower split (0.50 against 0.38 ms), so the size test is per matrix."""
+    return 16 <= k <= SPLIT_MAX_K and m * n >= 128 * (m + n) and m * n * k >= 1 << 30
 
 
 def split_operand(x: torch.Tensor, k_dim: int, lo_slot: int, policy: Policy | None = None,

@@ -41,10 +41,10 @@ def parse_epilogue(epilogue: str) -> Epilogue:
     return Epilogue("bias" in parts, acts[0] if acts else "none", "residual" in parts, False)
 
 
-def presplits(policy: Policy, m: int, n: int, k: int, batch: int = 1) -> bool:
+def presplits(policy: Policy, m: int, n: int, k: int) -> bool:
     """Whether a kernel under `policy` runs on pre-split operands: three-pass tf32 where that pays
     (kernels.gemm.tf32_split; argus_inductor.ops makes the same choice for the plans it runs)."""
-    return policy.input_precision == "tf32x3" and tf32x3_split_pays(m, n, k, batch)
+    return policy.input_precision == "tf32x3" and tf32x3_split_pays(m, n, k)
 
 
 def mma_operands(name: str, policies: dict[str, Policy], a: torch.Tensor,
@@ -52,8 +52,7 @@ def mma_operands(name: str, policies: dict[str, Policy], a: torch.Tensor,
     """The policies and operands kernel `name` runs with: A and each B split along K (kernels.gemm.split_operands)
     and one tf32 pass where three-pass tf32 runs on pre-split operands; otherwise unchanged."""
     p = policies[name]
-    batch = a.shape[0] if a.dim() == 3 else 1
-    if a.dtype != torch.float32 or not presplits(p, a.shape[-2], bs[0].shape[-1], a.shape[-1], batch):
+    if a.dtype != torch.float32 or not presplits(p, a.shape[-2], bs[0].shape[-1], a.shape[-1]):
         return policies, (a, *bs)
     return ({**policies, name: replace(p, input_precision="tf32")},
             split_operands(a, *bs))
@@ -66,7 +65,7 @@ def _template(problem: Problem, target: str) -> Policy:
     if target != "interpret" and problem.dtype == "float32":
         from ...ops import fp32_precision
 
-        if presplits(Policy.make(input_precision=fp32_precision()), d["M"], d["N"], d["K"], d.get("B", 1)):
+        if presplits(Policy.make(input_precision=fp32_precision()), d["M"], d["N"], d["K"]):
             return presplit_gemm_policy(d["M"], d["N"], d["K"])
     return gemm_policy(d["M"], d["N"], d["K"], target)
 
@@ -249,7 +248,7 @@ class BmmSpec(OpSpec):
 
     def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
         d = problem.dims
-        k = d["K"] * (3 if presplits(policy, d["M"], d["N"], d["K"], d["B"]) else 1)
+        k = d["K"] * (3 if presplits(policy, d["M"], d["N"], d["K"]) else 1)
         return {"Bt": d["B"], "M": d["M"], "N": d["N"], "K": k}, []
 
     def flops(self, problem: Problem) -> float:
