@@ -265,9 +265,12 @@ def _check_input(x: torch.Tensor, what: str) -> None:
 def _tile_policy(nc: int, ow: int, target: str, **extra: int) -> Policy:
     if target == "interpret":
         return Policy.make(BC=pow2_between(nc, 1, 16), BW=pow2_between(ow, 1, 16), **extra)
-    bw = pow2_between(ow, 16, 128)
-    bc = pow2_between(nc, 1, builtins.max(1, 2048 // bw))
-    return Policy.make(BC=bc, BW=bw, num_warps=4 if bc * bw <= 1024 else 8, num_stages=1, **extra)
+    # about 256 outputs per program, at least 64 columns wide: on H100 (16x64x224x224, 3x3 window, stride 2) 2x128
+    # tiles ran 0.076 ms where 16x128 ran 0.251 and 32x32 0.459 (eager 0.197, Inductor 0.077); a 3-D average pool
+    # with 32 output columns ran 0.33 ms at 4x64 against 1.07 at 16x128 (eager 0.54)
+    bw = pow2_between(ow, 64, 128)
+    bc = pow2_between(nc, 1, builtins.max(1, 256 // bw))
+    return Policy.make(BC=bc, BW=bw, num_warps=4, num_stages=1, **extra)
 
 
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
