@@ -22,6 +22,11 @@ def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
             return Policy.make(BM=64, BN=64, BK=128, num_warps=4, num_stages=4)
         return Policy.make(BM=128, BN=128 if n >= 8192 else 64, BK=128 if n < 8192 else 64, num_warps=8,
                            num_stages=4)
+    tiles = -(-m // 128) * -(-n // 128)
+    if tiles < 32 and k >= 8 * max(m, n):  # a long K over a few output tiles: split K so every SM streams
+        # (KernelBench 15, 256x256x131072: 4 tiles of 128x128; unsplit, 2-4 programs walk all of K)
+        return Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3,
+                           SPLIT_K=max(2, min(64, 128 // tiles)))
     return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
                        persistent=True)
 
