@@ -1,0 +1,39 @@
+"""Replayed launches on the device the tests run on: a recorded layer norm (two DSL launches with a statistics
+buffer between them) replays on fresh operands with the kernels' own results; on a GPU the replay goes straight
+through Triton's launcher, and a pointer aligned differently from the recorded one is refused."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from argus_inductor.kernels.normalize import layer_norm
+from argus_inductor.replay import record
+
+from ._support import DEVICE, ON_GPU, fresh_seed, rel_err
+
+TARGET = None if ON_GPU else "interpret"
+
+
+def _ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return layer_norm(x, x.shape[-1], w, b, 1e-5, target=TARGET)
+
+
+def test_layer_norm_replays_on_fresh_operands():
+    seed = fresh_seed()
+    rows, cols = 37, 300
+    x, w, b = (torch.randn(rows, cols, device=DEVICE), torch.randn(cols, device=DEVICE),
+               torch.randn(cols, device=DEVICE))
+    out, rec, why = record(lambda: _ln(x, w, b), [x, w, b])
+    assert why is None, why
+    assert rec.launches, "the layer norm's kernels were seen"
+    # on a GPU every launch keeps Triton's compiled kernel, so a replay skips Triton's binding
+    assert rec.direct == ON_GPU and all((ln.launched is not None) == ON_GPU for ln in rec.launches)
+    for _ in range(3):
+        x2, w2, b2 = torch.randn_like(x), torch.randn_like(w), torch.randn_like(b)
+        again = rec.replay([x2, w2, b2])
+        ref = F.layer_norm(x2.double(), (cols,), w2.double(), b2.double(), 1e-5)
+        assert rel_err(again, ref) < 1e-5, f"seed {seed}"
+        assert again.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()
+    big = torch.randn(rows * cols + 1, device=DEVICE)
+    shifted = big[1:].view(rows, cols)  # 4 bytes off a 16-byte boundary
+    assert rec.replay([shifted, w, b]) is None
