@@ -3,18 +3,20 @@
 A compiled model calls each Argus op with operands of the same shapes, strides and dtypes again and again; only
 their addresses change. The op's host function (tile sizes, views, output allocation, binding and grid) works out
 the same launches every time, and on a small problem that Python costs more than the kernels run. The first call
-of a call site with given operand metadata runs the host function while recording:
+of a call site with given operand metadata runs the host function while recording, in order:
 
-* every tensor allocation (torch.empty, empty_strided, new_empty, zeros: shape, strides, dtype, zero fill),
+* every tensor allocation (torch.empty, empty_strided, new_empty, zeros, ones, full: shape, strides, dtype, fill),
+* every copy (clone, a same-device dtype conversion, copy_/zero_/fill_ into an allocation): a weight relayout,
+  a permute made contiguous, a mask converted to int8,
 * every DSL kernel launch (dsl.runtime.observe_launches): the compiled kernel, its grid, and each argument as a
-  constant or as a view (offset, shape, strides) of an operand or of an allocation,
+  constant or as a view (offset, shape, strides) of an operand, an allocation or a copy,
 * the result, as such a view.
 
-Later calls re-create the allocations, rebuild the views of their own operands and launch straight through
-Triton's launcher (skipping its binding and specialization, so each pointer's 16-byte alignment is checked
-against the recorded one; a difference runs the host function). A host function that does anything else on the
-device (a torch op that computes, a read of a tensor's value, a tensor from outside its operands) is not
-recorded: it runs in full on every call, as without replay. ARGUS_REPLAY=0 turns replay off.
+Later calls re-run those steps on their own operands and launch straight through Triton's launcher (skipping its
+binding and specialization, so each operand view's 16-byte alignment is checked against the recorded one before
+anything runs; a difference runs the host function). A host function that does anything else on the device (a
+torch op that computes, a read of a tensor's value, a write into an operand, a tensor from outside its operands)
+is not recorded: it runs in full on every call, as without replay. ARGUS_REPLAY=0 turns replay off.
 """
 from __future__ import annotations
 
@@ -52,46 +54,67 @@ class _Alloc:
     fill: Any                     # the value the allocation was filled with, or None
 
 
+# copies a host function may make (re-run at replay on the same views): op -> whether it writes its first argument
+_COPIES = {aten.clone.default: False, aten._to_copy.default: False, aten.copy_.default: True,
+           aten.zero_.default: True, aten.fill_.Scalar: True}
+_CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
 @dataclass
 class _Launch:
     kernel: CompiledKernel
     programs: int
     args: list[Source]
     launched: Any                 # Triton's compiled kernel from the recorded launch (None in the interpreter)
-    aligned: tuple[bool, ...]     # per tensor argument: its address was 16-byte aligned when recorded
+
+
+@dataclass
+class _Copy:
+    func: Any
+    args: tuple                   # tensors as Sources, the rest constants
+    kwargs: dict[str, Any]
+    fresh: bool                   # the result is a new buffer (clone, _to_copy), not its first argument
 
 
 class Recording:
-    """The launches of one op call, replayable on operands of the same metadata."""
+    """The steps of one op call (allocations, copies, launches, in order), replayable on operands of the same
+    metadata."""
 
-    def __init__(self, allocs: list[_Alloc], launches: list[_Launch], result: Source) -> None:
-        self.allocs, self.launches, self.result = allocs, launches, result
-        self.direct = any(ln.launched is not None and ln.kernel.target in ("cuda", "hip") for ln in launches)
+    def __init__(self, steps: list[_Alloc | _Copy | _Launch], result: Source,
+                 alignment: list[tuple[int, int, bool]]) -> None:
+        self.steps, self.result = steps, result
+        self.alignment = alignment  # (operand, byte offset, 16-byte aligned when recorded) of each launch argument
+        self.launches = [s for s in steps if isinstance(s, _Launch)]
+        self.allocs = [s for s in steps if isinstance(s, _Alloc)]
+        self.direct = any(ln.launched is not None and ln.kernel.target in ("cuda", "hip") for ln in self.launches)
 
     def replay(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor | None:
-        """The op's result on `inputs`; None where an address is aligned differently from the recorded call (the
-        caller runs the host function then)."""
-        bufs = []
-        for a in self.allocs:
-            b = torch.empty_strided(a.shape, a.stride, dtype=a.dtype, device=a.device)
-            bufs.append(b if a.fill is None else b.fill_(a.fill))
+        """The op's result on `inputs`; None, before anything runs, where an operand view is aligned differently
+        from the recorded call (the caller runs the host function then)."""
+        for i, offset, aligned in self.alignment:
+            if ((inputs[i].data_ptr() + offset) % 16 == 0) != aligned:
+                return None
+        bufs: list[torch.Tensor] = []
         stream = None  # no stream: every launch goes through Triton's own path
         if self.direct and _no_launch_hooks():
             stream = _raw_stream(inputs[0].device)
-        for ln in self.launches:
-            flat = []
-            i = 0
-            for src in ln.args:
-                if src[0] == "const":
-                    flat.append(src[1])
-                    continue
-                t = _view(src, inputs, bufs)
-                if (t.data_ptr() % 16 == 0) != ln.aligned[i]:
-                    return None
-                i += 1
-                flat.append(t)
-            ln.kernel.launch_flat(flat, ln.programs, ln.launched, stream)
+        for step in self.steps:
+            if isinstance(step, _Launch):
+                flat = [_view(a, inputs, bufs) if a[0] != "const" else a[1] for a in step.args]
+                step.kernel.launch_flat(flat, step.programs, step.launched, stream)
+            elif isinstance(step, _Alloc):
+                b = torch.empty_strided(step.shape, step.stride, dtype=step.dtype, device=step.device)
+                bufs.append(b if step.fill is None else b.fill_(step.fill))
+            else:
+                args = [_view(a, inputs, bufs) if _is_source(a) else a for a in step.args]
+                out = step.func(*args, **step.kwargs)
+                if step.fresh:
+                    bufs.append(out)
         return _view(self.result, inputs, bufs)
+
+
+def _is_source(a: Any) -> bool:
+    return isinstance(a, tuple) and len(a) == 5 and a[0] in ("in", "buf")
 
 
 def _raw_stream(device: torch.device) -> int:
@@ -137,34 +160,62 @@ def _is_view(func: Any, args: tuple, out: Any) -> bool:
 
 
 class _Recorder(TorchDispatchMode):
-    """Watches one host-function call: allocations and views pass, anything else marks it unrecordable."""
+    """Watches one host-function call: allocations, copies and views pass, anything else marks it unrecordable."""
 
     def __init__(self, inputs: Sequence[torch.Tensor]) -> None:
         super().__init__()
         self.inputs = list(inputs)
-        self.allocs: list[_Alloc] = []
-        self.buffers: list[torch.Tensor] = []
-        self.launches: list[_Launch] = []
+        self.steps: list[_Alloc | _Copy | _Launch] = []
+        self.buffers: list[torch.Tensor] = []   # what each "buf" Source indexes: allocations and copies, in order
+        self.alignment: list[tuple[int, int, bool]] = []
         self.why: str | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if launching():  # the launch's own work (the interpreter copies operands): not the host function's
+        if launching() or self.why is not None:  # the launch's own work (the interpreter copies operands)
             return out
         fill = _ALLOC.get(func)
         if fill is not None:
             value = fill(args, kwargs)
             if not (value is None or type(value) in (int, float, bool)):
-                self.why = self.why or f"{func} fills with a {type(value).__name__}"
-            self.allocs.append(_Alloc(tuple(out.shape), tuple(out.stride()), out.dtype, out.device, value))
+                self.why = f"{func} fills with a {type(value).__name__}"
+            self.steps.append(_Alloc(tuple(out.shape), tuple(out.stride()), out.dtype, out.device, value))
             self.buffers.append(out)
-        elif self.why is None and not _is_view(func, args, out):
+        elif func in _COPIES:
+            self.copy(func, args, kwargs, out)
+        elif not _is_view(func, args, out):
             self.why = f"the host function runs {func}"
         return out
 
+    def copy(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        writes = _COPIES[func]
+        srcs: list[Any] = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                src = self.source(a)
+                if src is None or (writes and i == 0 and src[0] != "buf"):
+                    self.why = f"{func} {'writes' if writes and i == 0 else 'reads'} a tensor that is not " \
+                               f"{'an allocation' if writes and i == 0 else 'a view of an operand'}"
+                    return
+                srcs.append(src)
+            elif isinstance(a, _CONSTANT_TYPES):
+                srcs.append(a)
+            else:
+                self.why = f"{func} takes a {type(a).__name__}"
+                return
+        if any(not isinstance(v, _CONSTANT_TYPES) for v in kwargs.values()):
+            self.why = f"{func} takes a keyword argument that is not a constant"
+            return
+        if not writes and (not isinstance(out, torch.Tensor) or out.device != args[0].device):
+            self.why = f"{func} moves a tensor to another device"
+            return
+        self.steps.append(_Copy(func, tuple(srcs), dict(kwargs), not writes))
+        if not writes:
+            self.buffers.append(out)
+
     def source(self, t: torch.Tensor) -> Source | None:
-        """Where tensor `t` lives: a view of exactly one operand or allocation; None otherwise."""
+        """Where tensor `t` lives: a view of exactly one operand or buffer; None otherwise."""
         storage = t.untyped_storage().data_ptr()
         found = [("in", i, x) for i, x in enumerate(self.inputs) if x.untyped_storage().data_ptr() == storage] + \
                 [("buf", j, b) for j, b in enumerate(self.buffers) if b.untyped_storage().data_ptr() == storage]
@@ -174,23 +225,26 @@ class _Recorder(TorchDispatchMode):
         return (kind, idx, t.storage_offset() - base.storage_offset(), tuple(t.shape), tuple(t.stride()))
 
     def launch(self, kernel: CompiledKernel, flat: list[Any], programs: int, launched: Any) -> None:
+        if self.why is not None:
+            return
         args: list[Source] = []
-        aligned = []
         for a in flat:
             if isinstance(a, torch.Tensor):
                 src = self.source(a)
                 if src is None:
-                    self.why = self.why or f"{kernel.ir.name} takes a tensor that is not a view of an operand"
+                    self.why = f"{kernel.ir.name} takes a tensor that is not a view of an operand"
                     return
                 args.append(src)
-                aligned.append(a.data_ptr() % 16 == 0)
+                if src[0] == "in":
+                    base = self.inputs[src[1]]
+                    self.alignment.append((src[1], a.data_ptr() - base.data_ptr(), a.data_ptr() % 16 == 0))
             elif a is None or type(a) in (int, float, bool):
                 args.append(("const", a))
             else:
-                self.why = self.why or f"{kernel.ir.name} takes a {type(a).__name__}"
+                self.why = f"{kernel.ir.name} takes a {type(a).__name__}"
                 return
         direct = launched if hasattr(launched, "function") and hasattr(launched, "packed_metadata") else None
-        self.launches.append(_Launch(kernel, programs, args, direct, tuple(aligned)))
+        self.steps.append(_Launch(kernel, programs, args, direct))
 
 
 def record(run: Callable[[], Any], inputs: Sequence[torch.Tensor]) -> tuple[Any, Recording | None, str | None]:
@@ -205,4 +259,4 @@ def record(run: Callable[[], Any], inputs: Sequence[torch.Tensor]) -> tuple[Any,
         rec.why = "the result is not a view of an operand or allocation"
     if rec.why is not None:
         return out, None, rec.why
-    return out, Recording(rec.allocs, rec.launches, result), None
+    return out, Recording(rec.steps, result, rec.alignment), None

@@ -1,5 +1,5 @@
-"""Replayed launches (argus_inductor.replay): an op call's first run records its allocations and DSL launches, and
-later calls with the same metadata replay them on their own operands with the same result as eager; a host
+"""Replayed launches (argus_inductor.replay): an op call's first run records its allocations, copies and DSL launches,
+and later calls with the same metadata replay them on their own operands with the same result as eager; a host
 function that does other device work, reads a tensor from outside its operands, mutates one, or meets a pointer
 aligned differently is never replayed wrongly: it runs in full."""
 from __future__ import annotations
@@ -57,6 +57,32 @@ def test_a_recorded_call_replays_on_new_operands():
     torch.testing.assert_close(rec.replay([big[4:41], big[40:77]]), 2 * big[4:41] + big[40:77])
 
 
+def test_copies_are_recorded_and_replayed_in_order():
+    x, y = torch.randn(6, 7), torch.randn(7, 6)
+
+    def run() -> torch.Tensor:
+        yt = y.t().contiguous()             # a relayout (clone) the kernel reads
+        scaled = torch.empty_like(yt)
+        scaled.copy_(yt)                    # a copy into an allocation
+        return _axpy(x.reshape(-1), scaled.reshape(-1), 3.0).view(6, 7)
+    out, rec, why = record(run, [x, y])
+    assert why is None, why
+    kinds = [type(s).__name__ for s in rec.steps]
+    assert kinds == ["_Copy", "_Alloc", "_Copy", "_Alloc", "_Launch"], kinds
+    x2, y2 = torch.randn(6, 7), torch.randn(7, 6)
+    torch.testing.assert_close(rec.replay([x2, y2]), 3 * x2 + y2.t())
+
+
+def test_a_copy_into_an_operand_is_not_recorded():
+    x, y = torch.randn(37), torch.randn(37)
+
+    def run() -> torch.Tensor:
+        y.copy_(x)
+        return _axpy(x, y)
+    _, rec, why = record(run, [x, y])
+    assert rec is None and "writes a tensor that is not an allocation" in why
+
+
 def test_a_host_function_that_computes_with_torch_is_not_recorded():
     x, y = torch.randn(37), torch.randn(37)
     out, rec, why = record(lambda: _axpy(x, y) + 1, [x, y])
@@ -91,7 +117,7 @@ def test_operands_sharing_storage_are_not_recorded():
 def test_a_pointer_aligned_differently_from_the_recorded_one_is_not_replayed():
     x, y = torch.randn(37), torch.randn(37)
     _, rec, _ = record(lambda: _axpy(x, y), [x, y])
-    assert rec is not None and all(rec.launches[0].aligned)
+    assert rec is not None and rec.alignment and all(aligned for _, _, aligned in rec.alignment)
     big = torch.randn(40)
     assert rec.replay([big[1:38], y]) is None  # 4 bytes in: the kernel may have been specialized on alignment
 
@@ -124,10 +150,8 @@ def _run_twice(fn, args, kinds):
     return recorded
 
 
-# host functions that copy an operand with torch before their kernels (conv weight relayout, a reduction's
-# permute to contiguous, a mask or target conversion): they run in full on every call
-COPIES = {"conv2d+relu", "conv1d_grouped_dilated", "conv_transpose2d", "sum_dims_keepdim", "masked_cumsum",
-          "cross_entropy", "conv_epilogue", "conv_transpose_epilogue"}
+# host functions that do other torch work than allocations, copies and views: they run in full on every call
+FULL = {"cross_entropy"}
 
 
 @pytest.mark.parametrize("case", list(CASES) + list(CHAINS))
@@ -138,7 +162,7 @@ def test_library_ops_replay_with_fresh_inputs_and_match_eager(case: str, fresh_c
     monkeypatch.setattr(Recording, "replay", lambda self, inputs: replays.append(1) or real(self, inputs))
     recorded = _run_twice(fn, args, (*KINDS, "gemm", "pointwise"))  # each call's result equals eager's
     assert ops._REPLAYS, "every call site is looked at on its first call"
-    if case in COPIES:
+    if case in FULL:
         assert recorded == [0, 0, 0] and not replays
     else:  # every op call site is recorded on its first call and replayed on the two after
         assert recorded[0] == len(ops._REPLAYS), ops._REPLAYS
