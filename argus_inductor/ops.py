@@ -82,8 +82,7 @@ def _say_once(msg: str, level: int = logging.WARNING) -> None:
 def set_active_options(opts: Options) -> None:
     global _ACTIVE
     if opts != _ACTIVE:
-        _RESOLVED.clear()  # plans were resolved under the old options (cache dir, on-miss, interpret)
-        _REPLAYS.clear()
+        _forget_calls()  # plans were resolved under the old options (cache dir, on-miss, interpret)
     _ACTIVE = opts
 
 
@@ -647,9 +646,7 @@ def forget_plans() -> None:
     """Drop the in-process memo of plans (the next call of each signature reads the cache again)."""
     with _LOCK:
         _PLANS.clear()
-        _RESOLVED.clear()
-        _FLOPS.clear()
-        _REPLAYS.clear()
+        _forget_calls()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -662,6 +659,13 @@ _FLOPS: dict[tuple, int] = {}
 # call site + operand metadata -> the recorded launches of its plan (argus_inductor.replay), or None where the
 # host function cannot be replayed. Dropped with the plans.
 _REPLAYS: dict[tuple, Any] = {}
+
+
+def _forget_calls() -> None:
+    """Drop the per-call-site memos together: resolved plans, FLOPs and recorded launches."""
+    _RESOLVED.clear()
+    _FLOPS.clear()
+    _REPLAYS.clear()
 
 
 def _memo_sig(parts: tuple, make: Callable[[], Signature]) -> Signature:
@@ -704,9 +708,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
                 reason = "fallback (cache miss, ARGUS_ON_MISS=fallback)"
         with _LOCK:
             if len(_RESOLVED) > 4096:
-                _RESOLVED.clear()
-                _FLOPS.clear()
-                _REPLAYS.clear()
+                _forget_calls()
             _RESOLVED[key] = (sig, plan, target, reason)
     # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture
     timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
