@@ -71,7 +71,7 @@ class _Launch:
 @dataclass
 class _Copy:
     func: Any
-    args: tuple                   # tensors as Sources, the rest constants
+    args: tuple                   # Sources, as a launch's
     kwargs: dict[str, Any]
     fresh: bool                   # the result is a new buffer (clone, _to_copy), not its first argument
 
@@ -100,21 +100,17 @@ class Recording:
             stream = _raw_stream(inputs[0].device)
         for step in self.steps:
             if isinstance(step, _Launch):
-                flat = [_view(a, inputs, bufs) if a[0] != "const" else a[1] for a in step.args]
+                flat = [a[1] if a[0] == "const" else _view(a, inputs, bufs) for a in step.args]
                 step.kernel.launch_flat(flat, step.programs, step.launched, stream)
             elif isinstance(step, _Alloc):
                 b = torch.empty_strided(step.shape, step.stride, dtype=step.dtype, device=step.device)
                 bufs.append(b if step.fill is None else b.fill_(step.fill))
             else:
-                args = [_view(a, inputs, bufs) if _is_source(a) else a for a in step.args]
+                args = [a[1] if a[0] == "const" else _view(a, inputs, bufs) for a in step.args]
                 out = step.func(*args, **step.kwargs)
                 if step.fresh:
                     bufs.append(out)
         return _view(self.result, inputs, bufs)
-
-
-def _is_source(a: Any) -> bool:
-    return isinstance(a, tuple) and len(a) == 5 and a[0] in ("in", "buf")
 
 
 def _raw_stream(device: torch.device) -> int:
@@ -200,7 +196,7 @@ class _Recorder(TorchDispatchMode):
                     return
                 srcs.append(src)
             elif isinstance(a, _CONSTANT_TYPES):
-                srcs.append(a)
+                srcs.append(("const", a))
             else:
                 self.why = f"{func} takes a {type(a).__name__}"
                 return
