@@ -121,6 +121,7 @@ class CompiledKernel:
         self._opts: dict[str, Any] = dict(self.consts)
         if self.target != "interpret":
             self._opts.update(num_warps=self.policy.num_warps, num_stages=self.policy.num_stages)
+        self._order = self._direct_order()
 
     @property
     def triton_source(self) -> str:
@@ -269,7 +270,7 @@ class CompiledKernel:
         """Launch with an already bound argument list (as __call__ builds it). `launched`, the compiled Triton kernel
         an earlier launch returned, and `stream` skip Triton's binding and specialization: the caller vouches that
         the arguments specialize as that launch's did (same metadata, same 16-byte alignment of every pointer)."""
-        order = self._direct_order() if launched is not None and stream is not None else None
+        order = self._order if launched is not None and stream is not None else None
         if order is None:
             self.fn[(programs,)](*flat, **self._opts)
             return
@@ -279,16 +280,12 @@ class CompiledKernel:
     def _direct_order(self) -> list[tuple[int, Any]] | None:
         """The Triton function's parameters in order, each (index into the flat list, None) or (-1, its constexpr
         value): what its launcher takes. None where that cannot be worked out (then launches go through Triton)."""
-        order = getattr(self, "_order", False)
-        if order is False:
-            names = getattr(self.fn, "arg_names", None)
-            index = {n: i for i, n in enumerate(self.source.arg_names)}
-            order = None
-            if names is not None and all(n in index or n in self.consts for n in names) and \
-                    len(index) == sum(n in index for n in names):
-                order = [(index[n], None) if n in index else (-1, self.consts[n]) for n in names]
-            self._order = order
-        return order
+        names = getattr(self.fn, "arg_names", None)
+        index = {n: i for i, n in enumerate(self.source.arg_names)}
+        if names is None or not all(n in index or n in self.consts for n in names) or \
+                len(index) != sum(n in index for n in names):
+            return None
+        return [(index[n], None) if n in index else (-1, self.consts[n]) for n in names]
 
 
 def launching() -> bool:
