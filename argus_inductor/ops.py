@@ -122,6 +122,12 @@ class OpSpec:
     def names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.kernels)
 
+    @property
+    def helpers(self) -> tuple[Kernel, ...]:
+        """Kernels a plan adds with the precision it runs at, not with its policy: the operand split of pre-split
+        three-pass tf32 (the library's wherever a cached entry's text predates it)."""
+        return (tf32_split,) if self.presplit else ()
+
     def policies(self, policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
         """Policy dict -> a Policy for each kernel that runs, with the signature's constants applied. A float32
         signature's mma precision is not a tuning knob: it is what torch's settings ask for now (fp32_precision),
@@ -386,7 +392,7 @@ def dsl_source(kernels: tuple[Kernel, ...] | list[Kernel]) -> str:
 
 
 def library_kernels(spec: OpSpec, names: Iterable[str]) -> dict[str, Kernel]:
-    lib = {k.name: k for k in (*spec.kernels, *((tf32_split,) if spec.presplit else ()))}
+    lib = {k.name: k for k in (*spec.kernels, *spec.helpers)}
     return {n: lib[n] for n in names}
 
 
@@ -398,7 +404,8 @@ def _kernels_of(spec: OpSpec, text: str, names: Iterable[str]) -> dict[str, Kern
     if text == dsl_source(list(lib.values())):
         return lib
     found = kernels_from_source(text, filename="<argus cache>")
-    missing = [n for n in names if n not in found and n != "tf32_split"]  # the split comes with the precision
+    helpers = {k.name for k in spec.helpers}
+    missing = [n for n in names if n not in found and n not in helpers]
     if missing:
         raise ValueError(f"the cached DSL source defines no kernel {', '.join(missing)} (op {spec.name} runs "
                          f"{', '.join(names)} with the library's parameters)")
