@@ -928,7 +928,8 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, as the fake says
         name = "attention_decode" if "attention_decode" in plan.policies else "attention_fwd"
-        plan.kernels[name](q, k, v, mask_operand(mask, q, k), out, sc, policy=plan.policies[name], target=target)
+        qs, scs = (q, sc) if sc >= 0 else (-q, -sc)  # the kernels scale the row maximum: they take scale >= 0
+        plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=plan.policies[name], target=target)
         return out
 
     if v.shape != k.shape or h % hk or q.shape[0] != k.shape[0] or q.shape[-1] != d:

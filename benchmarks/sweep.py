@@ -2,8 +2,9 @@
 
     python benchmarks/sweep.py [--ops gemm,attention] [--out DIR]
 
-Times with CUDA-graph replay (triton.testing.do_bench_cudagraph), ours and the peer alike, so host launch
-overhead is out of both numbers. Every candidate is checked against a float32 reference first; a wrong
+GEMM and MoE time with CUDA-graph replay (triton.testing.do_bench_cudagraph), ours and the peer alike, so host
+launch overhead is out of both numbers; attention with CUDA events (triton.testing.do_bench), as SDPA's cuDNN
+and flash paths run slower under graph capture. Every candidate is checked against a float32 reference first; a wrong
 or failing candidate is recorded and skipped. Writes sweep-<date>.json (all candidates) and prints the
 best per shape with its ratio to the peer.
 """
@@ -44,6 +45,12 @@ def bench(fn, copies: list | None = None) -> float:
     return float(triton.testing.do_bench_cudagraph(run_all, rep=60, return_mode="median")) / len(fns)
 
 
+def bench_events(fn) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
 def rel(out, ref) -> float:
     return float((out.float() - ref.float()).norm() / ref.float().norm())
 
@@ -62,21 +69,28 @@ def gemm_candidates(m: int) -> list[Policy]:
             out.append(Policy.make(BM=bm, BN=bn, BK=128, num_warps=8 if bm == 128 else 4, num_stages=4,
                                    SPLIT_K=sk))
     else:
-        for bn, st, pers in itertools.product((128, 256), (3, 4), (False, True)):
+        for bn, st, pers, tma in itertools.product((128, 256), (3, 4), (False, True), (False, True)):
             out.append(Policy.make(BM=128, BN=bn, BK=64, num_warps=8, num_stages=st, grid_order="grouped",
-                                   group_m=8, persistent=pers, programs_per_sm=1 if bn == 256 else 2))
+                                   group_m=8, persistent=pers, programs_per_sm=1 if bn == 256 else 2, tma=tma))
     return out
 
 
-def sweep_gemm(rows: list[dict], max_m: int = 1 << 30) -> None:
-    for m in [m for m in GEMM_M + [8192] if m <= max_m]:
+def _weight(n: int, k: int, major: str) -> torch.Tensor:
+    """A (K, N) operand: the transpose of an (N, K) nn.Linear weight ("k": K-contiguous) or row-major ("n")."""
+    if major == "k":
+        return torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    return torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+
+
+def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: str = "k") -> None:
+    for m in [m for m in GEMM_M + [8192] if min_m <= m <= max_m]:
         for n, k in (GEMM_NK if m != 8192 else [(8192, 8192)]):
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+            b = _weight(n, k, b_major)
             ref = a.float() @ b.float()
             out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             ncopy = min(7, math.ceil(100 * 2**20 / (2 * (m * k + n * k + m * n)))) if m <= 128 else 0
-            extra = [(torch.randn_like(a), torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t(),
+            extra = [(torch.randn_like(a), _weight(n, k, b_major),
                       torch.empty_like(out)) for _ in range(ncopy)]
             peer = bench(lambda: torch.matmul(a, b), [lambda x=x: torch.matmul(x[0], x[1]) for x in extra])
             best = None
@@ -93,7 +107,8 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30) -> None:
                 except Exception as e:  # a policy that does not fit is data, not a crash
                     rows.append(dict(op="gemm", m=m, n=n, k=k, policy=pol.as_dict(), error=str(e)[:200]))
                     continue
-                rows.append(dict(op="gemm", m=m, n=n, k=k, policy=pol.as_dict(), ms=t, peer_ms=peer, rel_err=err))
+                rows.append(dict(op="gemm", m=m, n=n, k=k, b_major=b_major, policy=pol.as_dict(), ms=t, peer_ms=peer,
+                                 rel_err=err))
                 if best is None or t < best[0]:
                     best = (t, pol)
             if best:
@@ -103,10 +118,12 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30) -> None:
 
 def attn_candidates(s: int, d: int) -> list[Policy]:
     if s == 1:
-        return [Policy.make(BN=bn, num_warps=w, num_stages=st) for bn, w, st in
-                itertools.product((64, 128, 256), (4, 8), (2, 3))]
-    return [Policy.make(BM=bm, BN=bn, num_warps=w, num_stages=st) for bm, bn, w, st in
-            itertools.product((64, 128), (64, 128), (4, 8), (2, 3)) if not (d >= 256 and bm * bn > 8192)]
+        return [Policy.make(BN=bn, num_warps=w, num_stages=st, tma=tma) for bn, w, st, tma in
+                itertools.product((64, 128, 256), (4, 8), (2, 3), (False, True))]
+    tiles = [(64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3),
+             (64, 64, 4, 2), (64, 32, 4, 3)]
+    return [Policy.make(BM=bm, BN=bn, num_warps=w, num_stages=st, tma=tma) for (bm, bn, w, st), tma in
+            itertools.product(tiles, (False, True)) if not (d >= 256 and bm * bn > 8192)]
 
 
 def sweep_attention(rows: list[dict]) -> None:
@@ -123,7 +140,7 @@ def sweep_attention(rows: list[dict]) -> None:
         for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
                 with sdpa_kernel([be]):
-                    peers[name] = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                    peers[name] = bench_events(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                                                                enable_gqa=h != hk))
             except RuntimeError:
                 pass
@@ -138,7 +155,7 @@ def sweep_attention(rows: list[dict]) -> None:
                     rows.append(dict(op="attention", shape=[z, h, hk, s, t, d, causal], policy=pol.as_dict(),
                                      error=f"rel err {err}"))
                     continue
-                tm = bench(lambda: attention(q, k, v, causal, out=out, policy=pol))
+                tm = bench_events(lambda: attention(q, k, v, causal, out=out, policy=pol))
             except Exception as e:
                 rows.append(dict(op="attention", shape=[z, h, hk, s, t, d, causal], policy=pol.as_dict(),
                                  error=str(e)[:200]))
@@ -200,6 +217,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="gemm,attention")
     ap.add_argument("--max-m", type=int, default=1 << 30, help="only GEMM shapes with M <= this")
+    ap.add_argument("--min-m", type=int, default=0, help="only GEMM shapes with M >= this")
+    ap.add_argument("--b-major", choices=("k", "n"), default="k",
+                    help="GEMM B operand: K-contiguous (an nn.Linear weight, transposed) or N-contiguous")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -207,7 +227,7 @@ def main() -> None:
     rows: list[dict] = []
     for op in args.ops.split(","):
         if op.strip() == "gemm":
-            sweep_gemm(rows, args.max_m)
+            sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
         elif op.strip() == "moe":
             sweep_moe(rows)
         else:

@@ -163,19 +163,6 @@ def _registers(ctx: Context, plan: Plan) -> str | None:
     return None
 
 
-@rule("causal-key-blocks", "causal-block-skipping", "plan")
-def _causal_blocks(ctx: Context, plan: Plan) -> str | None:
-    """The causal kernel switches from unmasked to masked key blocks at pm * BM: BN must divide BM, or a key block
-    straddles the switch and its keys are counted twice (the checker's reduction-once counterexample)."""
-    kv = plan.knobs.get("attention_fwd")
-    if not kv or not ctx.spec.fixed_consts(ctx.problem, "attention_fwd", plan).get("CAUSAL"):
-        return None
-    bm, bn = kv.get("BM"), kv.get("BN")
-    if bm and bn and bm % bn:
-        return f"causal attention needs BN ({bn}) to divide BM ({bm})"
-    return None
-
-
 @rule("grid-order-needs-tiles", "grouped-grid-order", "plan")
 def _grouped(ctx: Context, plan: Plan) -> str | None:
     """A grouped order only helps when there are several row bands; group_m is irrelevant otherwise."""

@@ -7,7 +7,7 @@ from typing import Any
 GRID_ORDERS = ("row", "grouped")
 INPUT_PRECISIONS = ("tf32", "ieee", "tf32x3")
 LAUNCH_FIELDS = ("num_warps", "num_stages", "grid_order", "group_m", "persistent", "input_precision",
-                 "programs_per_sm")
+                 "programs_per_sm", "tma")
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,10 @@ class Policy:
 
     grid_order: "row" walks the tile grid with its last axis fastest; "grouped" walks the last two
     axes in bands of `group_m` rows (better L2 reuse for GEMM). persistent: launch about
-    `programs_per_sm` programs per SM that loop over tiles instead of one program per tile.
+    `programs_per_sm` programs per SM that loop over tiles instead of one program per tile. tma: loads of
+    boxes (each tile index an offset plus an arange) go through tensor descriptors, which the Hopper copy
+    engine fills asynchronously with zeros outside the tensor (NVIDIA sm_90+; elsewhere ignored, and a launch
+    whose operands a descriptor cannot describe runs the pointer-load version).
     """
 
     consts: tuple[tuple[str, Any], ...] = ()
@@ -27,6 +30,7 @@ class Policy:
     persistent: bool = False
     input_precision: str = "tf32"
     programs_per_sm: int = 1
+    tma: bool = False
     extra: tuple[tuple[str, Any], ...] = field(default=(), compare=True)
 
     @staticmethod
@@ -57,6 +61,8 @@ class Policy:
             raise ValueError(f"input_precision must be one of {INPUT_PRECISIONS}")
         if self.programs_per_sm < 1:
             raise ValueError("programs_per_sm must be >= 1")
+        if not isinstance(self.tma, bool):
+            raise ValueError(f"tma must be True or False, got {self.tma!r}")
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.consts)

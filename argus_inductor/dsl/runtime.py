@@ -12,7 +12,7 @@ import tempfile
 import textwrap
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,10 @@ class CompiledKernel:
         if self.target != "interpret":
             self._opts.update(num_warps=self.policy.num_warps, num_stages=self.policy.num_stages)
         self._order = self._direct_order()
+        # tensors loaded through tensor descriptors: (position in the flat list, its stride positions, box width)
+        index = {n: i for i, n in enumerate(self.source.arg_names)}
+        self._described = [(index[name], inner) for name, inner in self.source.descriptors]
+        self._pointer_twin: CompiledKernel | None = None
 
     @property
     def triton_source(self) -> str:
@@ -251,6 +255,9 @@ class CompiledKernel:
                 flat[pos] = args[src] if isinstance(src, int) else kwargs[src]
         if programs == 0:
             return
+        if self._described and not self._describable(flat):
+            self.pointer_twin()(*args, **kwargs)
+            return
         observer = getattr(_OBSERVER, "fn", None)
         try:
             if observer is not None:
@@ -266,10 +273,34 @@ class CompiledKernel:
         if observer is not None:
             observer(self, flat, programs, launched)
 
+    def _describable(self, flat: list[Any]) -> bool:
+        """Whether every tensor this kernel loads through a descriptor is one the copy engine can read: innermost
+        stride 1, a 16-byte aligned address and 16-byte multiples for the other strides, a box at least 16 bytes
+        wide. Where one is not, the launch takes the pointer-load version of the same kernel."""
+        for pos, inner in self._described:
+            t = flat[pos]
+            size = t.element_size()
+            strides = t.stride()
+            if strides[-1] != 1 or t.data_ptr() % 16 or inner * size < 16 or \
+                    any(st * size % 16 or st == 0 for st in strides[:-1]) or max(t.shape) >= 2 ** 31:
+                return False
+        if self.target == "cuda":
+            _ensure_allocator()
+        return True
+
+    def pointer_twin(self) -> CompiledKernel:
+        """This kernel under the same policy with pointer loads only (policy.tma off)."""
+        if self._pointer_twin is None:
+            self._pointer_twin = compile_ir(self.ir, replace(self.policy, tma=False), self.target)
+        return self._pointer_twin
+
     def launch_flat(self, flat: list[Any], programs: int, launched: Any = None, stream: int | None = None) -> None:
         """Launch with an already bound argument list (as __call__ builds it). `launched`, the compiled Triton kernel
         an earlier launch returned, and `stream` skip Triton's binding and specialization: the caller vouches that
         the arguments specialize as that launch's did (same metadata, same 16-byte alignment of every pointer)."""
+        if self._described and not self._describable(flat):
+            self.pointer_twin().launch_flat(flat, programs)  # same arguments: only the loads differ
+            return
         order = self._order if launched is not None and stream is not None else None
         if order is None:
             self.fn[(programs,)](*flat, **self._opts)
@@ -286,6 +317,35 @@ class CompiledKernel:
                 len(index) != sum(n in index for n in names):
             return None
         return [(index[n], None) if n in index else (-1, self.consts[n]) for n in names]
+
+
+def _torch_scratch(size: int, alignment: int, stream: int | None) -> Any:
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Kernels that build tensor descriptors on the device need a little global scratch per program, which Triton
+    asks its allocator for at each launch; a thread that has none set gets torch's (a user's own is kept)."""
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        _allocation.set_allocator(_torch_scratch)
+
+
+def compile_ir(ir: KernelIR, policy: Policy, target: str) -> CompiledKernel:
+    """The compiled kernel of `ir` under `policy` for `target`, shared by every Kernel object with the same IR."""
+    key = (ir.fingerprint(), policy.key(), target)
+    with _LOCK:
+        hit = _COMPILED.get(key)
+    if hit is None:
+        src, consts = lower(ir, policy, target)
+        fn = _load_module(src, target)
+        hit = CompiledKernel(ir, policy, target, src, consts, fn)
+        with _LOCK:
+            _COMPILED[key] = hit
+    return hit
 
 
 def launching() -> bool:
@@ -360,15 +420,7 @@ class Kernel:
         fast = self._by_policy.get((policy, target))  # the launch hot path: no key strings
         if fast is not None:
             return fast
-        key = (self.ir.fingerprint(), policy.key(), target)
-        with _LOCK:
-            hit = _COMPILED.get(key)
-        if hit is None:
-            src, consts = lower(self.ir, policy, target)
-            fn = _load_module(src, target)
-            hit = CompiledKernel(self.ir, policy, target, src, consts, fn)
-            with _LOCK:
-                _COMPILED[key] = hit
+        hit = compile_ir(self.ir, policy, target)
         if len(self._by_policy) > 1024:
             self._by_policy.clear()
         self._by_policy[(policy, target)] = hit

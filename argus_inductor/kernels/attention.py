@@ -49,11 +49,13 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
     instead of dividing 0 by 0.
 
     The causal mask is top-left aligned (key j is visible to query i when j <= i), as in
-    scaled_dot_product_attention(is_causal=True). Causal programs walk the keys in two loops: the
-    blocks wholly below the diagonal need no mask, only the diagonal blocks do. Scores are kept in
-    base 2 (scale * log2(e) folded in) so the softmax uses exp2.
+    scaled_dot_product_attention(is_causal=True). Keys are walked in two loops: whole key blocks that no
+    mask touches (below the diagonal for causal programs) need no select, only the diagonal blocks and
+    the ragged last block do. Scores are kept in base 2 (scale * log2(e) folded in) so the softmax uses
+    exp2. Programs of one head are adjacent in launch order (the query block is the fast grid axis), so
+    the query blocks of a head read its keys and values from L2 rather than each from memory.
     """
-    pm, zh = tile_grid(cdiv(S, BM), Z * H)
+    zh, pm = tile_grid(Z * H, cdiv(S, BM))
     z = zh // H
     h = zh % H
     hk = h // (H // HK)
@@ -65,43 +67,45 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
     m_i = full((BM,), -inf, float32)
     l_i = zeros((BM,), float32)
     acc = zeros((BM, BD), float32)
-    lo = T
+    lo = T - T % BN
+    hi = T
     if CAUSAL == 1:
-        lo = minimum(T, pm * BM)
+        lo = minimum(lo, pm * BM // BN * BN)  # whole key blocks below the diagonal, for any BN
+        hi = minimum(T, (pm + 1) * BM)
+    if HAS_MASK == 1:
+        lo = 0
     for n0 in range(0, lo, BN):
         rn = n0 + arange(BN)
         k = load(K[z, hk, rn, rd])
         v = load(V[z, hk, rn, rd])
         assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
                    "query head h reads the key/value head of its GQA group")
-        s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
+        qk = mma(q, trans(k))
+        assert_tag(implies(CAUSAL == 1, tag_of(qk, "T") <= tag_of(qk, "S")), "a causal score never looks ahead")
+        m_new = maximum(m_i, max(qk, 1) * qk_scale)  # scale > 0 (the host negates q for a negative one)
+        alpha = exp2(m_i - m_new)
+        p = exp2(qk * qk_scale - m_new[:, None])  # one fused multiply-add a score
+        l_i = l_i * alpha + sum(p, 1)
+        acc = mma(p.to(V.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    for n0 in range(lo, hi, BN):
+        rn = n0 + arange(BN)
+        k = load(K[z, hk, rn, rd])
+        v = load(V[z, hk, rn, rd])
+        assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
+                   "query head h reads the key/value head of its GQA group")
+        visible = (rn[None, :] < T) & ((CAUSAL == 0) | (rn[None, :] <= rm[:, None]))
+        s = where(visible, mma(q, trans(k)) * qk_scale, -inf)
         if HAS_MASK == 1:
             s = s + maximum(load(Mask[z, h, rm, rn]).to(float32), -1e30) * 1.4426950408889634
-        assert_tag(implies(CAUSAL == 1, tag_of(s, "T") <= tag_of(s, "S")), "a causal score never looks ahead")
+        assert_tag(implies(CAUSAL == 1, tag_of(s, "T") <= tag_of(s, "S")),
+                   "a causal score on the diagonal never looks ahead")
         m_new = maximum(m_i, max(s, 1))
         alpha = exp2(m_i - m_new)
         p = exp2(s - m_new[:, None])
         l_i = l_i * alpha + sum(p, 1)
-        acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
+        acc = mma(p.to(V.dtype), v, acc * alpha[:, None])
         m_i = m_new
-    if CAUSAL == 1:
-        for n0 in range(lo, minimum(T, (pm + 1) * BM), BN):
-            rn = n0 + arange(BN)
-            k = load(K[z, hk, rn, rd])
-            v = load(V[z, hk, rn, rd])
-            assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
-                       "query head h reads the key/value head of its GQA group")
-            visible = (rn[None, :] < T) & (rn[None, :] <= rm[:, None])
-            s = where(visible, mma(q, trans(k)) * qk_scale, -inf)
-            if HAS_MASK == 1:
-                s = s + maximum(load(Mask[z, h, rm, rn]).to(float32), -1e30) * 1.4426950408889634
-            assert_tag(tag_of(s, "T") <= tag_of(s, "S"), "a causal score never looks ahead")
-            m_new = maximum(m_i, max(s, 1))
-            alpha = exp2(m_i - m_new)
-            p = exp2(s - m_new[:, None])
-            l_i = l_i * alpha + sum(p, 1)
-            acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
-            m_i = m_new
     store(O[z, h, rm, rd], acc / l_i[:, None])
 
 
@@ -174,6 +178,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     d = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
+    if scale < 0:  # the kernels take the row maximum of unscaled scores: (-q) k^T |scale| is the same softmax input
+        q, scale = -q, -scale
     if out is None:
         out = torch.empty_like(q)
     m = mask_operand(mask, q, k)

@@ -103,8 +103,10 @@ def test_rules_refuse_plans_that_cannot_work() -> None:
     ok = sp.complete(Plan({"gemm_epilogue": {"BM": 128, "BN": 256, "BK": 64, "num_stages": 3, "num_warps": 8}}))
     assert rules.reject_reason(sp.context("tile"), ok) is None
     att = build(spec("attention"), CAUSAL, HOPPER, "cuda")
-    straddle = att.complete(Plan({"attention_fwd": {"BM": 32, "BN": 64, "num_stages": 2}}))
-    assert "BN (64) to divide BM (32)" in rules.reject_reason(att.context("fwd"), straddle)
+    # key blocks wider than query blocks: the template ends its unmasked loop on a key-block boundary, so the plan
+    # is no longer refused (tests/invariants proves it; it once counted the straddling block twice)
+    wide = att.complete(Plan({"attention_fwd": {"BM": 32, "BN": 64, "num_stages": 2}}))
+    assert rules.reject_reason(att.context("fwd"), wide) is None
 
 
 def _ctx(problem: Problem) -> PlanningContext:

@@ -12,8 +12,9 @@ from .suite import LIBRARY, library_kernels
 
 BUGS = [
     ("attention_fwd", "hk = h // (H // HK)", "hk = h % HK", "assert_tag((tag_of(k, \"HK\")"),
-    ("attention_fwd", "visible = (rn[None, :] < T) & (rn[None, :] <= rm[:, None])", "visible = rn[None, :] < T",
-     "assert_tag(tag_of(s, \"T\") <= tag_of(s, \"S\")"),
+    ("attention_fwd", "visible = (rn[None, :] < T) & ((CAUSAL == 0) | (rn[None, :] <= rm[:, None]))",
+     "visible = rn[None, :] < T", "on the diagonal never looks ahead"),
+    ("attention_fwd", "lo = minimum(lo, pm * BM // BN * BN)", "lo = minimum(lo, (pm + 1) * BM)", "\"a causal score never looks ahead"),
     ("moe_gate_up", "wu = load(W1[e, rn + I, rk])", "wu = load(W1[e, rn + I - 1, rk])", "assert_tag(tag_of(wu"),
     ("moe_down", "w = load(topk_weights[pair]).to(float32)", "w = load(topk_weights[rp]).to(float32)",
      "assert_tag(tag_of(y, \"TK\")"),
@@ -40,3 +41,22 @@ def test_library_assertion_catches_planted_bug(name, old, new, assertion):
     assert not res.ok, f"{name} with `{new}` was not rejected"
     assert_flags_one_of(res, {first_line(bad, new.strip()), first_line(bad, assertion)})
     assert "thread" in res.text()
+
+
+def test_causal_key_block_straddling_the_diagonal_switch_is_caught():
+    """With key blocks wider than query blocks (BN=64 > BM=32), an unmasked loop that runs to pm * BM overlaps the
+    diagonal loop: the checker shows a key counted twice and a future key seen. The template rounds the switch
+    down to a key-block boundary and proves."""
+    text = _source("attention_fwd")
+    fixed = "lo = minimum(lo, pm * BM // BN * BN)"
+    assert fixed in text
+    shapes = dict(Z=1, H=2, HK=1, S=300, T=300, D=64)
+    pol = Policy.make(BM=32, BN=64, BD=64, CAUSAL=1)
+    ok = verify(kernels_from_source(text)["attention_fwd"], pol, shapes, assumptions=["H % HK == 0", "D <= BD"])
+    assert ok.ok, ok.text()
+    bad = text.replace(fixed, "lo = minimum(lo, pm * BM)")
+    res = verify(kernels_from_source(bad)["attention_fwd"], pol, shapes, assumptions=["H % HK == 0", "D <= BD"])
+    assert not res.ok
+    kinds = {v.kind for v in res.violations}
+    assert {"assert-tag", "reduction-once"} <= kinds, kinds
+    assert "counted twice" in res.text() and "never looks ahead" in res.text()

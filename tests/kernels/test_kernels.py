@@ -87,6 +87,20 @@ def test_gemm_bias_activation_all_layouts(dtype, ta, tb):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ta,tb", TRANSPOSES)
+def test_gemm_through_tensor_descriptors(dtype, ta, tb):
+    """policy.tma on every layout: a K-contiguous operand is read through a descriptor, a transposed one (stride 1
+    not innermost) makes the launch take the kernel's pointer-load twin; both match."""
+    for m, n, k in GEMM_SHAPES:
+        seed = fresh_seed()
+        a, b = _operand(m, k, ta, dtype), _operand(k, n, tb, dtype)
+        out = poisoned(m, n, dtype=dtype)
+        policy = SMALL_POLICY if m <= 64 else GEMM_POLICY
+        gemm(a, b, out=out, policy=replace(for_dtype(policy, dtype), tma=True))
+        check(out, a.double() @ b.double(), dtype, seed, f"tma gemm {m}x{n}x{k} ta={ta} tb={tb}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("split", [2, 3])
 def test_split_k_gemm_with_epilogue(dtype, split):
     for i, (m, n, k) in enumerate(GEMM_SHAPES[:2]):
@@ -153,14 +167,36 @@ def _attention_ref(q, k, v, causal):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_online_softmax_gqa(dtype, causal):
+@pytest.mark.parametrize("tma", [False, True])
+def test_attention_online_softmax_gqa(dtype, causal, tma):
+    """With tma=True the query, key and value tiles come through tensor descriptors (zero-filled past the
+    ragged edges by the copy engine, or by the interpreter's model of it)."""
     for z, h, hk, s, t, d in ATTN:
         seed = fresh_seed()
         q, k, v = randn(z, h, s, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype)
         out = poisoned(z, h, s, d, dtype=dtype)
-        attention(q, k, v, causal, out=out, policy=for_dtype(ATTN_POLICY, dtype))
+        attention(q, k, v, causal, out=out, policy=replace(for_dtype(ATTN_POLICY, dtype), tma=tma))
         check(out, _attention_ref(q, k, v, causal), dtype, seed,
-              f"attention z={z} h={h} hk={hk} s={s} t={t} d={d} causal={causal}")
+              f"attention z={z} h={h} hk={hk} s={s} t={t} d={d} causal={causal} tma={tma}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_key_blocks_wider_than_query_blocks_and_a_negative_scale(dtype):
+    """BN > BM: the unmasked key loop must stop at a key-block boundary below the diagonal (it once ran to
+    pm * BM and counted the straddling block's keys twice). A negative scale flips which score is the row maximum;
+    the host negates q so the kernel's max-before-scale softmax stays right."""
+    bm, bn = (64, 128) if ON_GPU else (16, 32)
+    for z, h, hk, s, t, d in ATTN[:3]:
+        for scale in (None, -0.3):
+            seed = fresh_seed()
+            q, k = randn(z, h, s, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype)
+            v = randn(z, hk, t, d, dtype=dtype)
+            out = poisoned(z, h, s, d, dtype=dtype)
+            pol = for_dtype(Policy.make(BM=bm, BN=bn, num_warps=4, num_stages=2), dtype)
+            attention(q, k, v, True, scale=scale, out=out, policy=pol)
+            sc = 1 / math.sqrt(d) if scale is None else scale
+            ref = _attention_ref(q.double() * (sc * math.sqrt(d)), k, v, True)
+            check(out, ref, dtype, seed, f"causal attention BM={bm} BN={bn} scale={scale} s={s} t={t}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -93,7 +93,8 @@ class AttentionSpec(OpSpec):
         out = empty(tuple(q.shape), q.dtype, q.device, poison)
         name = next(iter(kernels))
         mask = inputs.get("mask")
-        kernels[name](q, k, v, mask_operand(mask, q, k), out, inputs["scale"], policy=policies[name])
+        q, scale = (q, inputs["scale"]) if inputs["scale"] >= 0 else (-q, -inputs["scale"])  # kernels take scale >= 0
+        kernels[name](q, k, v, mask_operand(mask, q, k), out, scale, policy=policies[name])
         return out
 
     def peers(self, problem: Problem, inputs: Inputs) -> dict[str, Callable[[], Any]]:
