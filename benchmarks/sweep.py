@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
+from argus_inductor.policies import gemm_policy  # noqa: E402
 from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, eager_moe  # noqa: E402
 
 
@@ -94,7 +96,8 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
                       torch.empty_like(out)) for _ in range(ncopy)]
             peer = bench(lambda: torch.matmul(a, b), [lambda x=x: torch.matmul(x[0], x[1]) for x in extra])
             best = None
-            for pol in gemm_candidates(m):
+            default = gemm_policy(m, n, k, "cuda")
+            for pol in gemm_candidates(m) + [default, replace(default, tma=not default.tma)]:
                 try:
                     out.fill_(float("nan"))
                     gemm(a, b, out=out, policy=pol)

@@ -29,12 +29,16 @@ class LoweredSource:
     source: str          # the whole module text
     arg_names: list[str]  # runtime arguments, in order (tensors, scalars, symbols, strides, extras)
     const_names: list[str]
-    # tensors loaded through tensor descriptors (policy.tma): (name, bytes-independent innermost box extent)
-    descriptors: tuple[tuple[str, int], ...] = ()
+    # tensors loaded through tensor descriptors (policy.tma): (name, the narrowest box extent along each dim)
+    descriptors: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # the stride-1 dimension this source assumes for each described tensor whose stride-1 dimension is not its last
+    majors: tuple[tuple[str, int], ...] = ()
 
 
 # The most elements a tensor descriptor's box may span along one dimension (the copy engine's limit).
 TMA_MAX_BOX = 256
+# "divisible by anything": the divisor recorded for zero
+_ANY = 1 << 30
 
 
 def resolve_consts(ir: KernelIR, policy: Policy) -> dict[str, Any]:
@@ -83,8 +87,10 @@ def _check_extents(ir: KernelIR, consts: dict[str, Any]) -> None:
 
 
 class _Emitter:
-    def __init__(self, ir: KernelIR, policy: Policy, target: str, consts: dict[str, Any]) -> None:
+    def __init__(self, ir: KernelIR, policy: Policy, target: str, consts: dict[str, Any],
+                 majors: tuple[tuple[str, int], ...] = ()) -> None:
         self.ir = ir
+        self.majors = dict(majors)
         self.policy = policy
         self.target = target
         self.consts = consts
@@ -93,11 +99,14 @@ class _Emitter:
         self.used: set[str] = {"tl", "triton", "math", "_argus_mul"}
         self.helpers: dict[str, tuple[str, ...]] = {}
         self.nonneg: set[int] = set()
-        # 1-D index tiles known to be `offset + arange(n)`: value id -> (offset expression, n)
-        self.boxes: dict[int, tuple[str, int]] = {}
+        # 1-D index tiles known to be `offset + arange(n)`: value id -> (offset expression, n, a divisor of offset)
+        self.boxes: dict[int, tuple[str, int, int]] = {}
+        # a known divisor of integer scalars (program ids, loop counters, tile offsets): value id -> divisor
+        self.divisor: dict[int, int] = {}
         # tensor descriptors, created once at the kernel's entry: (tensor, box shape) -> (name, creation line)
         self.descs: dict[tuple[str, tuple[int, ...]], tuple[str, str]] = {}
         self.loop_depth = 0
+        self.box_shapes: set[tuple[str, tuple[int, ...]]] = set()  # (tensor, box in the tensor's dim order)
         self.used.update(p.name for p in ir.params)
         self.used.update(ir.symbols)
 
@@ -159,10 +168,12 @@ class _Emitter:
             "",
             *(ln for h in self.helpers.values() for ln in (*h, "", "")),
             *header, *params, "):", *self.lines, ""])
-        inner: dict[str, int] = {}
-        for tensor, box in self.descs:
-            inner[tensor] = min(inner.get(tensor, box[-1]), box[-1])
-        return LoweredSource(fname, text, args, consts, tuple(sorted(inner.items())))
+        narrowest: dict[str, tuple[int, ...]] = {}
+        for tensor, box in self.box_shapes:
+            old = narrowest.get(tensor, box)
+            narrowest[tensor] = tuple(min(a, b) for a, b in zip(old, box))
+        return LoweredSource(fname, text, args, consts, tuple(sorted(narrowest.items())),
+                             tuple(sorted(self.majors.items())))
 
     def block(self, block: Block, indent: str, top: bool = False) -> None:
         for op in block.ops:
@@ -179,10 +190,15 @@ class _Emitter:
         if k == "const":
             v = op.attrs["value"]
             self.names[op.result.id] = _literal(v)
+            if type(v) is int:
+                self.divisor[op.result.id] = abs(v) or _ANY
             if isinstance(v, (int, float)) and v >= 0:
                 self.nonneg.add(op.result.id)
         elif k in ("shape", "constexpr", "param"):
             self.names[op.result.id] = op.attrs["name"]
+            v = self.consts.get(op.attrs["name"]) if k == "constexpr" else None
+            if type(v) is int:
+                self.divisor[op.result.id] = abs(v) or _ANY
             if k != "param":
                 self.nonneg.add(op.result.id)
         elif k == "tile_grid":
@@ -193,7 +209,7 @@ class _Emitter:
             n = op.attrs["n"]
             n = self.consts[n] if isinstance(n, str) else n
             if isinstance(n, int):
-                self.boxes[op.result.id] = ("0", n)
+                self.boxes[op.result.id] = ("0", n, _ANY)
         elif k == "full":
             shape = _shape_text(op.attrs["shape"])
             self.define(op.result, f"tl.full({shape}, {_literal(op.attrs['value'])}, "
@@ -211,6 +227,11 @@ class _Emitter:
                 raise AssertionError(o)
             self.define(op.result, expr, ind)
             self.box_offset(op)
+            dx, dy = self.divisor.get(a[0].id, 1), self.divisor.get(a[1].id, 1)
+            if o == "mul":
+                self.divisor[op.result.id] = min(dx * dy, _ANY)
+            elif o in ("add", "sub"):
+                self.divisor[op.result.id] = math.gcd(dx, dy)
             if o in ("add", "mul", "floordiv", "mod", "cdiv", "max") and all(v.id in self.nonneg for v in a):
                 self.nonneg.add(op.result.id)
             if o == "max" and any(v.id in self.nonneg for v in a):
@@ -322,10 +343,10 @@ class _Emitter:
         if o == "add" and y.id in self.boxes and not x.is_tile:
             x, y = y, x
         if o in ("add", "sub") and x.id in self.boxes and not y.is_tile:
-            off, n = self.boxes[x.id]
+            off, n, div = self.boxes[x.id]
             sign = "+" if o == "add" else "-"
             self.boxes[op.result.id] = (self.ref(y) if off == "0" and o == "add" else f"{off} {sign} ({self.ref(y)})",
-                                        n)
+                                        n, math.gcd(div, self.divisor.get(y.id, 1)))
 
     def descriptor_load(self, op: Op) -> str | None:
         """`tensor[...]` as one tensor-descriptor box load, or None where the load is no box (a gather, an explicit
@@ -338,30 +359,46 @@ class _Emitter:
             return None
         t: TensorParam = self.ir.tensor(op.attrs["tensor"])
         idx = op.args
-        if not idx[-1].is_tile or not any(i.is_tile for i in idx):
+        if not any(i.is_tile for i in idx):
             return None
-        box, offsets, tile = [], [], []
+        box, offsets, divs = [], [], []
         for i in idx:
+            divs.append(self.divisor.get(i.id, 1))
             if i.is_tile:
                 if i.id not in self.boxes or len(i.shape) != 1:
                     return None
-                off, n = self.boxes[i.id]
+                off, n, divs[-1] = self.boxes[i.id]
                 if n > TMA_MAX_BOX:
                     return None
                 box.append(n)
-                tile.append(n)
                 offsets.append(off)
             else:
                 box.append(1)
                 offsets.append(self.ref(i))
-        key = (t.name, tuple(box))
+        # the descriptor's dims: the tensor's, with its stride-1 dim (the last unless `majors` says) moved last
+        rank = len(t.dims)
+        c = self.majors.get(t.name, rank - 1)
+        self.box_shapes.add((t.name, tuple(box)))
+        if not idx[c].is_tile or divs[c] % 16:
+            # the copy engine starts a box on a 16-byte boundary along the stride-1 dim: an offset there must be a
+            # known multiple of 16 elements (a loop counter stepping by a tile of 16 or more, a program id times one)
+            return None
+        perm = [d for d in range(rank) if d != c] + [c]
+        key = (t.name, tuple(box[d] for d in perm))
         if key not in self.descs:
             name = self.fresh(f"{t.name}_desc")
-            strides = [f"{t.name}_stride{d}" for d in range(len(t.dims) - 1)] + ["1"]
-            self.descs[key] = (name, f"    {name} = tl.make_tensor_descriptor({t.name}, shape=[{', '.join(t.dims)}], "
-                                     f"strides=[{', '.join(strides)}], block_shape={list(box)})")
-        loaded = f"{self.descs[key][0]}.load([{', '.join(offsets)}])"
-        return loaded if len(tile) == len(box) else f"tl.reshape({loaded}, {_shape_text(tuple(tile))})"
+            dims = ", ".join(t.dims[d] for d in perm)
+            strides = ", ".join([f"{t.name}_stride{d}" for d in perm[:-1]] + ["1"])
+            self.descs[key] = (name, f"    {name} = tl.make_tensor_descriptor({t.name}, shape=[{dims}], "
+                                     f"strides=[{strides}], block_shape={list(key[1])})")
+        loaded = f"{self.descs[key][0]}.load([{', '.join(offsets[d] for d in perm)}])"
+        tiled = [d for d in perm if idx[d].is_tile]  # the loaded tile's axes, in descriptor order
+        if len(tiled) != rank:
+            loaded = f"tl.reshape({loaded}, {_shape_text(tuple(box[d] for d in tiled))})"
+        order = [tiled.index(d) for d in sorted(tiled)]
+        if order != sorted(order):
+            loaded = f"tl.trans({loaded})" if len(order) == 2 else f"tl.permute({loaded}, {tuple(order)})"
+        return loaded
 
     def access(self, op: Op, ind: str, nidx: int) -> tuple[str, str | None]:
         t: TensorParam = self.ir.tensor(op.attrs["tensor"])
@@ -433,6 +470,7 @@ class _Emitter:
         self.names[iv.id] = ivn
         if op.args[0].id in self.nonneg:
             self.nonneg.add(iv.id)
+        self.divisor[iv.id] = math.gcd(self.divisor.get(op.args[0].id, 1), self.divisor.get(op.args[2].id, 1))
         rng = "tl.static_range" if op.attrs["static"] else "range"
         self.lines.append(f"{ind}for {ivn} in {rng}({start}, {stop}, {step}):")
         n0 = len(self.lines)
@@ -529,15 +567,17 @@ def _shape_text(shape: tuple[Any, ...]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def lower(ir: KernelIR, policy: Policy, target: str = "cuda") -> tuple[LoweredSource, dict[str, Any]]:
-    """Lower a verified kernel to Triton source; returns the source and the constexpr values."""
+def lower(ir: KernelIR, policy: Policy, target: str = "cuda",
+          majors: tuple[tuple[str, int], ...] = ()) -> tuple[LoweredSource, dict[str, Any]]:
+    """Lower a verified kernel to Triton source; returns the source and the constexpr values. `majors` names the
+    stride-1 dimension of tensors that policy.tma reads through descriptors, where it is not their last."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
     policy.validate()
     consts = resolve_consts(ir, policy)
     if policy.grid_order == "grouped":
         consts = {**consts, "GROUP_M": policy.group_m}
-    return _Emitter(ir, policy, target, consts).run(), consts
+    return _Emitter(ir, policy, target, consts, majors).run(), consts
 
 
 __all__ = ["lower", "LoweredSource", "resolve_consts", "TARGETS", "TMA_MAX_BOX"]

@@ -6,6 +6,7 @@ import ast
 import hashlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 import tempfile
@@ -28,7 +29,7 @@ _LOCK = threading.Lock()
 # observe_launches(): a function called with (compiled kernel, flat arguments, programs, what Triton returned)
 # after every launch in this thread (argus_inductor.replay records an op call's launches through it)
 _OBSERVER = threading.local()
-_COMPILED: dict[tuple[str, str, str], CompiledKernel] = {}
+_COMPILED: dict[tuple[str, str, str, tuple[tuple[str, int], ...]], CompiledKernel] = {}
 
 
 def cache_dir() -> Path:
@@ -122,10 +123,10 @@ class CompiledKernel:
         if self.target != "interpret":
             self._opts.update(num_warps=self.policy.num_warps, num_stages=self.policy.num_stages)
         self._order = self._direct_order()
-        # tensors loaded through tensor descriptors: (position in the flat list, its stride positions, box width)
+        # tensors loaded through tensor descriptors: (name, position in the flat list, narrowest box per dim)
         index = {n: i for i, n in enumerate(self.source.arg_names)}
-        self._described = [(index[name], inner) for name, inner in self.source.descriptors]
-        self._pointer_twin: CompiledKernel | None = None
+        self._described = [(name, index[name], box) for name, box in self.source.descriptors]
+        self._siblings: dict[tuple[tuple[str, int], ...] | None, CompiledKernel] = {self.source.majors: self}
 
     @property
     def triton_source(self) -> str:
@@ -255,9 +256,11 @@ class CompiledKernel:
                 flat[pos] = args[src] if isinstance(src, int) else kwargs[src]
         if programs == 0:
             return
-        if self._described and not self._describable(flat):
-            self.pointer_twin()(*args, **kwargs)
-            return
+        if self._described:
+            fit = self.for_operands(flat)
+            if fit is not self:
+                fit(*args, **kwargs)
+                return
         observer = getattr(_OBSERVER, "fn", None)
         try:
             if observer is not None:
@@ -273,34 +276,49 @@ class CompiledKernel:
         if observer is not None:
             observer(self, flat, programs, launched)
 
-    def _describable(self, flat: list[Any]) -> bool:
-        """Whether every tensor this kernel loads through a descriptor is one the copy engine can read: innermost
-        stride 1, a 16-byte aligned address and 16-byte multiples for the other strides, a box at least 16 bytes
-        wide. Where one is not, the launch takes the pointer-load version of the same kernel."""
-        for pos, inner in self._described:
+    def _majors(self, flat: list[Any]) -> tuple[tuple[str, int], ...] | None:
+        """The stride-1 dimension of each tensor this kernel reads through descriptors (listed where it is not the
+        last), or None where one of them is no tensor the copy engine can read: it needs a stride-1 dimension
+        that every box spans at least 16 bytes along, a 16-byte aligned address, the other strides nonzero
+        multiples of 16 bytes, and boxes of a multiple of 128 bytes (Triton 3.6's pipeliner stages them in a
+        ring whose slots must stay 128-byte aligned: triton-lang/triton#10474)."""
+        majors = []
+        for name, pos, box in self._described:
             t = flat[pos]
-            size = t.element_size()
-            strides = t.stride()
-            if strides[-1] != 1 or t.data_ptr() % 16 or inner * size < 16 or \
-                    any(st * size % 16 or st == 0 for st in strides[:-1]) or max(t.shape) >= 2 ** 31:
-                return False
-        if self.target == "cuda":
-            _ensure_allocator()
-        return True
+            size, strides, shape = t.element_size(), t.stride(), t.shape
+            unit = [d for d in range(len(strides)) if strides[d] == 1 and shape[d] > 1]
+            c = unit[-1] if unit else len(strides) - 1
+            if strides[c] != 1 or box[c] * size < 16 or math.prod(box) * size % 128 or t.data_ptr() % 16 or \
+                    max(shape) >= 2 ** 31 or any(st * size % 16 or st == 0 for d, st in enumerate(strides) if d != c):
+                return None
+            if c != len(strides) - 1:
+                majors.append((name, c))
+        return tuple(majors)
 
-    def pointer_twin(self) -> CompiledKernel:
-        """This kernel under the same policy with pointer loads only (policy.tma off)."""
-        if self._pointer_twin is None:
-            self._pointer_twin = compile_ir(self.ir, replace(self.policy, tma=False), self.target)
-        return self._pointer_twin
+    def for_operands(self, flat: list[Any]) -> CompiledKernel:
+        """This kernel, or its sibling lowered for the operands' layouts: descriptors laid out around each tensor's
+        stride-1 dimension, or pointer loads only (policy.tma off) where some operand fits no descriptor."""
+        majors = self._majors(flat)
+        fit = self._siblings.get(majors)
+        if fit is None:
+            if majors is None:
+                fit = compile_ir(self.ir, replace(self.policy, tma=False), self.target)
+            else:
+                fit = compile_ir(self.ir, self.policy, self.target, majors)
+            self._siblings[majors] = fit
+        if fit is self and self.target == "cuda":
+            _ensure_allocator()
+        return fit
 
     def launch_flat(self, flat: list[Any], programs: int, launched: Any = None, stream: int | None = None) -> None:
         """Launch with an already bound argument list (as __call__ builds it). `launched`, the compiled Triton kernel
         an earlier launch returned, and `stream` skip Triton's binding and specialization: the caller vouches that
         the arguments specialize as that launch's did (same metadata, same 16-byte alignment of every pointer)."""
-        if self._described and not self._describable(flat):
-            self.pointer_twin().launch_flat(flat, programs)  # same arguments: only the loads differ
-            return
+        if self._described:
+            fit = self.for_operands(flat)
+            if fit is not self:
+                fit.launch_flat(flat, programs)  # same arguments: only the loads differ
+                return
         order = self._order if launched is not None and stream is not None else None
         if order is None:
             self.fn[(programs,)](*flat, **self._opts)
@@ -334,13 +352,15 @@ def _ensure_allocator() -> None:
         _allocation.set_allocator(_torch_scratch)
 
 
-def compile_ir(ir: KernelIR, policy: Policy, target: str) -> CompiledKernel:
-    """The compiled kernel of `ir` under `policy` for `target`, shared by every Kernel object with the same IR."""
-    key = (ir.fingerprint(), policy.key(), target)
+def compile_ir(ir: KernelIR, policy: Policy, target: str,
+               majors: tuple[tuple[str, int], ...] = ()) -> CompiledKernel:
+    """The compiled kernel of `ir` under `policy` for `target` (descriptors around `majors`, see lowering.lower),
+    shared by every Kernel object with the same IR."""
+    key = (ir.fingerprint(), policy.key(), target, majors)
     with _LOCK:
         hit = _COMPILED.get(key)
     if hit is None:
-        src, consts = lower(ir, policy, target)
+        src, consts = lower(ir, policy, target, majors)
         fn = _load_module(src, target)
         hit = CompiledKernel(ir, policy, target, src, consts, fn)
         with _LOCK:

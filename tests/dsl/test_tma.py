@@ -18,8 +18,25 @@ def shifted_copy(X: Tensor("B", "R", "C"), Y: Tensor("B", "R", "C"), shift: int,
     rr = pr * BR + arange(BR)
     for c0 in range(0, C, BC):
         rc = c0 + arange(BC)
-        x = load(X[b, rr - shift, rc + shift])
+        x = load(X[b, rr - shift, rc])
         store(Y[b, rr, rc], x)
+
+@kernel
+def row_blocks(X: Tensor("R", "C"), Y: Tensor("R", "C"), BR: constexpr = 16, BC: constexpr = 16):
+    (pc,) = tile_grid(cdiv(C, BC))
+    rc = pc * BC + arange(BC)
+    for r0 in range(0, R, BR):
+        rr = r0 + arange(BR)
+        store(Y[rr, rc], load(X[rr, rc]))
+
+@kernel
+def unaligned_columns(X: Tensor("R", "C"), Y: Tensor("R", "C"), shift: int, BR: constexpr = 16, BC: constexpr = 16):
+    (pr,) = tile_grid(cdiv(R, BR))
+    rr = pr * BR + arange(BR)
+    for c0 in range(0, C, BC):
+        x = load(X[rr, c0 + arange(BC) + shift])
+        y = load(X[rr, c0 + 8 + arange(BC)])
+        store(Y[rr, c0 + arange(BC)], x + y)
 
 @kernel
 def mixed_loads(X: Tensor("R", "C"), I: Tensor("R", dtype=int32), Y: Tensor("R", "C"), BR: constexpr = 16, BC: constexpr = 16):
@@ -53,6 +70,16 @@ def test_box_loads_become_descriptors_created_once_at_entry():
     assert "make_tensor_descriptor" not in _kernels()["shifted_copy"].triton_source(Policy.make(tma=True), "hip")
 
 
+def test_a_box_whose_stride_1_offset_may_be_unaligned_keeps_a_pointer_load():
+    """The copy engine starts a box at a 16-byte boundary along the stride-1 dimension; the lowering proves the
+    offset a multiple of 16 elements (c0 steps by BC=16) or leaves the load to pointers: `+ shift` is unknown,
+    `+ 8` is 8 elements."""
+    text = _kernels()["unaligned_columns"].triton_source(Policy.make(tma=True))
+    assert "make_tensor_descriptor" not in text
+    aligned = _kernels()["shifted_copy"].triton_source(Policy.make(tma=True))
+    assert "make_tensor_descriptor" in aligned
+
+
 def test_gathers_masked_loads_and_nonzero_fills_keep_pointer_loads():
     text = _kernels()["mixed_loads"].triton_source(Policy.make(tma=True))
     assert text.count("X_desc.load(") == 1  # only `a`: the box with the default zero fill, in the loop
@@ -69,38 +96,55 @@ def test_box_past_the_edges_reads_zeros_like_a_masked_load():
         k(x, want, shift, policy=Policy.make())
         k(x, got, shift, policy=Policy.make(tma=True))
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-        # the reference itself: rows shifted down, columns shifted left, zeros where the source is outside X
+        # the reference itself: rows shifted down, zeros where the source row is outside X
         ref = torch.zeros_like(x)
         rows = torch.arange(37) - shift
-        cols = torch.arange(45) + shift
-        ok = ((rows >= 0) & (rows < 37))[:, None] & ((cols >= 0) & (cols < 45))[None, :]
-        ref[:, ok] = x[:, rows.clamp(0, 36)][:, :, cols.clamp(0, 44)][:, ok]
+        ok = (rows >= 0) & (rows < 37)
+        ref[:, ok] = x[:, rows[ok]]
         torch.testing.assert_close(got, ref, rtol=0, atol=0)
 
 
-def _launched_policies(k, *args, policy):
+def _launched(k, *args, policy):
+    """(tma, majors) of each compiled kernel the call launched."""
     seen = []
-    with observe_launches(lambda compiled, flat, programs, launched: seen.append(compiled.policy.tma)):
+    with observe_launches(lambda compiled, flat, programs, launched:
+                          seen.append((compiled.policy.tma, compiled.source.majors))):
         k(*args, policy=policy)
     return seen
 
 
-def test_operands_no_descriptor_can_describe_run_the_pointer_twin():
-    k = _kernels()["shifted_copy"]
+def test_each_operand_layout_gets_the_kernel_lowered_for_it():
+    """Descriptors are laid out around each tensor's stride-1 dimension: a transposed operand gets a sibling whose
+    descriptor puts that dimension last and transposes the loaded box back; operands no descriptor can describe
+    run the pointer-load sibling. Every one matches the pointer kernel bit for bit."""
+    k = _kernels()["row_blocks"]
     pol = Policy.make(tma=True)
-    x = torch.randn(2, 37, 48)
+    x = torch.randn(37, 48)
     y = torch.empty_like(x)
-    assert _launched_policies(k, x, y, 0, policy=pol) == [True]
-    torch.testing.assert_close(y, x)
+    assert _launched(k, x, y, policy=pol) == [(True, ())]
     cases = {
-        "innermost stride is not 1": torch.randn(2, 48, 37).transpose(1, 2),
-        "address not 16-byte aligned": torch.randn(2 * 37 * 48 + 1)[1:].view(2, 37, 48),
-        "row stride not a multiple of 16 bytes": torch.randn(2, 37, 45),
-        "a broadcast (zero) stride": torch.randn(1, 37, 48).expand(2, 37, 48),
+        "rows stride 1 (a transpose)": (torch.randn(48, 40).t(), [(True, (("X", 0),))]),
+        "address not 16-byte aligned": (torch.randn(37 * 48 + 1)[1:].view(37, 48), [(False, ())]),
+        "row stride not a multiple of 16 bytes": (torch.randn(37, 45), [(False, ())]),
+        "a broadcast (zero) stride": (torch.randn(1, 48).expand(37, 48), [(False, ())]),
+        "transposed, its other stride 148 bytes": (torch.randn(48, 37).t(), [(False, ())]),
     }
-    for why, xs in cases.items():
-        ys = torch.full(xs.shape, float("nan"))
-        assert _launched_policies(k, xs, ys, 0, policy=pol) == [False], why
-        torch.testing.assert_close(ys, xs, rtol=0, atol=0, msg=why)
-    # a describable launch after them still takes the descriptor kernel
-    assert _launched_policies(k, x, y, 0, policy=pol) == [True]
+    for why, (xs, launched) in cases.items():
+        want = torch.full(xs.shape, float("nan"))
+        k(xs, want, policy=Policy.make())
+        got = torch.full(xs.shape, float("nan"))
+        assert _launched(k, xs, got, policy=pol) == launched, why
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=why)
+        torch.testing.assert_close(got, xs, rtol=0, atol=0, msg=why)
+    # a row-major launch after them still takes the first kernel
+    assert _launched(k, x, y, policy=pol) == [(True, ())]
+
+
+def test_a_transposed_box_is_loaded_through_a_permuted_descriptor():
+    from argus_inductor.dsl.lowering import lower
+
+    src, _ = lower(_kernels()["row_blocks"].ir, Policy.make(tma=True), "cuda", (("X", 0),))
+    assert "X_desc = tl.make_tensor_descriptor(X, shape=[C, R], strides=[X_stride1, 1], block_shape=[16, 16])" \
+        in src.source
+    assert "tl.trans(X_desc.load([v_" in src.source and ", r0]))" in src.source
+    assert src.majors == (("X", 0),) and src.descriptors == (("X", (16, 16)),)
