@@ -264,9 +264,11 @@ def _bias_consts(sig: Signature) -> dict[str, int]:
 
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    p = attention_policy(d["S"], d["D"], target, "causal" in _epi_parts(sig))
+    parts = _epi_parts(sig)
+    p = attention_policy(d["S"], d["D"], target, "causal" in parts, "mask" in parts)
     if target != "interpret":
-        p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4))
+        p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4),
+                          has_mask="mask" in parts)
     return p.as_dict()
 
 
@@ -932,12 +934,15 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
         plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=plan.policies[name], target=target)
         return out
 
+    def fallback_contiguous() -> Tensor:  # SDPA returns q's layout; the op's fake (and the kernels) a contiguous one
+        return fallback().contiguous()
+
     if v.shape != k.shape or h % hk or q.shape[0] != k.shape[0] or q.shape[-1] != d:
-        return fallback()
+        return fallback_contiguous()
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not broadcasts_to(
             mask.shape, (z, h, s, t))):
-        return fallback()
-    return run_op(node_id, sig, run, fallback, [q, k, v], (causal, mask is None),
+        return fallback_contiguous()
+    return run_op(node_id, sig, run, fallback_contiguous, [q, k, v], (causal, mask is None),
                   flops=4 * z * h * s * t * d)  # as FlopCounterMode counts SDPA (the mask ignored)
 
 

@@ -40,16 +40,19 @@ def presplit_gemm_policy(m: int, n: int, k: int) -> Policy:
     return Policy.make(BM=128, BN=256, BK=32, num_warps=8, num_stages=3)
 
 
-def attention_policy(s: int, d: int, target: str, causal: bool = False) -> Policy:
+def attention_policy(s: int, d: int, target: str, causal: bool = False, has_mask: bool = False) -> Policy:
     """From benchmarks/results/sweep-attention-2026-11-23.json (H100, bf16). Long sequences at head dim 128 take
     128x128 tiles whose K/V blocks stream through tensor descriptors (0.83-0.95x cuDNN there; pointer loads of
-    the same tiles 0.76-0.81x); sequences of 1024 and head dim 64 are fastest with pointer loads."""
+    the same tiles 0.76-0.81x); sequences of 1024 and head dim 64 are fastest with pointer loads. A mask tensor
+    adds a BM x BN tile to every stage (and is broadcast, so no descriptor reads it): 64x64 tiles."""
     if target == "interpret":
         return Policy.make(BM=16, BN=16)
     if s <= 16:
         return Policy.make(BM=16, BN=128, num_warps=8, num_stages=3)
     if d > 128:
         return Policy.make(BM=64, BN=64, num_warps=4, num_stages=2)
+    if has_mask:
+        return Policy.make(BM=64, BN=64, num_warps=4, num_stages=3)
     if d <= 64:
         return Policy.make(BM=128, BN=64, num_warps=8, num_stages=3)
     if s >= 2048:
@@ -98,12 +101,15 @@ def fit_shared_memory(p: Policy, elem_bytes: int, b_tiles: int = 1, budget: int 
         replace(p, num_stages=stages)
 
 
-def fit_attention(p: Policy, head_block: int, elem_bytes: int, budget: int = ATTENTION_SMEM_BUDGET) -> Policy:
-    """An attention policy whose Q tile and staged K/V tiles fit `budget` (fewer stages, then a narrower key tile)."""
+def fit_attention(p: Policy, head_block: int, elem_bytes: int, budget: int = ATTENTION_SMEM_BUDGET,
+                  has_mask: bool = False) -> Policy:
+    """An attention policy whose Q tile and staged K/V (and mask) tiles fit `budget` (fewer stages, then a narrower
+    key tile). The mask is counted at 4 bytes an entry (it may be float32 whatever q's dtype)."""
     bm, bn, stages = p.const("BM", 64), p.const("BN", 64), p.num_stages
 
     def need() -> int:
-        return (bm * head_block + stages * 2 * bn * head_block) * elem_bytes
+        return (bm * head_block + stages * 2 * bn * head_block) * elem_bytes + \
+            (stages * bm * bn * 4 if has_mask else 0)
     while need() > budget and stages > 1:
         stages -= 1
     while need() > budget and bn > 16:

@@ -184,3 +184,24 @@ def test_no_cuda_graph_when_the_replay_would_copy_large_inputs(monkeypatch, copy
     static = torch.randn(1024, 1024)
     torch._dynamo.mark_static_address(static)
     assert backend.copied_input_bytes([x, nn.Parameter(torch.randn(512, 512)), static, 3]) == 128 * 128 * 4
+
+
+def test_attention_fallback_returns_the_layout_its_fake_promises():
+    """SDPA returns q's layout (a transposed (B, S, H, D) view stays transposed); the Argus ops' fakes promise a
+    contiguous output, so the aten fallback must copy, or Inductor's stride assertion fails (it did, on the H100,
+    when a masked Llama prefill's kernel fell back)."""
+    torch._dynamo.reset()
+    report_mod.clear()
+    q = torch.randn(2, 9, 4, 16).transpose(1, 2)  # (Z, H, S, D) with S-major strides, as a model's q is
+    k = torch.randn(2, 9, 4, 16).transpose(1, 2)
+    mask = torch.rand(2, 1, 9, 9) > 0.3
+    mask[..., 0] = True
+
+    def f(q, k, m):
+        return F.scaled_dot_product_attention(q, k, k, attn_mask=m) * 2
+
+    with torch.no_grad():
+        out = torch.compile(f, backend="argus", options={"on_miss": "fallback"})(q, k, mask)
+    torch.testing.assert_close(out, f(q, k, mask))
+    direct = torch.ops.argus.attention_mask(q, k, k, mask, None, "test")
+    assert direct.is_contiguous()

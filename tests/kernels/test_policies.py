@@ -3,7 +3,7 @@ near 256 outputs a program (both measured on the H100; see argus_inductor.polici
 from __future__ import annotations
 
 from argus_inductor.kernels.pool import max_pool_policies
-from argus_inductor.policies import gemm_policy
+from argus_inductor.policies import ATTENTION_SMEM_BUDGET, attention_policy, fit_attention, gemm_policy
 
 
 def test_long_k_over_few_tiles_splits_k():
@@ -18,3 +18,19 @@ def test_long_k_over_few_tiles_splits_k():
 def test_pool_tiles_are_about_256_outputs():
     p = max_pool_policies((16, 64, 224, 224), 3, 2, 1, 2)["max_pool_kernel"]
     assert p.const("BC") * p.const("BW") == 256 and p.const("BW") >= 64
+
+
+def test_attention_tiles_fit_shared_memory_with_and_without_a_mask():
+    """A mask tensor adds a BM x BN tile to every pipeline stage: the 128x128, 3-stage head-dim-128 template (192 KB
+    of K/V stages) ran out of shared memory with one on the H100 (Llama prefill), so a masked signature takes 64x64
+    tiles, and fit_attention counts the mask when shrinking a policy."""
+    plain = attention_policy(4096, 128, "cuda")
+    assert (plain.const("BM"), plain.const("BN"), plain.num_stages, plain.tma) == (128, 128, 3, True)
+    assert fit_attention(plain, 128, 2) == plain
+    masked = attention_policy(4096, 128, "cuda", has_mask=True)
+    assert masked.const("BM") * masked.const("BN") <= 64 * 64 and not masked.tma
+    assert fit_attention(masked, 128, 2, has_mask=True) == masked
+    squeezed = fit_attention(plain, 128, 2, has_mask=True)
+    bm, bn, st = squeezed.const("BM"), squeezed.const("BN"), squeezed.num_stages
+    assert (bm * 128 + st * 2 * bn * 128) * 2 + st * bm * bn * 4 <= ATTENTION_SMEM_BUDGET
+    assert attention_policy(4096, 128, "hip").tma is False  # no descriptors on AMD targets
