@@ -179,9 +179,16 @@ def moe_candidates(tokens: int, topk: int, experts: int) -> list[tuple[Policy, P
     else:
         ups = [(64, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 128, 64, 8, 3), (128, 256, 64, 8, 3)]
         downs = [(128, 64, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4)]
-    return [(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st),
-             Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst))
-            for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
+    out = [(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st),
+            Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst))
+           for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
+    if tokens * topk > 64 * experts:
+        # prefill: the grid walks blocks of rows in bands of 8 (programs that share a weight column block run
+        # together, so it is read from memory once, not once per row block), with and without descriptor loads
+        out += [(replace(u, grid_order="grouped", group_m=8, tma=tma), replace(d, grid_order="grouped", group_m=8,
+                                                                              tma=tma))
+                for u, d in out[::3] for tma in (False, True)]
+    return out
 
 
 def sweep_moe(rows: list[dict]) -> None:

@@ -254,15 +254,22 @@ def _routing(tokens: int, experts: int, topk: int, dtype: torch.dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_moe_expert_step(dtype):
+@pytest.mark.parametrize("order", ["row", "grouped+tma"])
+def test_moe_expert_step(dtype, order):
+    """Also with the grid in bands of row blocks and the weights through tensor descriptors (the prefill
+    candidates of benchmarks/sweep.py)."""
     for t, hd, inter, e, topk in MOE:
         seed = fresh_seed()
         x = randn(t, hd, dtype=dtype)
         w1 = randn(e, 2 * inter, hd, dtype=dtype, scale=hd**-0.5)
         w2 = randn(e, hd, inter, dtype=dtype, scale=inter**-0.5)
         tw, ti = _routing(t, e, topk, dtype)
-        y = moe_expert_step(x, w1, w2, tw, ti, policy_up=for_dtype(MOE_UP, dtype), policy_down=for_dtype(MOE_DOWN, dtype))
-        check(y, _moe_ref(x, w1, w2, tw, ti), dtype, seed, f"moe t={t} hd={hd} i={inter} e={e} topk={topk}")
+        up, down = for_dtype(MOE_UP, dtype), for_dtype(MOE_DOWN, dtype)
+        if order != "row":
+            up = replace(up, grid_order="grouped", group_m=2, tma=True)
+            down = replace(down, grid_order="grouped", group_m=2, tma=True)
+        y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
+        check(y, _moe_ref(x, w1, w2, tw, ti), dtype, seed, f"moe t={t} hd={hd} i={inter} e={e} topk={topk} {order}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
