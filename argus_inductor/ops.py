@@ -662,8 +662,9 @@ def forget_plans() -> None:
 # Running one op call
 
 _SIG_MEMO: dict[tuple, Signature] = {}
-# call site + operand metadata -> (signature, plan, target, fallback reason); its FLOPs. Dropped with the plans.
-_RESOLVED: dict[tuple, tuple[Signature, Plan | None, str | None, str | None]] = {}
+# call site + operand metadata -> (signature, its short name, plan, target, fallback reason); its FLOPs. Dropped
+# with the plans.
+_RESOLVED: dict[tuple, tuple[Signature, str, Plan | None, str | None, str | None]] = {}
 _FLOPS: dict[tuple, int] = {}
 # call site + operand metadata -> the recorded launches of its plan (argus_inductor.replay), or None where the
 # host function cannot be replayed. Dropped with the plans.
@@ -701,7 +702,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     key = (node_id, *memo, *(tensor_key(t) for t in tensors))
     hit = _RESOLVED.get(key)  # the hot path: this call site with these shapes was resolved before
     if hit is not None:
-        sig, plan, target, reason = hit
+        sig, short, plan, target, reason = hit
     else:
         target = target_for(tensors[0].device)
         sig = _memo_sig(key, sig_fn)
@@ -718,12 +719,13 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         with _LOCK:
             if len(_RESOLVED) > 4096:
                 _forget_calls()
-            _RESOLVED[key] = (sig, plan, target, reason)
+            short = sig.short()  # the report's name for it, worked out once
+            _RESOLVED[key] = (sig, short, plan, target, reason)
     # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture
     timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
     if timed and tensors[0].is_cuda:
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if timed else 0.0
     out = None
     if plan is not None:
         try:
@@ -747,7 +749,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
             n = _FLOPS[key] = flops(out)
     else:
         n = flops
-    _report.record_call(node_id, sig.short(), source, ms, plan.notes if plan is not None else None, n)
+    _report.record_call(node_id, short, source, ms, plan.notes if plan is not None else None, n)
     return out
 
 
