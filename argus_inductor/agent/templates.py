@@ -34,8 +34,9 @@ def _library() -> dict[str, Kernel]:
 TEMPLATES: dict[str, Template] = {t.name: t for t in [
     Template("gemm_epilogue", ("tile-shape", "epilogue-fusion", "grouped-grid-order", "persistent-kernel",
                                "skinny-decode-tiles", "software-pipelining", "ragged-edge-masking",
-                               "fp32-accumulation", "warp-count"), "library:gemm"),
-    Template("bmm_kernel", ("tile-shape", "batched-grid", "software-pipelining"), "library:gemm"),
+                               "fp32-accumulation", "warp-count", "tma-block-pointers"), "library:gemm"),
+    Template("bmm_kernel", ("tile-shape", "batched-grid", "software-pipelining", "tma-block-pointers"),
+             "library:gemm"),
     Template("gemm_residual", ("residual-epilogue", "epilogue-fusion", "tile-shape"), "library:gemm_residual"),
     Template("gemm_gate_up", ("fused-gate-up", "tile-shape"), "library:gemm_residual"),
     Template("attention_fwd", ("online-softmax", "causal-block-skipping", "exp2-folded-scale", "head-dim-block",
