@@ -223,9 +223,28 @@ def sweep_moe(rows: list[dict]) -> None:
                   f"= {peer / best[0]:.2f}x  up {best[1].key()} down {best[2].key()}", flush=True)
 
 
+def sweep_route(rows: list[dict]) -> None:
+    """The MoE routing sort alone: one moe_route launch against moe_align_block's torch ops, decode sizes."""
+    from argus_inductor.kernels.moe import moe_align_block, moe_align_fused
+
+    for experts, topk in ((8, 2), (128, 8)):
+        for t in (1, 4, 16):
+            if t * topk > 128:
+                continue
+            ids = torch.stack([torch.randperm(experts, device="cuda")[:topk] for _ in range(t)])
+            want, got = moe_align_block(ids, experts, 16), moe_align_fused(ids, experts, 16)
+            same = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+            torch_ms = bench(lambda: moe_align_block(ids, experts, 16))
+            fused_ms = bench(lambda: moe_align_fused(ids, experts, 16))
+            rows.append(dict(op="route", t=t, experts=experts, topk=topk, same=same, torch_ms=torch_ms,
+                             fused_ms=fused_ms))
+            print(f"route T={t} E={experts} k={topk}: torch ops {torch_ms * 1e3:.1f} us, moe_route "
+                  f"{fused_ms * 1e3:.1f} us = {torch_ms / fused_ms:.2f}x, same result: {same}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ops", default="gemm,attention")
+    ap.add_argument("--ops", default="gemm,attention", help="comma-separated: gemm, attention, moe, route")
     ap.add_argument("--max-m", type=int, default=1 << 30, help="only GEMM shapes with M <= this")
     ap.add_argument("--min-m", type=int, default=0, help="only GEMM shapes with M >= this")
     ap.add_argument("--b-major", choices=("k", "n"), default="k",
@@ -240,6 +259,8 @@ def main() -> None:
             sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
         elif op.strip() == "moe":
             sweep_moe(rows)
+        elif op.strip() == "route":
+            sweep_route(rows)
         else:
             sweep_attention(rows)
     out = Path(args.out)

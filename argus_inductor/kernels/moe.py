@@ -2,6 +2,8 @@
 grouped down GEMM, and a scatter-add back to token order weighted by the routing weights."""
 from __future__ import annotations
 
+import builtins
+
 import torch
 
 from ..dsl import Policy
@@ -13,19 +15,23 @@ from ..dsl.lang import (
     atomic_add,
     cdiv,
     constexpr,
+    cumsum,
     float32,
     int32,
     load,
     mma,
     silu,
     store,
+    sum,
     tag,
     tag_of,
     tile_grid,
     trans,
+    where,
     zeros,
 )
 from ..dsl.runtime import kernel
+from .launch import pow2
 
 
 @kernel
@@ -86,6 +92,82 @@ def moe_down(Hin: Tensor("P", "I"), W2: Tensor("E", "HD", "I"), sorted_ids: Tens
         atomic_add(Y[tok, rn], y)
 
 
+@kernel
+def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=int32),
+              block_expert: Tensor("NB", dtype=int32), E: int, BM: constexpr = 16, BN: constexpr = 16,
+              BE: constexpr = 16, BS: constexpr = 64, BB: constexpr = 4):
+    """moe_align_block in one launch, for few pairs (N <= BN, E <= BE): each program fills BS slots of sorted_ids
+    and the BB = BS / BM blocks of block_expert they make up, by gathering rather than scattering (slot s holds
+    the pair whose sorted position is s, or the padding id N), so every output element is written once.
+
+    A pair's sorted position is its expert's first row (the blocks of the experts before it, times BM) plus how
+    many earlier pairs chose the same expert: the order a stable sort by expert gives."""
+    (ps,) = tile_grid(cdiv(S, BS))
+    assume((N <= BN) & (E <= BE) & (BS == BB * BM) & (S == NB * BM))
+    rn = arange(BN)
+    re = arange(BE)
+    valid = rn < N
+    ids = load(topk_ids[rn])
+    onehot = (ids[:, None] == re[None, :]) & valid[:, None]
+    hits = onehot.to(int32)
+    counts = sum(hits, 0)
+    blocks = (counts + BM - 1) // BM
+    block_end = cumsum(blocks, 0)
+    row_start = (block_end - blocks) * BM
+    earlier = cumsum(hits, 0) - hits
+    pos = sum(where(onehot, earlier + row_start[None, :], 0), 1)
+    rs = ps * BS + arange(BS)
+    match = (pos[None, :] == rs[:, None]) & valid[None, :]
+    found = sum(match.to(int32), 1)
+    pair = sum(where(match, rn[None, :], 0), 1)
+    store(sorted_ids[rs], where(found > 0, pair, N))
+    rb = ps * BB + arange(BB)
+    before = (block_end[None, :] <= rb[:, None]) & (re[None, :] < E)
+    store(block_expert[rb], sum(before.to(int32), 1))
+
+
+def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
+                    policy: Policy | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """moe_align_block's result from one DSL kernel (moe_route) instead of a dozen torch launches; for decode-sized
+    routings (T * topk <= 1024 pairs, experts <= 256). Same layout, same order, same padding."""
+    flat = topk_ids.reshape(-1).to(torch.int32)
+    n = flat.numel()
+    if n > 1024 or num_experts > 256:
+        raise ValueError(f"moe_align_fused takes up to 1024 pairs and 256 experts, got {n} and {num_experts}")
+    nb = min(num_experts, n) + n // block_m
+    sorted_ids = torch.empty(nb * block_m, dtype=torch.int32, device=flat.device)
+    block_expert = torch.empty(nb, dtype=torch.int32, device=flat.device)
+    bs = builtins.max(block_m, 64)
+    bb = bs // block_m
+    pol = (policy or Policy.make()).with_consts(BM=block_m, BN=builtins.max(16, pow2(n)),
+                                                BE=builtins.max(16, pow2(num_experts)), BS=bs, BB=bb)
+    moe_route(flat, sorted_ids, block_expert, num_experts, policy=pol)
+    return sorted_ids, block_expert
+
+
+# Routings of at most this many (token, k) pairs are sorted by moe_route in one launch; larger ones by
+# moe_align_block's torch ops (moe_route builds a pairs x experts table in each program).
+FUSED_ROUTE_MAX_PAIRS = 128
+_FUSED_ROUTE_FAILED: list[str] = []
+
+
+def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """sorted_ids and block_expert as moe_align_block defines them: one moe_route launch for decode-sized
+    routings (at most FUSED_ROUTE_MAX_PAIRS pairs, 256 experts), the torch ops otherwise or where the fused
+    kernel failed once in this process (said once, on the log)."""
+    n = topk_ids.numel()
+    if 0 < n <= FUSED_ROUTE_MAX_PAIRS and num_experts <= 256 and not _FUSED_ROUTE_FAILED:
+        try:
+            return moe_align_fused(topk_ids, num_experts, block_m)
+        except Exception as e:  # a kernel that cannot launch here must not take the MoE op down with it
+            import logging
+
+            _FUSED_ROUTE_FAILED.append(f"{type(e).__name__}: {e}")
+            logging.getLogger("argus_inductor").warning("argus: the fused MoE routing kernel failed (%s); sorting "
+                                                        "with torch ops from now on", _FUSED_ROUTE_FAILED[0])
+    return moe_align_block(topk_ids, num_experts, block_m)
+
+
 def moe_align_block(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Sort (token, k) pairs by expert and pad each expert's run to a multiple of block_m, on the device
     and without a host synchronisation (so it can be captured in a CUDA graph).
@@ -131,7 +213,7 @@ def moe_expert_step(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_we
     bm = policy_up.const("BM", 16)
     policy_down = (policy_down or Policy.make(BN=64, BK=32)).with_consts(BM=bm, TOPK=topk)
     policy_up = policy_up.with_consts(TOPK=topk)
-    sorted_ids, block_expert = moe_align_block(topk_ids, e, bm)
+    sorted_ids, block_expert = moe_align(topk_ids, e, bm)
     h = torch.empty(sorted_ids.numel(), i2 // 2, dtype=x.dtype, device=x.device)
     moe_gate_up(x, w1, sorted_ids, block_expert, h, policy=policy_up)
     y = torch.zeros(t, hd, dtype=torch.float32, device=x.device)

@@ -16,6 +16,7 @@ from argus_inductor.kernels import (
     gemm,
     layernorm,
     moe_align_block,
+    moe_align_fused,
     moe_expert_step,
     moe_gate_up,
     rmsnorm,
@@ -306,6 +307,26 @@ def test_moe_align_block_groups_pairs_by_expert():
     assert ids[12:] == [8] * 12
     with pytest.raises(ValueError, match="expert ids"):
         moe_align_block(torch.tensor([[5]]), 4, 4)
+
+
+def test_fused_routing_kernel_sorts_as_the_torch_ops_do():
+    """moe_route (one launch) against moe_align_block (torch ops): the same slots, order and padding, on fresh random
+    routings, a skewed one (every pair to one expert), the largest sizes it takes, and a hand-checked case."""
+    ti = torch.tensor([[0, 2], [2, 1], [0, 2], [1, 0]], device=DEVICE)
+    sorted_ids, block_expert = moe_align_fused(ti, 4, 4)
+    assert block_expert.tolist() == [0, 1, 2, 4, 4, 4]
+    assert sorted_ids.tolist()[:12] == [0, 4, 7, 8, 3, 6, 8, 8, 1, 2, 5, 8] and sorted_ids.tolist()[12:] == [8] * 12
+    fresh_seed()
+    cases = [(1, 8, 2, 16), (3, 128, 8, 16), (16, 256, 8, 16), (128, 8, 2, 64), (50, 6, 3, 32)]
+    for t, e, k, bm in cases:
+        ids = torch.stack([torch.randperm(e, device=DEVICE)[:k] for _ in range(t)])
+        for routing in (ids, ids.sort(1).values):
+            want, got = moe_align_block(routing, e, bm), moe_align_fused(routing, e, bm)
+            assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1]), (t, e, k, bm)
+    skew = torch.full((40, 1), 3, device=DEVICE)
+    assert all(torch.equal(a, b) for a, b in zip(moe_align_block(skew, 5, 16), moe_align_fused(skew, 5, 16)))
+    with pytest.raises(ValueError, match="1024 pairs and 256 experts"):
+        moe_align_fused(torch.zeros(600, 2, dtype=torch.long, device=DEVICE), 8, 16)
 
 
 def test_device_is_what_the_run_asked_for():

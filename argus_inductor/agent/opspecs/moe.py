@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
-from ...kernels.moe import moe_align_block
+from ...kernels.moe import moe_align
 from ...policies import moe_policies
 from .. import templates
 from ..plan import Plan
@@ -80,7 +80,7 @@ class MoeSpec(OpSpec):
         tw, ti = inputs["topk_weights"], inputs["topk_ids"]
         up, down = policies["moe_gate_up"], policies["moe_down"]
         bm = up.const("BM", 16)
-        sorted_ids, block_expert = moe_align_block(ti, w1.shape[0], bm)
+        sorted_ids, block_expert = moe_align(ti, w1.shape[0], bm)
         h = empty((sorted_ids.numel(), w1.shape[1] // 2), x.dtype, x.device, poison)
         kernels["moe_gate_up"](x, w1, sorted_ids, block_expert, h, policy=up)
         y = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
