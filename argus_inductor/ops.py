@@ -1027,8 +1027,11 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
 
     if t == 0:
         return hidden.new_zeros(hidden.shape)
-    return run_op(node_id, sig, run, fallback, [hidden, w1, w2], (topk,),
-                  flops=t * topk * 6 * hd * (i2 // 2))  # gate+up (2 x 2*HD*I) and down (2*I*HD) per pair
+    # the routing tensors' metadata is part of the call's memo key: the host function reads them (and a replay of
+    # its launches must see the same dtypes and layouts)
+    return run_op(node_id, sig, run, fallback, [hidden, w1, w2], (topk, tensor_key(topk_weights), tensor_key(topk_ids)),
+                  flops=t * topk * 6 * hd * (i2 // 2),  # gate+up (2 x 2*HD*I) and down (2*I*HD) per pair
+                  inputs=[hidden, w1, w2, topk_weights, topk_ids])
 
 
 @moe.register_fake

@@ -56,7 +56,10 @@ class _Alloc:
 
 # copies a host function may make (re-run at replay on the same views): op -> whether it writes its first argument
 _COPIES = {aten.clone.default: False, aten._to_copy.default: False, aten.copy_.default: True,
-           aten.zero_.default: True, aten.fill_.Scalar: True}
+           aten.zero_.default: True, aten.fill_.Scalar: True,
+           # Tensor.to as the dispatch mode may see it, before it decomposes: a copy where it converted
+           # (returning the tensor itself, it is a view, which the recorder tells apart first)
+           aten.to.dtype: False, aten.to.dtype_layout: False}
 _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 
 
@@ -178,7 +181,7 @@ class _Recorder(TorchDispatchMode):
                 self.why = f"{func} fills with a {type(value).__name__}"
             self.steps.append(_Alloc(tuple(out.shape), tuple(out.stride()), out.dtype, out.device, value))
             self.buffers.append(out)
-        elif func in _COPIES:
+        elif func in _COPIES and not (not _COPIES[func] and _is_view(func, args, out)):
             self.copy(func, args, kwargs, out)
         elif not _is_view(func, args, out):
             self.why = f"the host function runs {func}"

@@ -175,3 +175,24 @@ def test_replay_off(fresh_cache, monkeypatch) -> None:
     fn, args, _ = CASES["layer_norm"]
     _run_twice(fn, args, KINDS)
     assert not ops._REPLAYS
+
+
+def test_moe_op_replays_with_fresh_routings(fresh_cache, monkeypatch) -> None:
+    """A decode-sized MoE call sorts its routing in one DSL launch, so its host function is allocations, a dtype
+    copy of the expert ids and three launches: recorded once, then replayed on each call's own routing. Routing
+    weights of another dtype are another call-site key, recorded anew rather than replayed from the first."""
+    replays = []
+    real = Recording.replay
+    monkeypatch.setattr(Recording, "replay", lambda self, inputs: replays.append(1) or real(self, inputs))
+    t, hd, inter, e, k = 5, 32, 16, 6, 2
+    w1, w2 = torch.randn(e, 2 * inter, hd) * 0.2, torch.randn(e, hd, inter) * 0.2
+    for _ in range(3):
+        x = torch.randn(t, hd)
+        tw, ti = torch.topk(torch.softmax(torch.randn(t, e), -1), k)
+        y = torch.ops.argus.moe(x, tw, ti, w1, w2, "moe-site")
+        torch.testing.assert_close(y, ops.moe_reference(x, tw, ti, w1, w2), rtol=1e-4, atol=1e-4)
+    assert len(replays) == 2 and len(ops._REPLAYS) == 1 and None not in ops._REPLAYS.values()
+    y = torch.ops.argus.moe(x, tw.to(torch.bfloat16), ti, w1, w2, "moe-site")
+    torch.testing.assert_close(y, ops.moe_reference(x, tw.to(torch.bfloat16).float(), ti, w1, w2), rtol=1e-4,
+                               atol=1e-4)
+    assert len(replays) == 2 and len(ops._REPLAYS) == 2
