@@ -35,7 +35,7 @@ from . import reporting as _report
 from .cache import CacheEntry, KernelCache
 from .config import Options
 from .dsl import Kernel, Policy, kernels_from_source
-from .kernels.attention import attention_decode, attention_fwd, mask_operand
+from .kernels.attention import attention_decode, attention_fwd, mask_operand, nonnegative_scale
 from .kernels.gemm import (
     ACTIVATION_FNS,
     ACTIVATIONS,
@@ -932,7 +932,7 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, as the fake says
         name = "attention_decode" if "attention_decode" in plan.policies else "attention_fwd"
-        qs, scs = (q, sc) if sc >= 0 else (-q, -sc)  # the kernels scale the row maximum: they take scale >= 0
+        qs, scs = nonnegative_scale(q, sc)
         plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=plan.policies[name], target=target)
         return out
 

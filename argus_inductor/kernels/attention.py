@@ -144,6 +144,12 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
     store(O[z, hrow, 0, rd], acc / l_i[:, None], mask=(rg < g)[:, None])
 
 
+def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
+    """(q, scale) as the kernels take them: they take the row maximum of unscaled scores, so scale >= 0; for a
+    negative one, (-q) k^T |scale| is the same softmax input."""
+    return (q, scale) if scale >= 0 else (-q, -scale)
+
+
 def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """The Mask argument of the attention kernels: `mask` (bool: True keeps; float: added to the scores)
     broadcast to (Z, H, S, T) by zero strides, or a placeholder the kernels never read when there is none.
@@ -178,8 +184,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     d = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    if scale < 0:  # the kernels take the row maximum of unscaled scores: (-q) k^T |scale| is the same softmax input
-        q, scale = -q, -scale
+    q, scale = nonnegative_scale(q, scale)
     if out is None:
         out = torch.empty_like(q)
     m = mask_operand(mask, q, k)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
-from ...kernels.attention import mask_operand
+from ...kernels.attention import mask_operand, nonnegative_scale
 from ...policies import attention_policy
 from .. import templates
 from ..plan import Plan
@@ -93,7 +93,7 @@ class AttentionSpec(OpSpec):
         out = empty(tuple(q.shape), q.dtype, q.device, poison)
         name = next(iter(kernels))
         mask = inputs.get("mask")
-        q, scale = (q, inputs["scale"]) if inputs["scale"] >= 0 else (-q, -inputs["scale"])  # kernels take scale >= 0
+        q, scale = nonnegative_scale(q, inputs["scale"])
         kernels[name](q, k, v, mask_operand(mask, q, k), out, scale, policy=policies[name])
         return out
 
