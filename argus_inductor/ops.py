@@ -265,7 +265,7 @@ def _bias_consts(sig: Signature) -> dict[str, int]:
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
     parts = _epi_parts(sig)
-    p = attention_policy(d["S"], d["D"], target, "causal" in parts, "mask" in parts)
+    p = attention_policy(d["S"], d["D"], target, "mask" in parts)
     if target != "interpret":
         p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4),
                           has_mask="mask" in parts)

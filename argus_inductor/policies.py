@@ -40,7 +40,7 @@ def presplit_gemm_policy(m: int, n: int, k: int) -> Policy:
     return Policy.make(BM=128, BN=256, BK=32, num_warps=8, num_stages=3)
 
 
-def attention_policy(s: int, d: int, target: str, causal: bool = False, has_mask: bool = False) -> Policy:
+def attention_policy(s: int, d: int, target: str, has_mask: bool = False) -> Policy:
     """From benchmarks/results/sweep-attention-2026-11-23.json (H100, bf16). Long sequences at head dim 128 take
     128x128 tiles whose K/V blocks stream through tensor descriptors (0.83-0.95x cuDNN there; pointer loads of
     the same tiles 0.76-0.81x); sequences of 1024 and head dim 64 are fastest with pointer loads. A mask tensor

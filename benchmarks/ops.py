@@ -117,7 +117,7 @@ def run_attention(rows: list[dict], quick: bool) -> None:
         k = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
         out = torch.empty_like(q)
-        pol = attention_policy(s, d, "cuda", causal)
+        pol = attention_policy(s, d, "cuda")
         ours = bench_events(lambda: attention(q, k, v, causal, out=out, policy=pol))
         ke, ve = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
         sample = slice(0, 1)

@@ -60,7 +60,7 @@ class AttentionSpec(OpSpec):
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
         d = problem.dims
-        pol = attention_policy(d["S"], d["D"], target, is_causal(problem), has_mask(problem)).as_dict()
+        pol = attention_policy(d["S"], d["D"], target, has_mask(problem)).as_dict()
         name = next(iter(self.contract(problem)))
         if name == "attention_decode":
             pol.pop("BM", None)
