@@ -181,7 +181,8 @@ class _Recorder(TorchDispatchMode):
                 self.why = f"{func} fills with a {type(value).__name__}"
             self.steps.append(_Alloc(tuple(out.shape), tuple(out.stride()), out.dtype, out.device, value))
             self.buffers.append(out)
-        elif func in _COPIES and not (not _COPIES[func] and _is_view(func, args, out)):
+        # a copy that writes, or one that made a new tensor (a .to() that converted nothing is a view, below)
+        elif func in _COPIES and (_COPIES[func] or not _is_view(func, args, out)):
             self.copy(func, args, kwargs, out)
         elif not _is_view(func, args, out):
             self.why = f"the host function runs {func}"
