@@ -26,11 +26,14 @@ def randn(*shape: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(*shape, dtype=torch.float32, device=DEVICE) * scale).to(dtype)
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+def rel_err(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None) -> float:
+    """Error norm over the reference's norm, or over `scale`'s: a sum's rounding error is bounded by its terms'
+    magnitudes (the sum of |x|), not by the sum, which cancellation can make arbitrarily small."""
     out64, ref64 = out.detach().double().cpu(), ref.detach().double().cpu()
     if torch.isnan(out64).any():
         return float("inf")
-    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+    denom = ref64 if scale is None else scale.detach().double().cpu()
+    return float((out64 - ref64).norm() / denom.norm().clamp_min(1e-30))
 
 
 def tolerance(dtype: torch.dtype) -> float:
@@ -39,6 +42,7 @@ def tolerance(dtype: torch.dtype) -> float:
     return 1.6e-2
 
 
-def check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, seed: int, what: str) -> None:
-    err = rel_err(out, ref)
+def check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, seed: int, what: str,
+          scale: torch.Tensor | None = None) -> None:
+    err = rel_err(out, ref, scale)
     assert err < tolerance(dtype), f"{what}: relative error {err:.3e} (dtype {dtype}, seed {seed})"
