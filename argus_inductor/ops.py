@@ -669,6 +669,9 @@ _FLOPS: dict[tuple, int] = {}
 # call site + operand metadata -> the recorded launches of its plan (argus_inductor.replay), or None where the
 # host function cannot be replayed. Dropped with the plans.
 _REPLAYS: dict[tuple, Any] = {}
+# call site + operand metadata -> what a call needs where its plan's launches replay: (recording, report name,
+# kernel source, FLOPs). The hot path of run_op. Dropped with the plans.
+_HOT: dict[tuple, tuple[Any, str, str, int]] = {}
 
 
 def _forget_calls() -> None:
@@ -676,6 +679,7 @@ def _forget_calls() -> None:
     _RESOLVED.clear()
     _FLOPS.clear()
     _REPLAYS.clear()
+    _HOT.clear()
 
 
 def _memo_sig(parts: tuple, make: Callable[[], Signature]) -> Signature:
@@ -700,7 +704,12 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     `inputs`: every tensor the host function reads (default `tensors`), for replaying its launches; `memo` and
     the metadata of `tensors` must decide everything else the host function does."""
     key = (node_id, *memo, *(tensor_key(t) for t in tensors))
-    hit = _RESOLVED.get(key)  # the hot path: this call site with these shapes was resolved before
+    hot = _HOT.get(key)  # the hot path: this call site with these shapes replays its recorded launches
+    if hot is not None:
+        out = _replay_hot(node_id, hot, tensors, tensors if inputs is None else inputs)
+        if out is not None:
+            return out
+    hit = _RESOLVED.get(key)  # this call site with these shapes was resolved before
     if hit is not None:
         sig, short, plan, target, reason = hit
     else:
@@ -727,10 +736,12 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         torch.cuda.synchronize()
     t0 = time.perf_counter() if timed else 0.0
     out = None
+    ran = False  # the plan's kernels ran (not the aten op)
     if plan is not None:
         try:
             out = _launch(key, plan, target, kernel_fn, tensors if inputs is None else inputs)  # type: ignore
             source = plan.label()
+            ran = True
         except Exception as e:
             _say_once(f"argus: the {plan.source} kernel for {sig.short()} failed ({type(e).__name__}: {e}); "
                       "using the aten op")
@@ -750,6 +761,36 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     else:
         n = flops
     _report.record_call(node_id, short, source, ms, plan.notes if plan is not None else None, n)
+    if ran and _REPLAYS.get(key) is not None:
+        with _LOCK:
+            _HOT[key] = (_REPLAYS[key], short, source, n)
+    return out
+
+
+def _replay_hot(node_id: str, hot: tuple[Any, str, str, int], tensors: list[Tensor],
+                inputs: list[Tensor]) -> Tensor | None:
+    """A call of a call site whose plan's launches replay: the replay and the report entry, nothing else. None
+    where it cannot replay this call (an operand aligned differently, replay turned off, a launch that raised):
+    the caller goes the full way, which says what went wrong."""
+    rec, short, source, flops = hot
+    if not _ACTIVE.replay:
+        return None
+    timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
+    if timed and tensors[0].is_cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter() if timed else 0.0
+    try:
+        out = rec.replay(inputs)
+    except Exception:
+        return None
+    if out is None:
+        return None
+    ms = None
+    if timed:
+        if tensors[0].is_cuda:
+            torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+    _report.record_call(node_id, short, source, ms, None, flops)
     return out
 
 

@@ -69,6 +69,7 @@ class _Launch:
     programs: int
     args: list[Source]
     launched: Any                 # Triton's compiled kernel from the recorded launch (None in the interpreter)
+    itemsizes: list[int]          # each tensor argument's element size in bytes (0 for a constant)
 
 
 @dataclass
@@ -90,6 +91,8 @@ class Recording:
         self.launches = [s for s in steps if isinstance(s, _Launch)]
         self.allocs = [s for s in steps if isinstance(s, _Alloc)]
         self.direct = any(ln.launched is not None and ln.kernel.target in ("cuda", "hip") for ln in self.launches)
+        # each launch's argument list with its constants in place, and where its tensors go: what a replay fills in
+        self._slots = [_slots(ln) for ln in self.launches]
 
     def replay(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor | None:
         """The op's result on `inputs`; None, before anything runs, where an operand view is aligned differently
@@ -101,9 +104,19 @@ class Recording:
         stream = None  # no stream: every launch goes through Triton's own path
         if self.direct and _no_launch_hooks():
             stream = _raw_stream(inputs[0].device)
+        slots = iter(self._slots)
         for step in self.steps:
             if isinstance(step, _Launch):
-                flat = [a[1] if a[0] == "const" else _view(a, inputs, bufs) for a in step.args]
+                template, tensors, pointers = next(slots)
+                flat = list(template)
+                if stream is not None and pointers is not None:
+                    # Triton's launcher takes a device address as an int as it is (a tensor costs it a method
+                    # call and a driver query each): the address of each view, without making the view
+                    for slot, from_input, idx, byte_offset in pointers:
+                        flat[slot] = (inputs if from_input else bufs)[idx].data_ptr() + byte_offset
+                else:
+                    for slot, src in tensors:
+                        flat[slot] = _view(src, inputs, bufs)
                 step.kernel.launch_flat(flat, step.programs, step.launched, stream)
             elif isinstance(step, _Alloc):
                 b = torch.empty_strided(step.shape, step.stride, dtype=step.dtype, device=step.device)
@@ -116,6 +129,31 @@ class Recording:
         return _view(self.result, inputs, bufs)
 
 
+def _slots(launch: _Launch) -> tuple[list[Any], list[tuple[int, Source]], list[tuple[int, bool, int, int]] | None]:
+    """A launch's flat arguments with its constants in place and None for each tensor; each tensor's (slot,
+    source); and each tensor's (slot, from an operand, index, byte offset) for launches that take addresses (None
+    where the kernel must see tensors: one with descriptor loads picks its variant from their layouts)."""
+    template = [a[1] if a[0] == "const" else None for a in launch.args]
+    tensors = [(i, a) for i, a in enumerate(launch.args) if a[0] != "const"]
+    pointers = None
+    if not launch.kernel._described:
+        pointers = [(i, a[0] == "in", a[1], a[2] * launch.itemsizes[i]) for i, a in tensors]
+    return template, tensors, pointers
+
+
+_KNOBS: list[Any] = []
+
+
+def _knobs() -> Any:
+    if not _KNOBS:
+        try:
+            from triton import knobs
+        except ImportError:
+            knobs = None
+        _KNOBS.append(knobs)
+    return _KNOBS[0]
+
+
 def _raw_stream(device: torch.device) -> int:
     """The current stream's handle on `device` (torch's raw getter, as Inductor's launchers use, where it has one)."""
     get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -125,9 +163,8 @@ def _raw_stream(device: torch.device) -> int:
 
 def _no_launch_hooks() -> bool:
     """Triton's launch hooks (its profiler's) see only launches through Triton's own path."""
-    try:
-        from triton import knobs
-    except ImportError:
+    knobs = _knobs()
+    if knobs is None:
         return False
     return all(h is None or (isinstance(getattr(h, "calls", None), list) and not h.calls)  # triton 3.6: a HookChain
                for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
@@ -228,7 +265,9 @@ class _Recorder(TorchDispatchMode):
         if self.why is not None:
             return
         args: list[Source] = []
+        itemsizes: list[int] = []
         for a in flat:
+            itemsizes.append(a.element_size() if isinstance(a, torch.Tensor) else 0)
             if isinstance(a, torch.Tensor):
                 src = self.source(a)
                 if src is None:
@@ -244,7 +283,7 @@ class _Recorder(TorchDispatchMode):
                 self.why = f"{kernel.ir.name} takes a {type(a).__name__}"
                 return
         direct = launched if hasattr(launched, "function") and hasattr(launched, "packed_metadata") else None
-        self.steps.append(_Launch(kernel, programs, args, direct))
+        self.steps.append(_Launch(kernel, programs, args, direct, itemsizes))
 
 
 def record(run: Callable[[], Any], inputs: Sequence[torch.Tensor]) -> tuple[Any, Recording | None, str | None]:

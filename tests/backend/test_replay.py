@@ -196,3 +196,68 @@ def test_moe_op_replays_with_fresh_routings(fresh_cache, monkeypatch) -> None:
     torch.testing.assert_close(y, ops.moe_reference(x, tw.to(torch.bfloat16).float(), ti, w1, w2), rtol=1e-4,
                                atol=1e-4)
     assert len(replays) == 2 and len(ops._REPLAYS) == 2
+
+
+def test_direct_launches_get_the_address_of_each_view(monkeypatch):
+    """Where a replay launches through Triton's launcher (on a GPU) it passes each tensor as its address; here the
+    launcher is watched: each address must be the data_ptr of the view the interpreter path passes, for operands
+    at offsets inside bigger buffers and for the replay's own output buffer."""
+    from argus_inductor import replay
+
+    x, y = torch.randn(37), torch.randn(37)
+    _, rec, why = record(lambda: _axpy(x, y).view(37, 1)[:, 0], [x, y])
+    assert why is None
+    seen: list[list] = []
+    kernel = rec.launches[0].kernel
+    monkeypatch.setattr(type(kernel), "launch_flat", lambda self, flat, programs, launched=None, stream=None:
+                        seen.append(list(flat)))
+    big = torch.randn(120)
+    operands = [big[8:45], big[48:85]]
+    out_views = rec.replay(operands)           # the interpreter path: views
+    monkeypatch.setattr(rec, "direct", True)   # as on a GPU: addresses
+    monkeypatch.setattr(replay, "_no_launch_hooks", lambda: True)
+    monkeypatch.setattr(replay, "_raw_stream", lambda device: 0)
+    out_direct = rec.replay(operands)
+    views, addresses = seen
+    assert len(views) == len(addresses)
+    for v, a in zip(views, addresses):
+        if isinstance(v, torch.Tensor):
+            assert isinstance(a, int)
+            expect = v.data_ptr()
+            if v.untyped_storage().data_ptr() == out_views.untyped_storage().data_ptr():  # the output buffer
+                expect += out_direct.data_ptr() - out_views.data_ptr()
+            assert a == expect
+        else:
+            assert a == v
+    assert sum(isinstance(a, int) and a == big[8:].data_ptr() for a in addresses) == 1
+
+
+def test_replayable_call_sites_skip_the_full_path(fresh_cache, monkeypatch) -> None:
+    """Once a call site's launches are recorded, its calls with the same operand metadata replay and report, and
+    nothing else: no plan lookup, no host function. A call the recording cannot take (an operand 4 bytes off its
+    recorded alignment) goes the full way and still gives eager's result; every call is in the report."""
+    import argus_inductor.library_ops  # noqa: F401  (defines argus::library)
+    from argus_inductor import reporting
+
+    full = []
+    real = ops._launch
+    monkeypatch.setattr(ops, "_launch", lambda *a, **k: full.append(1) or real(*a, **k))
+    args = '{"chain":[["leaky_relu",[["in",0],["const",0.01]]]]}'
+    for i in range(4):
+        x = torch.randn(9, 33)
+        out = torch.ops.argus.library("pointwise", [x], args, "hot-site")
+        torch.testing.assert_close(out, torch.nn.functional.leaky_relu(x, 0.01))
+        assert len(full) == 1, f"call {i} went the full way"
+    assert len(ops._HOT) == 1
+    big = torch.randn(9 * 33 + 1)
+    shifted = big[1:].view(9, 33)
+    out = torch.ops.argus.library("pointwise", [shifted], args, "hot-site")
+    torch.testing.assert_close(out, torch.nn.functional.leaky_relu(shifted, 0.01))
+    assert len(full) == 2
+    entry = next(e for e in reporting.entries() if e.calls)
+    assert entry.calls == 5 and entry.source.startswith("default")
+    monkeypatch.setenv("ARGUS_REPLAY", "0")  # new options drop the call sites; replay off keeps them off
+    ops.set_active_options(Options.resolve())
+    for _ in range(2):
+        torch.ops.argus.library("pointwise", [x], args, "hot-site")
+    assert len(full) == 4 and not ops._HOT

@@ -37,3 +37,23 @@ def test_layer_norm_replays_on_fresh_operands():
     big = torch.randn(rows * cols + 1, device=DEVICE)
     shifted = big[1:].view(rows, cols)  # 4 bytes off a 16-byte boundary
     assert rec.replay([shifted, w, b]) is None
+
+
+def test_replay_follows_operands_inside_bigger_buffers():
+    """Operands that are views at an offset (16-byte aligned) into larger buffers: on a GPU the replay passes each
+    view's address as an int, which must point where the view starts."""
+    seed = fresh_seed()
+    rows, cols = 19, 260
+    x, w, b = (torch.randn(rows, cols, device=DEVICE), torch.randn(cols, device=DEVICE),
+               torch.randn(cols, device=DEVICE))
+    _, rec, why = record(lambda: _ln(x, w, b), [x, w, b])
+    assert why is None, why
+    for shift in (4, 12):  # floats: 16 and 48 bytes
+        big = torch.randn(rows * cols + 2 * cols + shift, device=DEVICE)
+        x2 = big[shift:shift + rows * cols].view(rows, cols)
+        w2 = big[shift + rows * cols:shift + rows * cols + cols]
+        b2 = big[-cols:]
+        out = rec.replay([x2, w2, b2])
+        assert out is not None
+        ref = F.layer_norm(x2.double(), (cols,), w2.double(), b2.double(), 1e-5)
+        assert rel_err(out, ref) < 1e-5, f"seed {seed}, shift {shift}"
