@@ -22,9 +22,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
-from argus_inductor.policies import attention_policy, gemm_policy  # noqa: E402
+from argus_inductor.policies import attention_policy, gemm_policy, moe_policies  # noqa: E402
 
 GEMM_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
 GEMM_M = [1, 16, 128, 4096]
@@ -150,9 +149,7 @@ def run_moe(rows: list[dict], quick: bool) -> None:
         w2 = torch.randn(e, hd, inter, device="cuda", dtype=torch.bfloat16) * inter**-0.5
         tw, ti = torch.topk(torch.softmax(torch.randn(t, e, device="cuda"), -1), topk)
         tw = tw.to(torch.bfloat16)
-        bm = 16 if t * topk <= 64 * e else 64
-        up = Policy.make(BM=bm, BN=128, BK=64, num_warps=4 if bm == 16 else 8, num_stages=3)
-        down = Policy.make(BN=128, BK=64, num_warps=4 if bm == 16 else 8, num_stages=3)
+        up, down = moe_policies(t, topk, e, "cuda")  # what the backend's default plan and the agent start from
         ours = bench(lambda: moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down))
         y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
         ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
@@ -168,7 +165,7 @@ def run_moe(rows: list[dict], quick: bool) -> None:
         flops = 2 * t * topk * (2 * inter * hd + hd * inter)
         rows.append(dict(op="moe", shape=f"T={t} H={hd} I={inter} E={e} k={topk}", ours_ms=ours, peer=best,
                          peer_ms=peers[best], ratio=peers[best] / ours, tflops=flops / ours / 1e9,
-                         tbps=math.nan, rel_err=err, policy=up.key(), peers=peers))
+                         tbps=math.nan, rel_err=err, policy=f"up {up.key()}; down {down.key()}", peers=peers))
         print(rows[-1], flush=True)
 
 

@@ -3,7 +3,7 @@ near 256 outputs a program (both measured on the H100; see argus_inductor.polici
 from __future__ import annotations
 
 from argus_inductor.kernels.pool import max_pool_policies
-from argus_inductor.policies import ATTENTION_SMEM_BUDGET, attention_policy, fit_attention, gemm_policy
+from argus_inductor.policies import ATTENTION_SMEM_BUDGET, attention_policy, fit_attention, gemm_policy, moe_policies
 
 
 def test_long_k_over_few_tiles_splits_k():
@@ -34,3 +34,15 @@ def test_attention_tiles_fit_shared_memory_with_and_without_a_mask():
     bm, bn, st = squeezed.const("BM"), squeezed.const("BN"), squeezed.num_stages
     assert (bm * 128 + st * 2 * bn * 128) * 2 + st * bm * bn * 4 <= ATTENTION_SMEM_BUDGET
     assert attention_policy(4096, 128, "hip").tma is False  # no descriptors on AMD targets
+
+
+def test_moe_prefill_walks_row_blocks_in_bands():
+    """With 1024 rows an expert (Mixtral dims, 4096 tokens) a row-ordered grid reads each expert's weights once per
+    row block; the prefill templates band the row blocks so each weight column block is read once per band. Decode
+    routings have one row block an expert, where the order changes nothing."""
+    up, down = moe_policies(4096, 2, 8, "cuda")
+    assert (up.grid_order, down.grid_order) == ("grouped", "grouped") and min(up.group_m, down.group_m) >= 8
+    assert up.const("BM") * up.group_m >= 1024  # one band covers an expert's rows
+    for tokens in (1, 64):
+        dec_up, dec_down = moe_policies(tokens, 2, 8, "cuda")
+        assert dec_up.const("BM") >= tokens * 2 / 8  # one row block an expert
