@@ -18,13 +18,20 @@ def _ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return layer_norm(x, x.shape[-1], w, b, 1e-5, target=TARGET)
 
 
-def test_layer_norm_replays_on_fresh_operands():
-    seed = fresh_seed()
-    rows, cols = 37, 300
+def _recorded(rows: int, cols: int):
+    """A layer norm call on fresh operands, recorded: (its output, the recording)."""
     x, w, b = (torch.randn(rows, cols, device=DEVICE), torch.randn(cols, device=DEVICE),
                torch.randn(cols, device=DEVICE))
     out, rec, why = record(lambda: _ln(x, w, b), [x, w, b])
     assert why is None, why
+    return out, rec
+
+
+def test_layer_norm_replays_on_fresh_operands():
+    seed = fresh_seed()
+    rows, cols = 37, 300
+    out, rec = _recorded(rows, cols)
+    x, w, b = torch.randn(rows, cols, device=DEVICE), torch.randn(cols, device=DEVICE), torch.randn(cols, device=DEVICE)
     assert rec.launches, "the layer norm's kernels were seen"
     # on a GPU every launch keeps Triton's compiled kernel, so a replay skips Triton's binding
     assert rec.direct == ON_GPU and all((ln.launched is not None) == ON_GPU for ln in rec.launches)
@@ -44,10 +51,7 @@ def test_replay_follows_operands_inside_bigger_buffers():
     view's address as an int, which must point where the view starts."""
     seed = fresh_seed()
     rows, cols = 19, 260
-    x, w, b = (torch.randn(rows, cols, device=DEVICE), torch.randn(cols, device=DEVICE),
-               torch.randn(cols, device=DEVICE))
-    _, rec, why = record(lambda: _ln(x, w, b), [x, w, b])
-    assert why is None, why
+    _, rec = _recorded(rows, cols)
     for shift in (4, 12):  # floats: 16 and 48 bytes
         big = torch.randn(rows * cols + 2 * cols + shift, device=DEVICE)
         x2 = big[shift:shift + rows * cols].view(rows, cols)
