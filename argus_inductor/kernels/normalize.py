@@ -371,18 +371,19 @@ WHOLE_TENSOR_SPLIT = SPLIT_MIN  # elements above which a whole-tensor norm is no
 
 
 def _whole_tensor_lp(x: torch.Tensor, p: float, eps: float, target: str | None) -> torch.Tensor:
-    """x / max(||x||_p, eps) over the whole tensor with the grid-wide kernels: |x| or x^2 (an elementwise chain),
-    the two-pass sum of reduce(), then the root and the division (elementwise chains). A single program
-    holding the whole tensor's statistics would leave all but one SM idle."""
+    """x / max(||x||_p, eps) over the whole tensor with the grid-wide kernels: the two-pass sum of |x|^p
+    (reduce.sum_of_powers: x read once, the power taken in registers), then one elementwise pass for the root, the
+    clamp and the division. A single program holding the whole tensor's statistics would leave all but one SM
+    idle; an |x|^p tensor in memory would cost a write and a read of x's size."""
     from . import pointwise as pw
-    from .reduce import reduce as reduce_sum
+    from .reduce import sum_of_powers
 
-    power = pw.Chain((pw.Step("abs" if p == 1 else "square", (("in", 0),)),))
-    total = reduce_sum(pw.pointwise(power, [x], target=target), None, "sum", target=target)
-    norm = total if p == 1 else pw.pointwise(pw.Chain((pw.Step("sqrt", (("in", 0),)),)), [total], target=target)
-    divide = pw.Chain((pw.Step("clamp_min", (("in", 1), ("const", float(eps)))),
-                       pw.Step("div", (("in", 0), ("step", 0)))))
-    return pw.pointwise(divide, [x, norm.to(x.dtype)], target=target)
+    total = sum_of_powers(x, int(p), target=target).reshape([1] * x.dim())
+    norm: tuple[pw.Step, ...] = (pw.Step("sqrt", (("in", 1),)),) if p == 2 else ()
+    root = ("step", 0) if norm else ("in", 1)
+    divide = pw.Chain(norm + (pw.Step("clamp_min", (root, ("const", float(eps)))),
+                              pw.Step("div", (("in", 0), ("step", len(norm))))))
+    return pw.pointwise(divide, [x, total], target=target)
 
 
 def _channels(x: torch.Tensor, op: str, min_dim: int = 2) -> tuple[int, int, int]:

@@ -16,6 +16,7 @@ import torch
 from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
+    abs,
     arange,
     assert_tag,
     cdiv,
@@ -52,7 +53,8 @@ KINDS = tuple(FLOAT_KINDS) + tuple(ARG_KINDS)
 def reduce_rows(X: Tensor("O", "R"), Y: Tensor("O"), scale: float, BO: constexpr = 4, BR: constexpr = 64,
                 KIND: constexpr = 0):
     """Y[o] = reduce over r of X[o, r]: KIND 0 sum, 1 sum * scale (the mean for scale = 1 / R), 2 max,
-    3 min (as -max(-X)), 4 prod; fp32 accumulation."""
+    3 min (as -max(-X)), 4 prod, 5 sum of squares, 6 sum of absolute values (the 2- and 1-norm's sums);
+    fp32 accumulation."""
     (po,) = tile_grid(cdiv(O, BO))
     ro = po * BO + arange(BO)
     acc = zeros((BO,), float32)
@@ -84,6 +86,16 @@ def reduce_rows(X: Tensor("O", "R"), Y: Tensor("O"), scale: float, BO: constexpr
         for r0 in range(0, R, BR):
             rr = r0 + arange(BR)
             acc = acc * prod(load(X[ro, rr], other=1.0).to(float32), 1)
+    if KIND >= 5:
+        for r0 in range(0, R, BR):
+            rr = r0 + arange(BR)
+            v = load(X[ro, rr]).to(float32)
+            if KIND == 5:
+                acc = acc + sum(v * v, 1)
+            else:
+                acc = acc + sum(abs(v), 1)
+        assert_tag((tag_of(acc, "sum(R).lo") <= 0) & (tag_of(acc, "sum(R).hi") >= R),
+                   "each output sums all of its row")
     store(Y[ro], acc)
 
 
@@ -391,20 +403,8 @@ def reduce(x: torch.Tensor, dim: int | tuple[int, ...] | None, kind: str, keepdi
         y = torch.empty(o * i, dtype=x.dtype, device=x.device)
     scale = 1.0 / r if r else math.nan
     if split:
-        p = _split_rows(r, target)
-        flat = x.reshape(-1)
-        body = (r // p) * p
-        part = torch.empty(p + 1, dtype=torch.float32, device=x.device)
-        first = 0 if code == 1 else code
-        k = pick_kernel("reduce_rows", reduce_rows, kernels)
-        k(flat[:body].view(p, r // p), part[:p], 1.0, policy=pol.with_consts(KIND=first), target=target)
-        tail = flat[body:] if body < r else flat[:1]  # an empty tail repeats x[0]: harmless for max/min only
-        if body == r and code <= 1:
-            part[p:].zero_()
-        else:
-            k(tail.view(1, -1), part[p:], 1.0, policy=rows_policy(1, tail.numel(), target).with_consts(KIND=first),
-              target=target)
-        k(part.view(1, -1), y, scale, policy=rows_policy(1, p + 1, target).with_consts(KIND=code), target=target)
+        _whole_tensor(x.reshape(-1), y, 0 if code == 1 else code, code, scale, pol,
+                      pick_kernel("reduce_rows", reduce_rows, kernels), target)
         return y.reshape(out_shape)
     x3 = view3(x, dims)
     if i == 1:
@@ -416,6 +416,48 @@ def reduce(x: torch.Tensor, dim: int | tuple[int, ...] | None, kind: str, keepdi
     if o * i:
         k(*args, policy=pol.with_consts(KIND=code), target=target)
     return y.reshape(out_shape)
+
+
+def _whole_tensor(flat: torch.Tensor, y: torch.Tensor, first: int, last: int, scale: float, pol: Policy,
+                  k: Kernel, target: str) -> None:
+    """y[0] = the reduction of the 1-D `flat` in two passes: reduce_rows KIND `first` over p rows of partials (and
+    one over the tail that does not fill a row), then KIND `last` over the partials (with `scale`)."""
+    r = flat.numel()
+    p = _split_rows(r, target)
+    body = (r // p) * p
+    part = torch.empty(p + 1, dtype=torch.float32, device=flat.device)
+    k(flat[:body].view(p, r // p), part[:p], 1.0, policy=pol.with_consts(KIND=first), target=target)
+    tail = flat[body:] if body < r else flat[:1]  # an empty tail repeats x[0]: harmless for max/min only
+    if body == r and first in (0, 1, 5, 6):
+        part[p:].zero_()
+    else:
+        k(tail.view(1, -1), part[p:], 1.0, policy=rows_policy(1, tail.numel(), target).with_consts(KIND=first),
+          target=target)
+    k(part.view(1, -1), y, scale, policy=rows_policy(1, p + 1, target).with_consts(KIND=last), target=target)
+
+
+def sum_of_powers(x: torch.Tensor, p: int, *, policies: dict[str, Policy] | None = None,
+                  kernels: dict[str, Kernel] | None = None, target: str | None = None) -> torch.Tensor:
+    """sum(|x|^p) over the whole tensor for p = 1 or 2, as a float32 tensor of shape (): each partial reads x once
+    and squares or takes |x| in registers (no |x|^p tensor in memory), then the partials are summed."""
+    check_input(x, "sum_of_powers")
+    if p not in (1, 2):
+        raise ValueError(f"sum_of_powers supports p = 1 or 2, got {p!r}")
+    target = resolve_target(x, target)
+    y = torch.empty(1, dtype=torch.float32, device=x.device)
+    if x.numel() == 0:
+        return y.zero_().reshape(())
+    flat = x.reshape(-1)
+    templates = reduce_policies((flat.numel(),), None, "sum", target)
+    name = next(iter(templates))
+    pol = pick_policy(name, templates[name], policies)
+    kind = 5 if p == 2 else 6
+    k = pick_kernel("reduce_rows", reduce_rows, kernels)
+    if _plan(flat.shape, None, "sum")[1]:
+        _whole_tensor(flat, y, kind, 0, 1.0, pol, k, target)
+    else:
+        k(flat.view(1, -1), y, 1.0, policy=pol.with_consts(KIND=kind), target=target)
+    return y.reshape(())
 
 
 def softmax_policies(shape: Sequence[int], dim: int, target: str) -> dict[str, Policy]:

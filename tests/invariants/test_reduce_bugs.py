@@ -1,5 +1,6 @@
 """The reduction and normalization kernels prove at odd shapes, and planted bugs in their source are rejected by
-the checker at the right line: a reduction loop one block short, a wrong inner stride, affine parameters from the
+the checker at the right line: a reduction loop one block short, a sum of squares that starts a block late, a wrong
+inner stride, affine parameters from the
 wrong channel or row, and a running max seeded with 0 instead of -inf."""
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ ROWS, COLS = dict(O=13, R=37), dict(O=3, R=37, I=21)
 
 # kernel -> (policies to prove, odd shapes); every constexpr variant the host functions launch
 CONFIGS = {
-    "reduce_rows": ([dict(BO=4, BR=16, KIND=k) for k in range(5)], ROWS),
+    "reduce_rows": ([dict(BO=4, BR=16, KIND=k) for k in range(7)], ROWS),
     "reduce_cols": ([dict(BR=8, BI=16, KIND=k) for k in range(5)], COLS),
     "argreduce_rows": ([dict(BO=4, BR=16, KIND=k) for k in range(2)], ROWS),
     "argreduce_cols": ([dict(BR=8, BI=16, KIND=k) for k in range(2)], COLS),
@@ -34,6 +35,8 @@ CONFIGS = {
 BUGS = [
     ("reduce_rows", dict(BO=4, BR=16, KIND=0), "for r0 in range(0, R, BR):", "for r0 in range(0, R - BR, BR):",
      "store(Y[ro], acc)"),
+    ("reduce_rows", dict(BO=4, BR=16, KIND=5), "v = load(X[ro, rr]).to(float32)",
+     "v = load(X[ro, rr + BR]).to(float32)", "assert_tag((tag_of(acc, \"sum(R).lo\") <= 0)"),
     ("norm_rows", dict(BO=4, BR=16, MODE=0, HAS_W=1), "for l0 in range(0, L, BR):", "for l0 in range(BR, L, BR):",
      "assert_tag((tag_of(s, \"sum(L).lo\")"),
     ("reduce_cols", dict(BR=8, BI=16, KIND=1), "ri = pi * BI + arange(BI)", "ri = pi * BI + 2 * arange(BI)",

@@ -18,6 +18,7 @@ from argus_inductor.kernels.reduce import (
     softmax_cols,
     softmax_policies,
     softmax_rows,
+    sum_of_powers,
 )
 
 from ._support import DEVICE, DTYPES, ON_GPU, check, fresh_seed, poisoned, randn
@@ -195,3 +196,20 @@ def test_user_mistakes_raise_value_errors():
     with pytest.raises(ValueError, match="target"):
         reduce(x, 0, "sum", target="tpu")
     assert "prod" in KINDS
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("p", [1, 2])
+def test_sum_of_powers_over_the_whole_tensor(dtype, p):
+    """sum(|x|^p) in float32, in one program at small sizes and in two passes above SPLIT_MIN elements, where the
+    partials' rows do not divide the length (a tail pass); an empty tensor sums to 0; other p are refused."""
+    seed = fresh_seed()
+    for shape in ((5, 7, 9), (66_001,)):
+        x = randn(*shape, dtype=dtype, scale=3.0)
+        out = sum_of_powers(x, p)
+        assert out.shape == () and out.dtype == torch.float32
+        check(out, x.double().abs().pow(p).sum(), dtype, seed,
+              f"sum |x|^{p} over {shape}")
+    assert float(sum_of_powers(torch.empty(0, 3, device=DEVICE), p)) == 0.0
+    with pytest.raises(ValueError, match="p = 1 or 2"):
+        sum_of_powers(randn(4, dtype=torch.float32), 3)
