@@ -305,7 +305,33 @@ def _match_rms(node: fx.Node) -> Found | None:
     if dims is None:
         return None
     nodes = [node, r, add, mean, sq]
-    return "rms_norm", [x, None], {"dim": dims, "eps": float(eps)}, node, nodes
+    args = {"dim": dims, "eps": float(eps)}
+    weight = _rms_weight(node, x, dims)
+    if weight is not None:  # the weight multiply runs in the kernel, not as a second pass over the output
+        w, mul = weight
+        return "rms_norm", [x, w], args, mul, [mul, *nodes]
+    return "rms_norm", [x, None], args, node, nodes
+
+
+def _rms_weight(node: fx.Node, x: fx.Node, dims: list[int]) -> tuple[fx.Node, fx.Node] | None:
+    """(weight, the multiply) when the normalized value's only use is `* weight` (either order) with a weight of
+    x's dtype shaped like the normalized dims, and those dims trailing (so the weight broadcasts over them as
+    rms_norm applies it)."""
+    if len(node.users) != 1:
+        return None
+    (mul,) = node.users
+    if not (_is(mul, {operator.mul, torch.mul}, ("mul",)) and len(mul.args) == 2 and not mul.kwargs):
+        return None
+    w = mul.args[1] if mul.args[0] is node else mul.args[0]
+    if w is node or not _float_tensor(w):
+        return None
+    xv, wv = _val(x), _val(w)
+    rank = xv.dim()
+    if sorted(dims) != list(range(rank - len(dims), rank)) or wv.dtype != xv.dtype:
+        return None
+    if tuple(wv.shape) != tuple(xv.shape[d] for d in sorted(dims)):
+        return None
+    return w, mul
 
 
 # ---------------------------------------------------------------------------------------------- scans

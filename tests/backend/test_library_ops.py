@@ -123,6 +123,30 @@ def test_a_gemm_whose_result_is_read_twice_keeps_its_own_kernel(fresh_cache) -> 
     assert sorted(e.op for e in report_mod.entries()) == ["gemm", "pointwise", "reduce"]
 
 
+def _rms(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(dim, keepdim=True) + 1e-6)
+
+
+@pytest.mark.parametrize("form,absorbed", [
+    ("normed * w", True), ("w * normed", True),
+    ("weight of another dtype", False), ("dim 1, not trailing", False), ("normed read twice", False)])
+def test_rms_norm_takes_the_weight_that_follows(form: str, absorbed: bool, fresh_cache) -> None:
+    """RMSNorm's weight multiply runs in the rms_norm kernel (one pass over the output, not two) where it is the
+    normalized value's only use, with a weight of x's dtype shaped like the (trailing) normalized dims; otherwise
+    it stays Inductor's, and every form equals eager."""
+    x, w = _x(3, 5, 8), _x(8)
+    fns = {"normed * w": lambda x, w: _rms(x) * w, "w * normed": lambda x, w: w * _rms(x),
+           "weight of another dtype": lambda x, w: _rms(x) * w.double(),
+           "dim 1, not trailing": lambda x, w: _rms(x, 1) * w,
+           "normed read twice": lambda x, w: (lambda n: n * w + n.sum())(_rms(x))}
+    names = ["rms_norm", "reduce"] if form == "normed read twice" else ["rms_norm"]
+    gm = _check(fns[form], x, w, names=names, tol=1e-5)
+    calls = [n for n in gm.graph.nodes if n.target is torch.ops.argus.library.default and n.args[0] == "rms_norm"]
+    muls = [n for n in gm.graph.nodes if "mul" in str(n.target)]
+    assert all((c.args[1][1] is not None) == absorbed for c in calls), [c.args[1] for c in calls]
+    assert bool(muls) != absorbed, gm.graph
+
+
 def test_what_the_library_does_not_take_stays_with_inductor() -> None:
     def fn(x, m, v):
         return F.batch_norm(x, m, v, training=True) + torch.cumsum(x, 1, dtype=torch.float64).float()
