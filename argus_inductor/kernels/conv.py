@@ -13,11 +13,17 @@ that kk is contiguous. Tensor views the kernels see (all free views of contiguou
 
     X  (N, G, CG, ID*IH*IW)      Wk (G, COG, KD*KH*KW*CG)      Y (N, G, COG, OD*OH*OW)
 
+A transposed convolution runs one output phase (o mod stride, per dimension) per program: the outputs of a
+phase meet only every (stride / gcd(stride, dilation))-th tap, so its weight is laid out per phase,
+Wk (SD*SH*SW, G, COG, JD*JH*JW*CG) with J = cdiv(K, stride / gcd), and a program walks J taps per dimension
+instead of K (stride 2: a quarter of the taps in 2-D, an eighth in 3-D, with no masked work in between).
+
 Spatial extents, strides, paddings and dilations are constexprs: they fix the index arithmetic the
 invariant checker proves (each conv geometry compiles once, as Inductor does for static shapes).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +40,7 @@ from ..dsl.lang import (
     float32,
     gelu,
     gelu_tanh,
+    implies,
     load,
     mma,
     relu,
@@ -111,7 +118,7 @@ def conv_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "KK"), bias:
 
 
 @kernel
-def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "KK"), bias: Tensor("G", "COG"),
+def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("NP", "G", "COG", "KK"), bias: Tensor("G", "COG"),
                        Y: Tensor("N", "G", "COG", "OS"),
                        ID: constexpr = 1, IH: constexpr = 1, IW: constexpr = 1,
                        OD: constexpr = 1, OH: constexpr = 1, OW: constexpr = 1,
@@ -119,24 +126,48 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "K
                        SD: constexpr = 1, SH: constexpr = 1, SW: constexpr = 1,
                        PD: constexpr = 0, PH: constexpr = 0, PW: constexpr = 0,
                        DD: constexpr = 1, DH: constexpr = 1, DW: constexpr = 1,
+                       GD: constexpr = 1, GH: constexpr = 1, GW: constexpr = 1,
+                       VD: constexpr = 0, VH: constexpr = 0, VW: constexpr = 0,
+                       JD: constexpr = 1, JH: constexpr = 1, JW: constexpr = 1,
+                       QD: constexpr = 1, QH: constexpr = 1, QW: constexpr = 1,
                        BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32,
                        HAS_BIAS: constexpr = 0, ACT: constexpr = 0):
-    """Y = act(conv_transpose(X, W) + bias): output position o takes tap k from input
-    i = (o + pad - k * dilation) / stride where that is a whole number inside the input."""
-    ng, pm, pn = tile_grid(N * G, cdiv(OS, BM), cdiv(COG, BN))
+    """Y = act(conv_transpose(X, W) + bias), one output phase at a time: output o takes tap k from input
+    i = (o + pad - k * dilation) / stride where that is a whole number inside the input, so the outputs of one
+    phase (o mod stride, per dimension) take the taps k0 + j * (stride / G) only, with G = gcd(stride, dilation)
+    and k0 = ((phase + pad) / G * V) mod (stride / G), V the inverse of dilation / G. Wk holds each phase's taps
+    (j-major, zero past the kernel's edge), so no program walks the taps that never meet its outputs."""
+    ngp, pm, pn = tile_grid(N * G * NP, cdiv(QD * QH * QW, BM), cdiv(COG, BN))
+    ng = ngp // NP
+    ph = ngp % NP
     n = ng // G
     g = ng % G
-    assume((S == ID * IH * IW) & (OS == OD * OH * OW) & (KK == KD * KH * KW * CG))
-    rm = pm * BM + arange(BM)
-    od = rm // (OH * OW)
-    oh = (rm // OW) % OH
-    ow = rm % OW
+    assume((S == ID * IH * IW) & (OS == OD * OH * OW) & (KK == JD * JH * JW * CG) & (NP == SD * SH * SW))
+    rd = ph // (SH * SW)
+    rh = (ph // SW) % SH
+    rw = ph % SW
+    rq = pm * BM + arange(BM)
+    od = rq // (QH * QW) * SD + rd
+    oh = (rq // QW) % QH * SH + rh
+    ow = rq % QW * SW + rw
+    valid = (rq < QD * QH * QW) & (od < OD) & (oh < OH) & (ow < OW)
+    rm = (od * OH + oh) * OW + ow
+    k0d = (rd + PD) // GD * VD % (SD // GD)
+    k0h = (rh + PH) // GH * VH % (SH // GH)
+    k0w = (rw + PW) // GW * VW % (SW // GW)
+    # the walk is complete: a phase's first tap lands on a whole input index (where any tap can), the taps
+    # that do repeat every stride / G, and J of them reach past the kernel's last tap
+    assert_tag(implies((rd + PD) % GD == 0, (rd + PD - k0d * DD) % SD == 0)
+               & implies((rh + PH) % GH == 0, (rh + PH - k0h * DH) % SH == 0)
+               & implies((rw + PW) % GW == 0, (rw + PW - k0w * DW) % SW == 0)
+               & (k0d + JD * (SD // GD) >= KD) & (k0h + JH * (SH // GH) >= KH) & (k0w + JW * (SW // GW) >= KW),
+               "each phase walks every tap that meets its outputs")
     rn = pn * BN + arange(BN)
     acc = zeros((BN, BM), float32)
-    for t in range(0, KD * KH * KW):
-        kd = t // (KH * KW)
-        kh = (t // KW) % KH
-        kw = t % KW
+    for t in range(0, JD * JH * JW):
+        kd = k0d + t // (JH * JW) * (SD // GD)
+        kh = k0h + (t // JW) % JH * (SH // GH)
+        kw = k0w + t % JW * (SW // GW)
         nd = od + PD - kd * DD
         nh = oh + PH - kh * DH
         nw = ow + PW - kw * DW
@@ -146,20 +177,22 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "K
         hit_d = (nd >= 0) & (nd % SD == 0) & (id_ < ID)
         hit_h = (nh >= 0) & (nh % SH == 0) & (ih < IH)
         hit_w = (nw >= 0) & (nw % SW == 0) & (iw < IW)
-        inside = (rm < OS) & hit_d & hit_h & hit_w
+        inside = valid & (kd < KD) & (kh < KH) & (kw < KW) & hit_d & hit_h & hit_w
         s = (id_ * IH + ih) * IW + iw
         for c0 in range(0, CG, BK):
             rc = c0 + arange(BK)
             a = load(X[n, g, rc, s], mask=(rc < CG)[:, None] & inside[None, :])
             tag(a, KK=t * CG + rc[:, None])
             assert_tag(tag_of(a, "G") == g, "the input channels read belong to the output channels' group")
-            assert_tag((tag_of(a, "S") // (IH * IW) * SD + tag_of(a, "KK") // (CG * KH * KW) * DD
-                        == (rm // (OH * OW))[None, :] + PD)
-                       & ((tag_of(a, "S") // IW) % IH * SH + tag_of(a, "KK") // (CG * KW) % KH * DH
-                          == ((rm // OW) % OH)[None, :] + PH)
-                       & (tag_of(a, "S") % IW * SW + tag_of(a, "KK") // CG % KW * DW == (rm % OW)[None, :] + PW),
+            assert_tag((tag_of(a, "S") // (IH * IW) * SD
+                        + (k0d + tag_of(a, "KK") // (CG * JH * JW) * (SD // GD)) * DD == od[None, :] + PD)
+                       & ((tag_of(a, "S") // IW) % IH * SH
+                          + (k0h + tag_of(a, "KK") // (CG * JW) % JH * (SH // GH)) * DH == oh[None, :] + PH)
+                       & (tag_of(a, "S") % IW * SW
+                          + (k0w + tag_of(a, "KK") // CG % JW * (SW // GW)) * DW == ow[None, :] + PW),
                        "input * stride + weight tap * dilation is the output position plus pad")
-            w = load(Wk[g, rn, t * CG + rc], mask=(rc < CG)[None, :])
+            w = load(Wk[ph, g, rn, t * CG + rc], mask=(rc < CG)[None, :])
+            assert_tag(tag_of(w, "NP") == ph, "each phase reads its own taps' weights")
             acc = mma(w, a, acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[g, rn]).to(float32)[:, None]
@@ -172,7 +205,7 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "K
     if ACT == 4:
         acc = gelu_tanh(acc)
     y = acc
-    store(Y[n, g, rn, rm], y)
+    store(Y[n, g, rn, rm], y, mask=valid[None, :])
 
 
 @kernel
@@ -318,6 +351,20 @@ class _Geometry:
         self.consts = dict(zip(_GEOMETRY, (
             (1,) * lead + tuple(insp) + (1,) * lead + tuple(out) + (1,) * lead + tuple(ksp)
             + (1,) * lead + st + (0,) * lead + pad_lo + (1,) * lead + dil)))
+        if transposed:
+            self.consts.update(_phase_consts(self.consts))
+
+    @property
+    def phases(self) -> int:
+        """Output phases of a transposed convolution (the product of its strides; 1 otherwise)."""
+        c = self.consts
+        return c["SD"] * c["SH"] * c["SW"] if self.transposed else 1
+
+    @property
+    def taps_per_phase(self) -> int:
+        """Taps each output phase of a transposed convolution walks (every tap otherwise)."""
+        c = self.consts
+        return c["JD"] * c["JH"] * c["JW"] if self.transposed else c["KD"] * c["KH"] * c["KW"]
 
     @property
     def kernel_name(self) -> str:
@@ -362,6 +409,31 @@ def _tuple(v: Any, n: int, what: str) -> tuple[int, ...]:
 ConvGeometry = _Geometry  # the public name of a convolution's resolved geometry
 
 
+def _phase_consts(c: dict[str, int]) -> dict[str, int]:
+    """conv_transpose_fwd's per-dimension phase constexprs: G = gcd(stride, dilation); V, the inverse of
+    dilation / G modulo stride / G (0 where that is 1); J = cdiv(kernel, stride / G), the taps a phase takes; Q =
+    cdiv(out, stride), the output positions of a phase."""
+    out: dict[str, int] = {}
+    for d in "DHW":
+        st, dil, k, o = c["S" + d], c["D" + d], c["K" + d], c["O" + d]
+        g = math.gcd(st, dil)
+        step = st // g
+        out["G" + d] = g
+        out["V" + d] = pow(dil // g, -1, step) if step > 1 else 0
+        out["J" + d] = -(-k // step)
+        out["Q" + d] = -(-o // st)
+    return out
+
+
+def _phase_taps(c: dict[str, int], d: str, r: int) -> range:
+    """The taps along dimension d that meet outputs of phase r (o mod stride = r): k0 + j * (stride / G)."""
+    st, pad, g, v = c["S" + d], c["P" + d], c["G" + d], c["V" + d]
+    step = st // g
+    if (r + pad) % g:
+        return range(0)  # no tap lands on a whole input index: these outputs are the bias alone
+    return range((r + pad) // g * v % step, c["K" + d], step)
+
+
 # ---- policies and host function --------------------------------------------------------------------------------
 def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 1, padding: Any = 0,
                   dilation: Any = 1, groups: int = 1, transposed: bool = False, output_padding: Any = 0,
@@ -377,6 +449,7 @@ def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
     m = 1
     for o in geo.out_spatial:
         m *= o
+    m = -(-m // geo.phases)  # a transposed convolution's programs each take one output phase
     if direct and geo.depthwise:
         bm = pow2_between(m, 16, 32 if target == "interpret" else 256)
         bc = pow2_between(geo.cin, 1, max(1, (128 if target == "interpret" else 1024) // bm))
@@ -406,7 +479,10 @@ def conv_geometry(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
         taps, s_in, s_out = taps * k, s_in * i, s_out * o
     if direct and geo.depthwise:
         return "conv_depthwise", dict(geo.consts), dict(N=max(geo.n, 1), C=geo.cin, S=s_in, OS=s_out, T=taps)
-    shapes = dict(N=max(geo.n, 1), G=geo.groups, CG=geo.cg, S=s_in, COG=geo.cog, KK=taps * geo.cg, OS=s_out)
+    shapes = dict(N=max(geo.n, 1), G=geo.groups, CG=geo.cg, S=s_in, COG=geo.cog, KK=geo.taps_per_phase * geo.cg,
+                  OS=s_out)
+    if geo.transposed:
+        shapes["NP"] = geo.phases
     return geo.kernel_name, dict(geo.consts), shapes
 
 
@@ -416,11 +492,29 @@ def conv_weight_view(weight: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
     taps = 1
     for k in geo.k_spatial:
         taps *= k
-    if geo.transposed:  # (Cin, COG, k...) = (G, CG, COG, T) -> (G, COG, T, CG)
-        wk = weight.reshape(g, cg, cog, taps).permute(0, 2, 3, 1)
-    else:               # (Cout, CG, k...) = (G, COG, CG, T) -> (G, COG, T, CG)
-        wk = weight.reshape(g, cog, cg, taps).permute(0, 1, 3, 2)
+    if geo.transposed:
+        return _phase_weights(weight, geo)
+    # (Cout, CG, k...) = (G, COG, CG, T) -> (G, COG, T, CG)
+    wk = weight.reshape(g, cog, cg, taps).permute(0, 1, 3, 2)
     return wk.reshape(g, cog, taps * cg)
+
+
+def _phase_weights(weight: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
+    """A transposed convolution's weight (Cin, COG, k...) = (G, CG, COG, KD, KH, KW) as conv_transpose_fwd reads it:
+    (phases, G, COG, JD * JH * JW * CG), phase p's taps k0 + j * step in j-major order, zero where a phase has
+    fewer taps than J. Built from strided views copied into one zeroed buffer (what a replay repeats)."""
+    c = geo.consts
+    g, cg, cog = geo.groups, geo.cg, geo.cog
+    w6 = weight.reshape(g, cg, cog, c["KD"], c["KH"], c["KW"])
+    buf = weight.new_zeros(geo.phases, g, cog, c["JD"], c["JH"], c["JW"], cg)
+    for p in range(geo.phases):
+        rd, rh, rw = p // (c["SH"] * c["SW"]), (p // c["SW"]) % c["SH"], p % c["SW"]
+        td, th, tw = _phase_taps(c, "D", rd), _phase_taps(c, "H", rh), _phase_taps(c, "W", rw)
+        if not (len(td) and len(th) and len(tw)):
+            continue
+        src = w6[:, :, :, td.start::td.step, th.start::th.step, tw.start::tw.step]
+        buf[p, :, :, :len(td), :len(th), :len(tw), :].copy_(src.permute(0, 2, 3, 4, 5, 1))
+    return buf.view(geo.phases, g, cog, -1)
 
 
 def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: Any = 1,

@@ -576,8 +576,9 @@ def conv_chain_source(chain: Chain, n_extras: int, transposed: bool = False) -> 
     _check_arity(chain, n_extras + 1)
     base = conv_transpose_fwd if transposed else conv_fwd
     kind = "convt" if transposed else "conv"
+    store = "store(Y[n, g, rn, rm], y, mask=valid[None, :])" if transposed else "store(Y[n, g, rn, rm], y)"
     return _splice(base, f"{kind}_chain_{chain.key()}_{n_extras}", 'Y: Tensor("N", "G", "COG", "OS")',
-                   "    y = acc\n    store(Y[n, g, rn, rm], y)", "    y = {res}\n    store(Y[n, g, rn, rm], y)",
+                   f"    y = acc\n    {store}", f"    y = {{res}}\n    {store}",
                    chain, n_extras, "acc", ("N", "G", "COG", "OS"), "n, g, rn, rm",
                    ("n", "g", "rn[:, None]", "rm[None, :]"))
 

@@ -1,5 +1,6 @@
 """The convolution kernels prove at odd concrete shapes, and bugs planted in their source (group offset,
-tap index, K loop, transposed divisibility, flipped taps; the depthwise kernel's channel and tap) are rejected
+tap index, K loop, transposed divisibility, flipped taps, a transposed phase's first tap, output position, store
+mask and tap loop; the depthwise kernel's channel and tap) are rejected
 with a counterexample at the right line that names the thread."""
 from __future__ import annotations
 
@@ -18,12 +19,15 @@ KERNELS = {"conv_fwd": conv_fwd, "conv_transpose_fwd": conv_transpose_fwd, "conv
 FWD = ((2, 40, 9, 7), (6, 20, 3, 2), dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2))
 TRANSPOSED = ((1, 40, 4, 5), (40, 3, 3, 2), dict(transposed=True, stride=(2, 3), padding=(1, 0), output_padding=(1, 0),
                                                  dilation=(1, 2), groups=2))
+# a stride and dilation sharing a factor (2) along W: odd phases there take no tap at all
+TRANSPOSED_GCD = ((1, 4, 4, 5), (4, 3, 2, 3), dict(transposed=True, stride=(2, 2), padding=(0, 1), dilation=(1, 2)))
 
 DEPTHWISE = ((2, 5, 9, 7), (5, 1, 3, 2), dict(groups=5, stride=(2, 1), padding=(1, 2), dilation=(1, 2)))
 
 GOOD = [
     FWD,
     TRANSPOSED,
+    TRANSPOSED_GCD,
     DEPTHWISE,
     ((1, 3, 4, 6, 5), (3, 1, 2, 3, 3), dict(groups=3, padding=(0, 1, 2), stride=(1, 2, 1))),
     ((2, 3, 13), (5, 3, 3), dict(stride=2, dilation=3, padding=2)),
@@ -60,11 +64,20 @@ BUGS = [
     ("conv_fwd", FWD, "kh = (t // KW) % KH", "kh = (t // KW + 1) % KH", "assert_tag((tag_of(a, \"S\")"),
     ("conv_fwd", FWD, "for c0 in range(0, CG, BK):", "for c0 in range(0, CG - CG % BK, BK):", "store(Y["),
     ("conv_fwd", FWD, "for t in range(0, KD * KH * KW):", "for t in range(0, KD * KH * KW - 1):", "store(Y["),
-    ("conv_transpose_fwd", TRANSPOSED, "hit_w = (nw >= 0) & (nw % SW == 0) & (iw < IW)",
+    ("conv_transpose_fwd", TRANSPOSED_GCD, "hit_w = (nw >= 0) & (nw % SW == 0) & (iw < IW)",
      "hit_w = (nw >= 0) & (iw < IW)", "assert_tag((tag_of(a, \"S\")"),
+    ("conv_transpose_fwd", TRANSPOSED, "k0w = (rw + PW) // GW * VW % (SW // GW)",
+     "k0w = (rw + PW + 1) // GW * VW % (SW // GW)", "assert_tag(implies((rd + PD) % GD == 0"),
+    ("conv_transpose_fwd", TRANSPOSED, "ow = rq % QW * SW + rw", "ow = rq % QW * SW", "store(Y["),
+    ("conv_transpose_fwd", TRANSPOSED_GCD, "store(Y[n, g, rn, rm], y, mask=valid[None, :])",
+     "store(Y[n, g, rn, rm], y)", "store(Y["),
+    ("conv_transpose_fwd", TRANSPOSED, "for t in range(0, JD * JH * JW):", "for t in range(0, JD * JH * JW - 1):",
+     "store(Y["),
     ("conv_fwd", FWD, "(iw >= 0) & (iw < IW)", "(iw >= 0)", "assert_tag((tag_of(a, \"S\")"),
-    ("conv_transpose_fwd", TRANSPOSED, "w = load(Wk[g, rn, t * CG + rc]",
-     "w = load(Wk[g, rn, (KD * KH * KW - 1 - t) * CG + rc]", "acc = mma(w, a, acc)"),
+    ("conv_transpose_fwd", TRANSPOSED, "w = load(Wk[ph, g, rn, t * CG + rc]",
+     "w = load(Wk[ph, g, rn, (JD * JH * JW - 1 - t) * CG + rc]", "acc = mma(w, a, acc)"),
+    ("conv_transpose_fwd", TRANSPOSED, "w = load(Wk[ph, g, rn, t * CG + rc]",
+     "w = load(Wk[(ph + 1) % NP, g, rn, t * CG + rc]", "assert_tag(tag_of(w, \"NP\") == ph"),
     ("conv_transpose_fwd", TRANSPOSED, "a = load(X[n, g, rc, s]", "a = load(X[n, G - 1 - g, rc, s]",
      "assert_tag(tag_of(a, \"G\") == g"),
     ("conv_depthwise", DEPTHWISE, "w = load(Wk[rc, t])", "w = load(Wk[(rc + 1) % C, t])",
@@ -87,4 +100,5 @@ def test_conv_planted_bug_is_rejected(name, case, old, new, assertion):
     assert not res.ok, f"{name} with `{new}` was not rejected"
     assert res.violations, res.text()
     assert_flags_one_of(res, {first_line(bad, new.strip())} | lines_with(bad, assertion))
-    assert "thread" in res.text()
+    # a tile's violation names the thread; a scalar one (a phase's first tap) the program and its values
+    assert "thread" in res.text() or "program (" in res.text(), res.text()

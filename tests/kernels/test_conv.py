@@ -31,6 +31,12 @@ CASES = {
     "conv_transpose2d": ((2, 4, 5, 6), (4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1, groups=2), True,
                          "relu"),
     "conv_transpose3d": ((1, 4, 3, 4, 3), (4, 2, 3, 2, 3), dict(stride=(2, 1, 2), padding=1), True, "none"),
+    # output phases: k=4, s=2, p=1 (each output takes 2 of 4 taps per dim); a stride and dilation sharing a factor
+    # (odd phases take no tap: bias alone); 3-D stride 2 with output padding (phases with 1 or 2 taps per dim)
+    "conv_transpose2d_k4_s2": ((2, 3, 5, 4), (3, 4, 4, 4), dict(stride=2, padding=1), True, "none"),
+    "conv_transpose2d_gcd": ((1, 3, 4, 5), (3, 2, 3, 3), dict(stride=2, dilation=2, padding=(0, 1)), True, "silu"),
+    "conv_transpose3d_s2": ((1, 3, 3, 4, 3), (3, 2, 3, 3, 3), dict(stride=2, padding=1, output_padding=1), False,
+                            "none"),
 }
 BF16 = ["conv1d_dilated_strided", "conv2d_grouped", "conv3d", "conv_transpose2d", "conv2d_depthwise"]
 ACT_REF = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
