@@ -283,14 +283,15 @@ def _segment_norm(x: torch.Tensor, dims: tuple[int, ...], mode: str, weight: tor
         raise ValueError(f"weight has shape {tuple(weight.shape)}, expected {seg}")
     if bias is not None and tuple(bias.shape) not in (seg, (r,)):
         raise ValueError(f"bias has shape {tuple(bias.shape)}, expected {seg}")
-    if adjacent or x.dim() == 0:
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        perm = None
+    perm = None if adjacent or x.dim() == 0 else [d for d in range(x.dim()) if d not in dims] + list(dims)
+    out_shape = x.shape if perm is None else [x.shape[d] for d in perm]
+    parts = _row_parts(o, r, target) if i == 1 and mode in ("layer", "rms") and x.numel() else 1
+    if parts > 1:
+        y = _split_row_norm(view3(x, dims).reshape(o, r), parts, mode, w, b, weight is not None, bias is not None,
+                            eps, target).view(out_shape)
     else:
-        kept = [d for d in range(x.dim()) if d not in dims]
-        perm = kept + list(dims)
-        y = torch.empty([x.shape[d] for d in perm], dtype=x.dtype, device=x.device)
-    if x.numel():
+        y = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+    if parts == 1 and x.numel():
         templates = _segment_policies(x.shape, dims, target)
         name = next(iter(templates))
         pol = pick_policy(name, templates[name], policies).with_consts(MODE=MODES[mode], **_flags(weight, bias))
@@ -304,6 +305,69 @@ def _segment_norm(x: torch.Tensor, dims: tuple[int, ...], mode: str, weight: tor
         inverse = [perm.index(d) for d in range(x.dim())]
         y = y.permute(*inverse).contiguous()
     return y
+
+
+SPLIT_ROW_MIN = 1 << 16  # a normalized row at least this long, in fewer rows than about a wave, is split
+
+
+def _row_parts(rows: int, length: int, target: str) -> int:
+    """Parts to split each of `rows` rows of `length` into when so few rows would leave most SMs idle (one program
+    a row): the smallest divisor of `length` that makes about 4 programs an SM (or the largest that keeps parts of
+    at least 2048 elements); 1 where the rows are many or short. The interpreter splits at test sizes."""
+    programs, floor, min_len = (16, 16, 64) if target == "interpret" else (4 * 132, 2048, SPLIT_ROW_MIN)
+    if rows * 4 >= programs or length < min_len:
+        return 1
+    best = 1
+    for p in range(2, length // floor + 1):
+        if length % p == 0:
+            best = p
+            if rows * p >= programs:
+                break
+    return best
+
+
+def _split_row_norm(x2: torch.Tensor, parts: int, mode: str, w: torch.Tensor, b: torch.Tensor, has_w: bool,
+                    has_b: bool, eps: float, target: str) -> torch.Tensor:
+    """Layer or RMS norm of the rows of x2 (O, L) with each row's statistics gathered over `parts` sub-rows, so
+    O * parts programs read x instead of O. Layer: the mean and biased variance of each sub-row (row_moments),
+    then of the row: the mean of the means, and the variance as the mean of the sub-rows' variances plus the
+    variance of their means (exact for equal parts). RMS: the sum of squares of each sub-row (reduce_rows KIND 5),
+    then their mean over the row. One elementwise pass applies them in float32 (and the weight and bias)."""
+    from . import pointwise as pw
+    from .reduce import reduce_rows
+
+    o, r = x2.shape
+    sub = x2.reshape(o * parts, r // parts)
+    f32 = dict(dtype=torch.float32, device=x2.device)
+    shape = (o, 1)
+    if mode == "layer":
+        mean_j, var_j = torch.empty(o * parts, **f32), torch.empty(o * parts, **f32)
+        row_moments(sub, mean_j, var_j, policy=rows_policy(o * parts, r // parts, target), target=target)
+        mean, between, within = torch.empty(o, **f32), torch.empty(o, **f32), torch.empty(o, **f32)
+        row_moments(mean_j.view(o, parts), mean, between, policy=rows_policy(o, parts, target), target=target)
+        reduce_rows(var_j.view(o, parts), within, 1.0 / parts,
+                    policy=rows_policy(o, parts, target).with_consts(KIND=1), target=target)
+        stats = [mean.view(shape), between.view(shape), within.view(shape)]
+        steps = [pw.Step("sub", (("in", 0), ("in", 1))), pw.Step("add", (("in", 2), ("in", 3))),
+                 pw.Step("add", (("step", 1), ("const", float(eps)))), pw.Step("rsqrt", (("step", 2),)),
+                 pw.Step("mul", (("step", 0), ("step", 3)))]
+    else:
+        ss_j, ms = torch.empty(o * parts, **f32), torch.empty(o, **f32)
+        reduce_rows(sub, ss_j, 1.0, policy=rows_policy(o * parts, r // parts, target).with_consts(KIND=5),
+                    target=target)
+        reduce_rows(ss_j.view(o, parts), ms, 1.0 / r, policy=rows_policy(o, parts, target).with_consts(KIND=1),
+                    target=target)
+        stats = [ms.view(shape)]
+        steps = [pw.Step("add", (("in", 1), ("const", float(eps)))), pw.Step("rsqrt", (("step", 0),)),
+                 pw.Step("mul", (("in", 0), ("step", 1)))]
+    inputs = [x2, *stats]
+    if has_w:
+        inputs.append(w)
+        steps.append(pw.Step("mul", (("step", len(steps) - 1), ("in", len(inputs) - 1))))
+    if has_b:
+        inputs.append(b)
+        steps.append(pw.Step("add", (("step", len(steps) - 1), ("in", len(inputs) - 1))))
+    return pw.pointwise(pw.Chain(tuple(steps)), inputs, target=target, out_dtype=x2.dtype)
 
 
 def _trailing_dims(x_shape: Sequence[int], normalized_shape: int | Sequence[int]) -> tuple[int, ...]:

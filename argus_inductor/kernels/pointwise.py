@@ -514,17 +514,18 @@ def view_shape(inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
 
 
 def pointwise(chain: Chain, inputs: Sequence[torch.Tensor], *, policies: dict[str, Policy] | None = None,
-              kernels: dict[str, Kernel] | None = None, target: str | None = None) -> torch.Tensor:
+              kernels: dict[str, Kernel] | None = None, target: str | None = None,
+              out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """`chain` applied elementwise to the broadcast `inputs` (any rank), computed in float32.
 
-    Output: the broadcast shape, contiguous, in `result_dtype(inputs)`. Inputs are read through
+    Output: the broadcast shape, contiguous, in `out_dtype` (default `result_dtype(inputs)`). Inputs are read through
     zero-stride views (no copies) unless they block flattening a result of rank > 4 (see `_rank4`).
     `policies`/`kernels` are looked up by the generated kernel's name, then by "pointwise".
     """
     _check_inputs(chain, inputs)
     n = len(inputs)
     shape = broadcast([t.shape for t in inputs])
-    out = torch.empty(shape, dtype=result_dtype(inputs), device=inputs[0].device)
+    out = torch.empty(shape, dtype=out_dtype or result_dtype(inputs), device=inputs[0].device)
     if out.numel() == 0:
         return out
     views = _rank4([t.expand(shape) for t in inputs] + [out], shape)

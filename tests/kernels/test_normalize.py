@@ -179,3 +179,27 @@ def test_whole_tensor_lp_normalize_uses_grid_wide_kernels(p):
     assert x.numel() > normalize.WHOLE_TENSOR_SPLIT
     ref = x.double() / torch.linalg.vector_norm(x.double(), p)
     check(normalize.lp_normalize(x, p, None), ref, torch.float32, seed, f"whole-tensor L{p}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_long_rows_split_their_statistics(dtype, monkeypatch):
+    """Layer and RMS norm over a few long rows (KernelBench 37: 16 rows of 4M) gather each row's statistics over
+    sub-rows, so more programs than rows read x; the sub-rows' means and variances combine exactly, also where
+    the mean is far from zero (x + 40); the result is the single-pass kernels' and torch's."""
+    seed = fresh_seed()
+    target = None if ON_GPU else "interpret"
+    shape = (3, 64, 4, 256) if ON_GPU else (2, 3, 5, 8)
+    x = (randn(*shape, dtype=torch.float32, scale=2.0) + 40.0).to(dtype)
+    ns = shape[1:]
+    w, b = randn(*ns, dtype=dtype), randn(*ns, dtype=dtype)
+    length = x[0].numel()
+    assert normalize._row_parts(shape[0], length, "cuda" if ON_GPU else "interpret") > 1
+    moments = []
+    real = normalize.row_moments
+    monkeypatch.setattr(normalize, "row_moments", lambda *a, **k: moments.append(a[0].shape) or real(*a, **k))
+    ref = F.layer_norm(x.double(), ns, w.double(), b.double(), 1e-5)
+    check(layer_norm(x, ns, w, b, target=target), ref, dtype, seed, "layer_norm over few long rows")
+    assert moments and moments[0][0] > shape[0], moments  # sub-rows, more of them than rows
+    check(layer_norm(x, ns, target=target), F.layer_norm(x.double(), ns), dtype, seed, "without affine")
+    dims = (1, 2, 3)
+    check(rms_norm(x, dims, w, target=target), _rms_ref(x, dims, w), dtype, seed, "rms_norm over few long rows")
