@@ -287,8 +287,9 @@ def _segment_norm(x: torch.Tensor, dims: tuple[int, ...], mode: str, weight: tor
     out_shape = x.shape if perm is None else [x.shape[d] for d in perm]
     parts = _row_parts(o, r, target) if i == 1 and mode in ("layer", "rms") and x.numel() else 1
     if parts > 1:
-        y = _split_row_norm(view3(x, dims).reshape(o, r), parts, mode, w, b, weight is not None, bias is not None,
-                            eps, target).view(out_shape)
+        y = _split_row_norm(view3(x, dims).reshape(o, r), parts, mode, eps, target,
+                            affine=(w if weight is not None else None, b if bias is not None else None)
+                            ).view(out_shape)
     else:
         y = torch.empty(out_shape, dtype=x.dtype, device=x.device)
     if parts == 1 and x.numel():
@@ -326,20 +327,23 @@ def _row_parts(rows: int, length: int, target: str) -> int:
     return best
 
 
-def _split_row_norm(x2: torch.Tensor, parts: int, mode: str, w: torch.Tensor, b: torch.Tensor, has_w: bool,
-                    has_b: bool, eps: float, target: str) -> torch.Tensor:
+def _split_row_norm(x2: torch.Tensor, parts: int, mode: str, eps: float, target: str,
+                    view: Sequence[int] | None = None, affine: Sequence[torch.Tensor] = ()) -> torch.Tensor:
     """Layer or RMS norm of the rows of x2 (O, L) with each row's statistics gathered over `parts` sub-rows, so
     O * parts programs read x instead of O. Layer: the mean and biased variance of each sub-row (row_moments),
     then of the row: the mean of the means, and the variance as the mean of the sub-rows' variances plus the
     variance of their means (exact for equal parts). RMS: the sum of squares of each sub-row (reduce_rows KIND 5),
-    then their mean over the row. One elementwise pass applies them in float32 (and the weight and bias)."""
+    then their mean over the row. One elementwise pass applies them in float32, over x2 viewed as `view` (rows
+    first) with each row's statistics broadcast, times `affine[0]` and plus `affine[1]` when given (each shaped to
+    broadcast over that view)."""
     from . import pointwise as pw
     from .reduce import reduce_rows
 
     o, r = x2.shape
     sub = x2.reshape(o * parts, r // parts)
     f32 = dict(dtype=torch.float32, device=x2.device)
-    shape = (o, 1)
+    shape = tuple(view or (o, r))
+    stat_shape = shape[:len(shape) - 1] + (1,) if view is None else _row_stat_shape(shape, o)
     if mode == "layer":
         mean_j, var_j = torch.empty(o * parts, **f32), torch.empty(o * parts, **f32)
         row_moments(sub, mean_j, var_j, policy=rows_policy(o * parts, r // parts, target), target=target)
@@ -347,7 +351,7 @@ def _split_row_norm(x2: torch.Tensor, parts: int, mode: str, w: torch.Tensor, b:
         row_moments(mean_j.view(o, parts), mean, between, policy=rows_policy(o, parts, target), target=target)
         reduce_rows(var_j.view(o, parts), within, 1.0 / parts,
                     policy=rows_policy(o, parts, target).with_consts(KIND=1), target=target)
-        stats = [mean.view(shape), between.view(shape), within.view(shape)]
+        stats = [mean, between, within]
         steps = [pw.Step("sub", (("in", 0), ("in", 1))), pw.Step("add", (("in", 2), ("in", 3))),
                  pw.Step("add", (("step", 1), ("const", float(eps)))), pw.Step("rsqrt", (("step", 2),)),
                  pw.Step("mul", (("step", 0), ("step", 3)))]
@@ -357,17 +361,26 @@ def _split_row_norm(x2: torch.Tensor, parts: int, mode: str, w: torch.Tensor, b:
                     target=target)
         reduce_rows(ss_j.view(o, parts), ms, 1.0 / r, policy=rows_policy(o, parts, target).with_consts(KIND=1),
                     target=target)
-        stats = [ms.view(shape)]
+        stats = [ms]
         steps = [pw.Step("add", (("in", 1), ("const", float(eps)))), pw.Step("rsqrt", (("step", 0),)),
                  pw.Step("mul", (("in", 0), ("step", 1)))]
-    inputs = [x2, *stats]
-    if has_w:
-        inputs.append(w)
-        steps.append(pw.Step("mul", (("step", len(steps) - 1), ("in", len(inputs) - 1))))
-    if has_b:
-        inputs.append(b)
-        steps.append(pw.Step("add", (("step", len(steps) - 1), ("in", len(inputs) - 1))))
+    inputs = [x2.view(shape), *(t.view(stat_shape) for t in stats)]
+    for op, t in zip(("mul", "add"), affine):
+        if t is not None:
+            inputs.append(t)
+            steps.append(pw.Step(op, (("step", len(steps) - 1), ("in", len(inputs) - 1))))
     return pw.pointwise(pw.Chain(tuple(steps)), inputs, target=target, out_dtype=x2.dtype)
+
+
+def _row_stat_shape(shape: Sequence[int], rows: int) -> tuple[int, ...]:
+    """The shape a per-row statistic takes to broadcast over `shape`, whose leading dims make up the rows."""
+    lead, k = 1, 0
+    while lead < rows:
+        lead *= shape[k]
+        k += 1
+    if lead != rows:
+        raise ValueError(f"the leading dims of {tuple(shape)} do not make {rows} rows")
+    return tuple(shape[:k]) + (1,) * (len(shape) - k)
 
 
 def _trailing_dims(x_shape: Sequence[int], normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
@@ -488,6 +501,11 @@ def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = N
     g, cg = num_groups, c // num_groups
     w = _affine(weight, (g, cg), "weight", x)
     b = _affine(bias, (g, cg), "bias", x)
+    parts = _row_parts(n * g, cg * hw, target) if x.numel() else 1
+    if parts > 1:  # few (image, group) segments, each long: statistics over sub-rows, as layer norm's
+        affine = (w.view(g, cg, 1) if weight is not None else None, b.view(g, cg, 1) if bias is not None else None)
+        return _split_row_norm(x.reshape(n * g, cg * hw), parts, "layer", eps, target, view=(n, g, cg, hw),
+                               affine=affine).view(x.shape)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel():
         name = "group_norm_kernel"

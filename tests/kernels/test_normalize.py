@@ -183,8 +183,8 @@ def test_whole_tensor_lp_normalize_uses_grid_wide_kernels(p):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_few_long_rows_split_their_statistics(dtype, monkeypatch):
-    """Layer and RMS norm over a few long rows (KernelBench 37: 16 rows of 4M) gather each row's statistics over
-    sub-rows, so more programs than rows read x; the sub-rows' means and variances combine exactly, also where
+    """Layer, RMS, group and instance norm over a few long rows (KernelBench 37: 16 rows of 4M) gather each row's
+    statistics over sub-rows, so more programs than rows read x; the sub-rows' means and variances combine exactly, also where
     the mean is far from zero (x + 40); the result is the single-pass kernels' and torch's."""
     seed = fresh_seed()
     target = None if ON_GPU else "interpret"
@@ -203,3 +203,11 @@ def test_few_long_rows_split_their_statistics(dtype, monkeypatch):
     check(layer_norm(x, ns, target=target), F.layer_norm(x.double(), ns), dtype, seed, "without affine")
     dims = (1, 2, 3)
     check(rms_norm(x, dims, w, target=target), _rms_ref(x, dims, w), dtype, seed, "rms_norm over few long rows")
+    # group norm over few (image, group) segments (diffusion UNets: 32 groups, batch 1-2), and instance norm
+    xg = (randn(*((1, 64, 64, 64) if ON_GPU else (1, 4, 8, 5)), dtype=torch.float32) + 40.0).to(dtype)
+    wg, bg = randn(xg.shape[1], dtype=dtype), randn(xg.shape[1], dtype=dtype)
+    moments.clear()
+    check(group_norm(xg, 2, wg, bg, target=target), F.group_norm(xg.double(), 2, wg.double(), bg.double()), dtype,
+          seed, "group_norm over few long segments")
+    assert moments and moments[0][0] > 2, moments
+    check(instance_norm(xg, target=target), F.instance_norm(xg.double()), dtype, seed, "instance_norm, few planes")
