@@ -698,15 +698,16 @@ def tensor_key(t: Tensor) -> tuple:
 
 def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
            fallback_fn: Callable[[], Tensor], tensors: list[Tensor], memo: tuple = (),
-           flops: int | Callable[[Tensor], int] = 0, inputs: list[Tensor] | None = None) -> Tensor:
+           flops: int | Callable[[Tensor], int] = 0, inputs: list[Tensor] | None = None,
+           key: tuple | None = None) -> Tensor:
     """One call of an Argus op: its signature, its plan (or the aten fallback), the launch, and the report entry
     (source, time, and the call's FLOPs as FlopCounterMode counts them: a number, or a function of the output).
     `inputs`: every tensor the host function reads (default `tensors`), for replaying its launches; `memo` and
-    the metadata of `tensors` must decide everything else the host function does."""
-    key = (node_id, *memo, *(tensor_key(t) for t in tensors))
-    hot = _HOT.get(key)  # the hot path: this call site with these shapes replays its recorded launches
-    if hot is not None:
-        out = _replay_hot(node_id, hot, tensors, tensors if inputs is None else inputs)
+    the metadata of `tensors` must decide everything else the host function does. `key`: call_key(node_id, memo,
+    tensors), where the caller has it already."""
+    if key is None:
+        key = call_key(node_id, memo, tensors)
+        out = replay_hot(key, node_id, tensors, tensors if inputs is None else inputs)
         if out is not None:
             return out
     hit = _RESOLVED.get(key)  # this call site with these shapes was resolved before
@@ -761,20 +762,27 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     else:
         n = flops
     _report.record_call(node_id, short, source, ms, plan.notes if plan is not None else None, n)
-    if ran and _REPLAYS.get(key) is not None:
+    rec = _REPLAYS.get(key)
+    if ran and rec is not None and rec.result[0] == "buf":
         with _LOCK:
-            _HOT[key] = (_REPLAYS[key], short, source, n)
+            _HOT[key] = (rec, short, source, n)
     return out
 
 
-def _replay_hot(node_id: str, hot: tuple[Any, str, str, int], tensors: list[Tensor],
-                inputs: list[Tensor]) -> Tensor | None:
-    """A call of a call site whose plan's launches replay: the replay and the report entry, nothing else. None
-    where it cannot replay this call (an operand aligned differently, replay turned off, a launch that raised):
-    the caller goes the full way, which says what went wrong."""
-    rec, short, source, flops = hot
-    if not _ACTIVE.replay:
+def call_key(node_id: str, memo: tuple, tensors: list[Tensor]) -> tuple:
+    """What identifies a call of an op at a call site: the site, the memo, the metadata of `tensors`."""
+    return (node_id, *memo, *(tensor_key(t) for t in tensors))
+
+
+def replay_hot(key: tuple, node_id: str, tensors: list[Tensor], inputs: list[Tensor]) -> Tensor | None:
+    """A call of a call site whose plan's launches replay into a fresh output: the replay and the report entry,
+    nothing else. None where the call site has no such recording, or it cannot replay this call (an operand
+    aligned differently, replay turned off, a launch that raised): the caller goes the full way (run_op), which
+    says what went wrong."""
+    hot = _HOT.get(key)
+    if hot is None or not _ACTIVE.replay:
         return None
+    rec, short, source, flops = hot
     timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
     if timed and tensors[0].is_cuda:
         torch.cuda.synchronize()
