@@ -825,6 +825,16 @@ def _launch(key: tuple, plan: Plan, target: str, kernel_fn: Callable[[Plan, str]
     return kernel_fn(plan, target)
 
 
+def _meta(t: Tensor | None) -> tuple | None:
+    """An optional operand's part of a call key: its metadata, or None where it is absent."""
+    return None if t is None else tensor_key(t)
+
+
+def _present(*ts: Tensor | None) -> list[Tensor]:
+    """The operands a call's host function reads (what its replay takes), the absent ones left out."""
+    return [t for t in ts if t is not None]
+
+
 def _epilogue(*parts: str) -> str:
     return "+".join(p for p in parts if p and p != "none")
 
@@ -873,8 +883,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
     def fallback() -> Tensor:
         return ACTIVATION_FNS[activation](F.linear(x, weight, bias))
 
-    return run_op(node_id, sig, run, fallback, [x, weight], (activation, bias is None),
-                  flops=2 * m * n * k)
+    # the bias is read by the kernels too: an operand of the replay, its metadata part of the call key
+    return run_op(node_id, sig, run, fallback, [x, weight], (activation, _meta(bias)),
+                  flops=2 * m * n * k, inputs=_present(x, weight, bias))
 
 
 @linear.register_fake
@@ -906,8 +917,8 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
     def fallback() -> Tensor:
         return residual + ACTIVATION_FNS[activation](F.linear(x, weight, bias))
 
-    return run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, bias is None),
-                  flops=2 * m * n * k)
+    return run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, _meta(bias)),
+                  flops=2 * m * n * k, inputs=_present(x, weight, residual, bias))
 
 
 @linear_residual.register_fake
@@ -993,8 +1004,9 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not broadcasts_to(
             mask.shape, (z, h, s, t))):
         return fallback_contiguous()
-    return run_op(node_id, sig, run, fallback_contiguous, [q, k, v], (causal, mask is None),
-                  flops=4 * z * h * s * t * d)  # as FlopCounterMode counts SDPA (the mask ignored)
+    return run_op(node_id, sig, run, fallback_contiguous, [q, k, v], (causal, _meta(mask)),
+                  flops=4 * z * h * s * t * d,  # as FlopCounterMode counts SDPA (the mask ignored)
+                  inputs=_present(q, k, v, mask))
 
 
 @torch.library.custom_op("argus::attention", mutates_args=())

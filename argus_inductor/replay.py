@@ -59,7 +59,10 @@ _COPIES = {aten.clone.default: False, aten._to_copy.default: False, aten.copy_.d
            aten.zero_.default: True, aten.fill_.Scalar: True,
            # Tensor.to as the dispatch mode may see it, before it decomposes: a copy where it converted
            # (returning the tensor itself, it is a view, which the recorder tells apart first)
-           aten.to.dtype: False, aten.to.dtype_layout: False}
+           aten.to.dtype: False, aten.to.dtype_layout: False,
+           # reshape as the dispatch mode may see it: a copy where the view's strides do not allow a view (a
+           # permuted weight flattened), a view otherwise (told apart like .to)
+           aten.reshape.default: False}
 _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 
 
@@ -178,6 +181,19 @@ def _view(src: Source, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor])
     return base.as_strided(shape, stride, base.storage_offset() + off)
 
 
+def _inside(t: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether every element `t` can address lies within the span of `base`'s own elements (same storage)."""
+    def span(x: torch.Tensor) -> tuple[int, int]:
+        if x.numel() == 0:
+            return x.data_ptr(), x.data_ptr()
+        lo = x.data_ptr() + sum((n - 1) * st for n, st in zip(x.shape, x.stride()) if st < 0) * x.element_size()
+        hi = x.data_ptr() + (1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()) if st > 0)) * \
+            x.element_size()
+        return lo, hi
+    (tlo, thi), (blo, bhi) = span(t), span(base)
+    return blo <= tlo and thi <= bhi
+
+
 def _tensors(x: Any) -> list[torch.Tensor]:
     if isinstance(x, torch.Tensor):
         return [x]
@@ -236,8 +252,8 @@ class _Recorder(TorchDispatchMode):
                                f"{'an allocation' if writes and i == 0 else 'a view of an operand'}"
                     return
                 srcs.append(src)
-            elif isinstance(a, _CONSTANT_TYPES):
-                srcs.append(("const", a))
+            elif isinstance(a, _CONSTANT_TYPES) or (isinstance(a, (list, tuple)) and all(type(v) is int for v in a)):
+                srcs.append(("const", a))  # a shape (reshape's) is a constant too
             else:
                 self.why = f"{func} takes a {type(a).__name__}"
                 return
@@ -252,10 +268,17 @@ class _Recorder(TorchDispatchMode):
             self.buffers.append(out)
 
     def source(self, t: torch.Tensor) -> Source | None:
-        """Where tensor `t` lives: a view of exactly one operand or buffer; None otherwise."""
+        """Where tensor `t` lives: a view of one operand or buffer; None otherwise. Operands may share a storage
+        (q, k and v split from one projection): `t` is then that operand itself, or a view inside the elements of
+        exactly one of them, which stays right at a replay whose operands do not share one."""
         storage = t.untyped_storage().data_ptr()
         found = [("in", i, x) for i, x in enumerate(self.inputs) if x.untyped_storage().data_ptr() == storage] + \
                 [("buf", j, b) for j, b in enumerate(self.buffers) if b.untyped_storage().data_ptr() == storage]
+        if len(found) > 1:
+            same = [f for f in found if f[2].data_ptr() == t.data_ptr() and f[2].shape == t.shape
+                    and f[2].stride() == t.stride()]
+            inside = [f for f in found if _inside(t, f[2])]
+            found = same[:1] or inside
         if len(found) != 1 or (t.numel() and not storage):
             return None
         kind, idx, base = found[0]

@@ -107,11 +107,21 @@ def test_a_mutating_host_function_is_not_recorded():
     assert rec is None and "mul_" in why
 
 
-def test_operands_sharing_storage_are_not_recorded():
-    base = torch.randn(74)
-    x, y = base[:37], base[37:]
+def test_operands_sharing_storage_replay_each_from_its_own():
+    """Operands that share one storage (q, k and v split from one projection) are recorded where each launch
+    argument is one of them or a view inside one of them, and replay right on operands that share nothing; a
+    view spanning two of them is not recorded."""
+    base = torch.randn(80)
+    x, y = base[:37], base[40:77]  # each 16-byte aligned, as fresh operands are
     _, rec, why = record(lambda: _axpy(x, y), [x, y])
-    assert rec is None and why
+    assert why is None, why
+    x2, y2 = torch.randn(37), torch.randn(37)
+    torch.testing.assert_close(rec.replay([x2, y2]), 2 * x2 + y2)
+    _, rec, why = record(lambda: _axpy(x[1:], y[:36]), [x, y])  # views inside each
+    assert why is None, why
+    torch.testing.assert_close(rec.replay([x2, y2]), 2 * x2[1:] + y2[:36])
+    _, rec, why = record(lambda: _axpy(base[20:57], y), [x, y])  # spans the end of x and the start of y
+    assert rec is None and "not a view of an operand" in why
 
 
 def test_a_pointer_aligned_differently_from_the_recorded_one_is_not_replayed():
@@ -261,3 +271,24 @@ def test_replayable_call_sites_skip_the_full_path(fresh_cache, monkeypatch) -> N
     for _ in range(2):
         torch.ops.argus.library("pointwise", [x], args, "hot-site")
     assert len(full) == 4 and not ops._HOT
+
+
+def test_ops_replay_with_the_operands_their_kernels_read(fresh_cache, monkeypatch) -> None:
+    """A linear with a bias, and attention with a mask and q, k, v sliced from one projection: every tensor the
+    kernels read is a replay operand (the bias and mask were not, so these call sites never replayed), and later
+    calls replay on their own fresh operands with eager's results."""
+    replays = []
+    real = Recording.replay
+    monkeypatch.setattr(Recording, "replay", lambda self, inputs: replays.append(1) or real(self, inputs))
+    for _ in range(3):
+        x, w, b = torch.randn(7, 20), torch.randn(12, 20), torch.randn(12)
+        torch.testing.assert_close(torch.ops.argus.linear(x, w, b, "relu", "bias-site"), torch.relu(x @ w.t() + b),
+                                   rtol=1e-4, atol=1e-4)
+        qkv = torch.randn(2, 5, 3 * 2 * 16).view(2, 5, 3, 2, 16).permute(2, 0, 3, 1, 4)  # one projection
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        mask = torch.randn(5, 5)
+        ref = torch.softmax(q @ k.transpose(-1, -2) / 4.0 + mask, -1) @ v
+        torch.testing.assert_close(torch.ops.argus.attention_mask(q, k, v, mask, None, "mask-site"), ref,
+                                   rtol=1e-4, atol=1e-4)
+    assert None not in ops._REPLAYS.values(), ops._REPLAYS
+    assert len(replays) == 4  # two call sites, each replayed on its second and third call
