@@ -282,6 +282,8 @@ class _Recorder(TorchDispatchMode):
         if len(found) != 1 or (t.numel() and not storage):
             return None
         kind, idx, base = found[0]
+        if t.dtype != base.dtype:  # a reinterpreting view: offsets and strides in another unit than the base's
+            return None
         return (kind, idx, t.storage_offset() - base.storage_offset(), tuple(t.shape), tuple(t.stride()))
 
     def launch(self, kernel: CompiledKernel, flat: list[Any], programs: int, launched: Any) -> None:

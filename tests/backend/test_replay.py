@@ -122,6 +122,9 @@ def test_operands_sharing_storage_replay_each_from_its_own():
     torch.testing.assert_close(rec.replay([x2, y2]), 2 * x2[1:] + y2[:36])
     _, rec, why = record(lambda: _axpy(base[20:57], y), [x, y])  # spans the end of x and the start of y
     assert rec is None and "not a view of an operand" in why
+    wide = torch.randn(37, dtype=torch.float64)  # its bytes read as float32: offsets in another unit
+    _, rec, why = record(lambda: _axpy(wide.view(torch.float32)[:37], y), [wide, y])
+    assert rec is None and "not a view of an operand" in why
 
 
 def test_a_pointer_aligned_differently_from_the_recorded_one_is_not_replayed():
