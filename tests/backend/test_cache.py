@@ -126,7 +126,7 @@ def test_two_processes_warming_one_signature_leave_a_working_cache(tmp_path: Pat
     e = c.get(sig.key())
     assert e is not None and e.origin == "warmup" and "gemm_epilogue" in e.dsl_source
     assert "@triton.jit" in e.triton_source and e.policy["num_warps"] in (4, 8)
-    assert e.verification.get("status") in ("verified", "violations", "not verified")
+    assert e.verification.get("status") in ("verified", "undecided", "violations", "not verified")
     assert [m["count"] for m in c.misses()] == [24]
     assert not list((Path(root) / "kernels").glob("*.tmp")), "no temporary file is left behind"
 
@@ -139,7 +139,23 @@ def test_entry_sources_and_verification(fresh_cache: Path) -> None:
     assert e.policy == ops.SPECS["gemm"].template(sig, "interpret")
     assert e.versions["torch"] == sig.versions[0]
     v = e.verification
-    assert v["status"] in ("verified", "violations", "not verified")
+    assert v["status"] in ("verified", "undecided", "violations", "not verified")
     if v["status"] != "not verified":
         assert "gemm_epilogue" in v["kernels"]
     assert ops.kernel_cache().get(sig.key()) == e
+
+
+def test_an_undecided_obligation_is_stored_as_undecided(fresh_cache: Path, monkeypatch) -> None:
+    """No counterexample but an obligation the checker could not settle in time is not a proof: the entry says
+    "undecided" (and the report line how many), and the plan still runs (only violations reject one)."""
+
+    class Result:
+        ok = True
+
+        def to_json(self) -> dict:
+            return {"ok": True, "violations": [], "undecided": ["write-all at line 12"]}
+
+    monkeypatch.setattr(ops, "_verifier", lambda: (lambda kernel, policy, shapes: Result()))
+    e = ops.warm(_sig(epi="bias"))
+    assert e.verification["status"] == "undecided" and e.verification["undecided"] == 1
+    assert "1 obligation(s) undecided" in ops._verification_summary(e.verification)
