@@ -13,10 +13,13 @@ that kk is contiguous. Tensor views the kernels see (all free views of contiguou
 
     X  (N, G, CG, ID*IH*IW)      Wk (G, COG, KD*KH*KW*CG)      Y (N, G, COG, OD*OH*OW)
 
-A transposed convolution runs one output phase (o mod stride, per dimension) per program: the outputs of a
+A transposed convolution walks its output phases (o mod stride, per dimension) one at a time: the outputs of a
 phase meet only every (stride / gcd(stride, dilation))-th tap, so its weight is laid out per phase,
-Wk (SD*SH*SW, G, COG, JD*JH*JW*CG) with J = cdiv(K, stride / gcd), and a program walks J taps per dimension
-instead of K (stride 2: a quarter of the taps in 2-D, an eighth in 3-D, with no masked work in between).
+Wk (SD*SH*SW, G, COG, JD*JH*JW*CG) with J = cdiv(K, stride / gcd), and a phase walks J taps per dimension
+instead of K (stride 2: a quarter of the taps in 2-D, an eighth in 3-D, with no masked work in between). Its
+program takes one output row position and BM positions along W, and Y is indexed by output coordinates
+(N, G, COG, OD, OH, OW), so each coordinate it stores is a mixed-radix number in program ids, lanes and phase
+loop counters: the checker proves every output written once at full sizes in well under a second.
 
 Spatial extents, strides, paddings and dilations are constexprs: they fix the index arithmetic the
 invariant checker proves (each conv geometry compiles once, as Inductor does for static shapes).
@@ -119,7 +122,7 @@ def conv_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "KK"), bias:
 
 @kernel
 def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("NP", "G", "COG", "KK"), bias: Tensor("G", "COG"),
-                       Y: Tensor("N", "G", "COG", "OS"),
+                       Y: Tensor("N", "G", "COG", "YD", "YH", "YW"),
                        ID: constexpr = 1, IH: constexpr = 1, IW: constexpr = 1,
                        OD: constexpr = 1, OH: constexpr = 1, OW: constexpr = 1,
                        KD: constexpr = 1, KH: constexpr = 1, KW: constexpr = 1,
@@ -136,76 +139,82 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("NP", "G", "CO
     i = (o + pad - k * dilation) / stride where that is a whole number inside the input, so the outputs of one
     phase (o mod stride, per dimension) take the taps k0 + j * (stride / G) only, with G = gcd(stride, dilation)
     and k0 = ((phase + pad) / G * V) mod (stride / G), V the inverse of dilation / G. Wk holds each phase's taps
-    (j-major, zero past the kernel's edge), so no program walks the taps that never meet its outputs."""
-    ngp, pm, pn = tile_grid(N * G * NP, cdiv(QD * QH * QW, BM), cdiv(COG, BN))
-    ng = ngp // NP
-    ph = ngp % NP
+    (j-major, zero past the kernel's edge), so no program walks the taps that never meet its outputs. A program
+    takes one (image, group), one output row position q = (qd, qh) and BM positions qw along W, and walks the
+    phases: output (qd * SD + rd, qh * SH + rh, qw * SW + rw) for phase (rd, rh, rw)."""
+    ng, pq, pmn = tile_grid(N * G, QD * QH, cdiv(QW, BM) * cdiv(COG, BN))
     n = ng // G
     g = ng % G
-    assume((S == ID * IH * IW) & (OS == OD * OH * OW) & (KK == JD * JH * JW * CG) & (NP == SD * SH * SW))
-    rd = ph // (SH * SW)
-    rh = (ph // SW) % SH
-    rw = ph % SW
-    rq = pm * BM + arange(BM)
-    od = rq // (QH * QW) * SD + rd
-    oh = (rq // QW) % QH * SH + rh
-    ow = rq % QW * SW + rw
-    valid = (rq < QD * QH * QW) & (od < OD) & (oh < OH) & (ow < OW)
-    rm = (od * OH + oh) * OW + ow
-    k0d = (rd + PD) // GD * VD % (SD // GD)
-    k0h = (rh + PH) // GH * VH % (SH // GH)
-    k0w = (rw + PW) // GW * VW % (SW // GW)
-    # the walk is complete: a phase's first tap lands on a whole input index (where any tap can), the taps
-    # that do repeat every stride / G, and J of them reach past the kernel's last tap
-    assert_tag(implies((rd + PD) % GD == 0, (rd + PD - k0d * DD) % SD == 0)
-               & implies((rh + PH) % GH == 0, (rh + PH - k0h * DH) % SH == 0)
-               & implies((rw + PW) % GW == 0, (rw + PW - k0w * DW) % SW == 0)
-               & (k0d + JD * (SD // GD) >= KD) & (k0h + JH * (SH // GH) >= KH) & (k0w + JW * (SW // GW) >= KW),
-               "each phase walks every tap that meets its outputs")
+    qd = pq // QH
+    qh = pq % QH
+    pm = pmn // cdiv(COG, BN)
+    pn = pmn % cdiv(COG, BN)
+    assume((S == ID * IH * IW) & (YD == OD) & (YH == OH) & (YW == OW) & (KK == JD * JH * JW * CG)
+           & (NP == SD * SH * SW))
+    qw = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
-    acc = zeros((BN, BM), float32)
-    for t in range(0, JD * JH * JW):
-        kd = k0d + t // (JH * JW) * (SD // GD)
-        kh = k0h + (t // JW) % JH * (SH // GH)
-        kw = k0w + t % JW * (SW // GW)
-        nd = od + PD - kd * DD
-        nh = oh + PH - kh * DH
-        nw = ow + PW - kw * DW
-        id_ = nd // SD
-        ih = nh // SH
-        iw = nw // SW
-        hit_d = (nd >= 0) & (nd % SD == 0) & (id_ < ID)
-        hit_h = (nh >= 0) & (nh % SH == 0) & (ih < IH)
-        hit_w = (nw >= 0) & (nw % SW == 0) & (iw < IW)
-        inside = valid & (kd < KD) & (kh < KH) & (kw < KW) & hit_d & hit_h & hit_w
-        s = (id_ * IH + ih) * IW + iw
-        for c0 in range(0, CG, BK):
-            rc = c0 + arange(BK)
-            a = load(X[n, g, rc, s], mask=(rc < CG)[:, None] & inside[None, :])
-            tag(a, KK=t * CG + rc[:, None])
-            assert_tag(tag_of(a, "G") == g, "the input channels read belong to the output channels' group")
-            assert_tag((tag_of(a, "S") // (IH * IW) * SD
-                        + (k0d + tag_of(a, "KK") // (CG * JH * JW) * (SD // GD)) * DD == od[None, :] + PD)
-                       & ((tag_of(a, "S") // IW) % IH * SH
-                          + (k0h + tag_of(a, "KK") // (CG * JW) % JH * (SH // GH)) * DH == oh[None, :] + PH)
-                       & (tag_of(a, "S") % IW * SW
-                          + (k0w + tag_of(a, "KK") // CG % JW * (SW // GW)) * DW == ow[None, :] + PW),
-                       "input * stride + weight tap * dilation is the output position plus pad")
-            w = load(Wk[ph, g, rn, t * CG + rc], mask=(rc < CG)[None, :])
-            assert_tag(tag_of(w, "NP") == ph, "each phase reads its own taps' weights")
-            acc = mma(w, a, acc)
-    if HAS_BIAS == 1:
-        acc = acc + load(bias[g, rn]).to(float32)[:, None]
-    if ACT == 1:
-        acc = relu(acc)
-    if ACT == 2:
-        acc = gelu(acc)
-    if ACT == 3:
-        acc = silu(acc)
-    if ACT == 4:
-        acc = gelu_tanh(acc)
-    y = acc
-    store(Y[n, g, rn, rm], y, mask=valid[None, :])
+    for rd in range(0, SD):
+        for rh in range(0, SH):
+            for rw in range(0, SW):
+                ph = (rd * SH + rh) * SW + rw
+                od = qd * SD + rd
+                oh = qh * SH + rh
+                ow = qw * SW + rw
+                valid = (qw < QW) & (ow < OW) & (od < OD) & (oh < OH)
+                k0d = (rd + PD) // GD * VD % (SD // GD)
+                k0h = (rh + PH) // GH * VH % (SH // GH)
+                k0w = (rw + PW) // GW * VW % (SW // GW)
+                # the walk is complete: a phase's first tap lands on a whole input index (where any tap can), the
+                # taps that do repeat every stride / G, and J of them reach past the kernel's last tap
+                assert_tag(implies((rd + PD) % GD == 0, (rd + PD - k0d * DD) % SD == 0)
+                           & implies((rh + PH) % GH == 0, (rh + PH - k0h * DH) % SH == 0)
+                           & implies((rw + PW) % GW == 0, (rw + PW - k0w * DW) % SW == 0)
+                           & (k0d + JD * (SD // GD) >= KD) & (k0h + JH * (SH // GH) >= KH)
+                           & (k0w + JW * (SW // GW) >= KW),
+                           "each phase walks every tap that meets its outputs")
+                acc = zeros((BN, BM), float32)
+                for t in range(0, JD * JH * JW):
+                    kd = k0d + t // (JH * JW) * (SD // GD)
+                    kh = k0h + (t // JW) % JH * (SH // GH)
+                    kw = k0w + t % JW * (SW // GW)
+                    nd = od + PD - kd * DD
+                    nh = oh + PH - kh * DH
+                    nw = ow + PW - kw * DW
+                    id_ = nd // SD
+                    ih = nh // SH
+                    iw = nw // SW
+                    hit_d = (nd >= 0) & (nd % SD == 0) & (id_ < ID)
+                    hit_h = (nh >= 0) & (nh % SH == 0) & (ih < IH)
+                    hit_w = (nw >= 0) & (nw % SW == 0) & (iw < IW)
+                    inside = valid & (kd < KD) & (kh < KH) & (kw < KW) & hit_d & hit_h & hit_w
+                    s = (id_ * IH + ih) * IW + iw
+                    for c0 in range(0, CG, BK):
+                        rc = c0 + arange(BK)
+                        a = load(X[n, g, rc, s], mask=(rc < CG)[:, None] & inside[None, :])
+                        tag(a, KK=t * CG + rc[:, None])
+                        assert_tag(tag_of(a, "G") == g, "the input channels read belong to the output channels' group")
+                        assert_tag((tag_of(a, "S") // (IH * IW) * SD
+                                    + (k0d + tag_of(a, "KK") // (CG * JH * JW) * (SD // GD)) * DD == od + PD)
+                                   & ((tag_of(a, "S") // IW) % IH * SH
+                                      + (k0h + tag_of(a, "KK") // (CG * JW) % JH * (SH // GH)) * DH == oh + PH)
+                                   & (tag_of(a, "S") % IW * SW
+                                      + (k0w + tag_of(a, "KK") // CG % JW * (SW // GW)) * DW == ow[None, :] + PW),
+                                   "input * stride + weight tap * dilation is the output position plus pad")
+                        w = load(Wk[ph, g, rn, t * CG + rc], mask=(rc < CG)[None, :])
+                        assert_tag(tag_of(w, "NP") == ph, "each phase reads its own taps' weights")
+                        acc = mma(w, a, acc)
+                if HAS_BIAS == 1:
+                    acc = acc + load(bias[g, rn]).to(float32)[:, None]
+                if ACT == 1:
+                    acc = relu(acc)
+                if ACT == 2:
+                    acc = gelu(acc)
+                if ACT == 3:
+                    acc = silu(acc)
+                if ACT == 4:
+                    acc = gelu_tanh(acc)
+                y = acc
+                store(Y[n, g, rn, od, oh, ow], y, mask=valid[None, :])
 
 
 @kernel
@@ -449,7 +458,8 @@ def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
     m = 1
     for o in geo.out_spatial:
         m *= o
-    m = -(-m // geo.phases)  # a transposed convolution's programs each take one output phase
+    if geo.transposed:  # a program's BM lanes are output positions of one row along W, one phase at a time
+        m = geo.consts["QW"]
     if direct and geo.depthwise:
         bm = pow2_between(m, 16, 32 if target == "interpret" else 256)
         bc = pow2_between(geo.cin, 1, max(1, (128 if target == "interpret" else 1024) // bm))
@@ -457,6 +467,9 @@ def conv_policies(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
                 else Policy.make(BC=bc, BM=bm)}
     if target == "interpret":
         pol = Policy.make(BM=pow2_between(m, 16, 32), BN=16, BK=16)
+    elif geo.transposed:
+        pol = Policy.make(BM=pow2_between(m, 16, 128), BN=pow2_between(geo.cog, 16, 128),
+                          BK=pow2_between(geo.cg, 16, 32), num_warps=4, num_stages=3)
     else:
         pol = Policy.make(BM=128 if m >= 4096 else 64, BN=pow2_between(geo.cog, 16, 128),
                           BK=pow2_between(geo.cg, 16, 32), num_warps=8 if m >= 4096 and geo.cog >= 64 else 4,
@@ -479,11 +492,22 @@ def conv_geometry(x_shape: Sequence[int], w_shape: Sequence[int], stride: Any = 
         taps, s_in, s_out = taps * k, s_in * i, s_out * o
     if direct and geo.depthwise:
         return "conv_depthwise", dict(geo.consts), dict(N=max(geo.n, 1), C=geo.cin, S=s_in, OS=s_out, T=taps)
-    shapes = dict(N=max(geo.n, 1), G=geo.groups, CG=geo.cg, S=s_in, COG=geo.cog, KK=geo.taps_per_phase * geo.cg,
-                  OS=s_out)
-    if geo.transposed:
-        shapes["NP"] = geo.phases
+    shapes = dict(N=max(geo.n, 1), G=geo.groups, CG=geo.cg, S=s_in, COG=geo.cog, KK=geo.taps_per_phase * geo.cg)
+    if geo.transposed:  # Y (N, G, COG, OD, OH, OW): one output position per phase and program lane
+        c = geo.consts
+        shapes.update(NP=geo.phases, YD=c["OD"], YH=c["OH"], YW=c["OW"])
+    else:
+        shapes["OS"] = s_out
     return geo.kernel_name, dict(geo.consts), shapes
+
+
+def conv_output_view(out: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
+    """The output (or an extra read like it) as the kernel of `geo` indexes it: (N, G, COG, OD*OH*OW), or for a
+    transposed convolution (N, G, COG, OD, OH, OW)."""
+    if geo.transposed:  # a view, never a copy: the kernel writes through it
+        c = geo.consts
+        return out.view(geo.n, geo.groups, geo.cog, c["OD"], c["OH"], c["OW"])
+    return out.view(geo.n, geo.groups, geo.cog, -1)
 
 
 def conv_weight_view(weight: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
@@ -559,8 +583,9 @@ def conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         xv = xb.reshape(geo.n, g, cg, -1)
         wk = conv_weight_view(weight, geo)
         bv = bias.to(x.dtype).reshape(g, cog) if bias is not None else out.new_empty(g, cog)
-        kern(xv, wk, bv, out.view(geo.n, g, cog, -1), policy=pol, target=tgt)
+        kern(xv, wk, bv, conv_output_view(out, geo), policy=pol, target=tgt)
     return out if geo.batched else out.squeeze(0)
 
 
-__all__ = ["conv", "conv_policies", "conv_geometry", "conv_fwd", "conv_transpose_fwd", "conv_depthwise", "KERNELS"]
+__all__ = ["conv", "conv_policies", "conv_geometry", "conv_output_view", "conv_fwd", "conv_transpose_fwd",
+           "conv_depthwise", "KERNELS"]

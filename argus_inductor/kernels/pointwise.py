@@ -26,7 +26,7 @@ import torch
 
 from ..dsl import Policy, kernels_from_source
 from ..dsl.runtime import Kernel
-from .conv import ConvGeometry, conv_fwd, conv_policies, conv_transpose_fwd, conv_weight_view
+from .conv import ConvGeometry, conv_fwd, conv_output_view, conv_policies, conv_transpose_fwd, conv_weight_view
 from .gemm import gemm_epilogue
 from .launch import pick as _pick
 from .launch import pow2_between
@@ -539,9 +539,10 @@ def pointwise(chain: Chain, inputs: Sequence[torch.Tensor], *, policies: dict[st
 
 # ---- fused epilogues: text splicing of the library GEMM / conv kernels ---------------------------------------------
 def _splice(base: Kernel, new_name: str, out_param: str, anchor: str, store: str, chain: Chain, n_extras: int,
-            acc: str, dims: Sequence[str], idx_load: str, idx_tag: Sequence[str]) -> str:
+            acc: str, dims: Sequence[str], idx_load: str, idx_tag: Sequence[str], load_mask: str = "") -> str:
     """Source of `base` renamed, with extra tensor params E1.. after `out_param`, and the chain computed
-    from `acc` and the extras (read at `idx_load`) in place of `anchor`, stored by `store`."""
+    from `acc` and the extras (read at `idx_load`, under `load_mask` where scalar indices may leave the extra's
+    extent) in place of `anchor`, stored by `store`."""
     src = base.ir.source
     for piece in (f"def {base.name}(", out_param, anchor):
         if src.count(piece) != 1:
@@ -549,14 +550,14 @@ def _splice(base: Kernel, new_name: str, out_param: str, anchor: str, store: str
     dim_text = ", ".join(f'"{d}"' for d in dims)
     extra_params = "".join(f", E{i}: Tensor({dim_text})" for i in range(1, n_extras + 1))
     src = src.replace(f"def {base.name}(", f"def {new_name}(").replace(out_param, out_param + extra_params)
-    ind = "    "
+    ind = anchor[:len(anchor) - len(anchor.lstrip(" "))]  # the epilogue's indentation, as the anchor's
     body = [f"{ind}# fused epilogue (x0 = {acc}, xi = Ei): {chain.describe()}"]
     used = sorted({a[1] for s in chain.steps for a in s.args if a[0] == "in" and a[1] > 0})
     for i in used:
-        body.append(f"{ind}e{i} = load(E{i}[{idx_load}]).to(float32)")
+        body.append(f"{ind}e{i} = load(E{i}[{idx_load}]{', mask=' + load_mask if load_mask else ''}).to(float32)")
         body.append(f"{ind}assert_tag({_same_place(f'e{i}', idx_tag, dims)},")
         body.append(f'{ind}           "each extra element read sits at the position of the output element")')
-    em = _Emitter(chain, [acc] + [f"e{i}" for i in range(1, n_extras + 1)])
+    em = _Emitter(chain, [acc] + [f"e{i}" for i in range(1, n_extras + 1)], indent=ind)
     res = em.run()
     body += em.lines
     body.append(store.format(res=res))
@@ -577,9 +578,16 @@ def conv_chain_source(chain: Chain, n_extras: int, transposed: bool = False) -> 
     _check_arity(chain, n_extras + 1)
     base = conv_transpose_fwd if transposed else conv_fwd
     kind = "convt" if transposed else "conv"
-    store = "store(Y[n, g, rn, rm], y, mask=valid[None, :])" if transposed else "store(Y[n, g, rn, rm], y)"
+    if transposed:  # the store sits in the phase loops; Y (and the extras) by output coordinates
+        ind = " " * 16
+        store = "store(Y[n, g, rn, od, oh, ow], y, mask=valid[None, :])"
+        return _splice(base, f"{kind}_chain_{chain.key()}_{n_extras}",
+                       'Y: Tensor("N", "G", "COG", "YD", "YH", "YW")', f"{ind}y = acc\n{ind}{store}",
+                       f"{ind}y = {{res}}\n{ind}{store}", chain, n_extras, "acc",
+                       ("N", "G", "COG", "YD", "YH", "YW"), "n, g, rn, od, oh, ow",
+                       ("n", "g", "rn[:, None]", "od", "oh", "ow[None, :]"), load_mask="valid[None, :]")
     return _splice(base, f"{kind}_chain_{chain.key()}_{n_extras}", 'Y: Tensor("N", "G", "COG", "OS")',
-                   f"    y = acc\n    {store}", f"    y = {{res}}\n    {store}",
+                   "    y = acc\n    store(Y[n, g, rn, rm], y)", "    y = {res}\n    store(Y[n, g, rn, rm], y)",
                    chain, n_extras, "acc", ("N", "G", "COG", "OS"), "n, g, rn, rm",
                    ("n", "g", "rn[:, None]", "rm[None, :]"))
 
@@ -676,11 +684,12 @@ def linear_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return out
 
 
-def _as_output_view(e: torch.Tensor, n: int, g: int, cog: int) -> torch.Tensor:
+def _as_output_view(e: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
+    """An extra (already expanded to the output's shape) viewed as the kernel indexes the output."""
     try:
-        return e.view(n, g, cog, -1)
+        return conv_output_view(e, geo)
     except RuntimeError:
-        return e.contiguous().view(n, g, cog, -1)
+        return conv_output_view(e.contiguous(), geo)
 
 
 def conv_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Any, padding: Any,
@@ -713,8 +722,8 @@ def conv_chain(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         xb = x if geo.batched else x.unsqueeze(0)
         exb = [e if geo.batched else e.unsqueeze(0) for e in ex]
         bv = bias.to(x.dtype).reshape(g, cog) if bias is not None else out.new_empty(g, cog)
-        kern(xb.reshape(geo.n, g, geo.cg, -1), conv_weight_view(weight, geo), bv, out.view(geo.n, g, cog, -1),
-             *[_as_output_view(e, geo.n, g, cog) for e in exb], policy=pol, target=tgt)
+        kern(xb.reshape(geo.n, g, geo.cg, -1), conv_weight_view(weight, geo), bv, conv_output_view(out, geo),
+             *[_as_output_view(e, geo) for e in exb], policy=pol, target=tgt)
     return out if geo.batched else out.squeeze(0)
 
 

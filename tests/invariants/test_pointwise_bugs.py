@@ -76,7 +76,10 @@ BUGS = [
     ("linear", "e2 = load(E2[rm, rn])", "e2 = load(E2[rm // 2, rn])", 'assert_tag((tag_of(e2, "M")'),
     ("conv", "e1 = load(E1[n, g, rn, rm])", "e1 = load(E1[n, 0, rn, rm])", 'assert_tag((tag_of(e1, "N")'),
     ("conv", "e2 = load(E2[n, g, rn, rm])", "e2 = load(E2[n, g, rn, rm + 1])", 'assert_tag((tag_of(e2, "N")'),
-    ("conv_transpose", "e1 = load(E1[n, g, rn, rm])", "e1 = load(E1[0, g, rn, rm])", 'assert_tag((tag_of(e1, "N")'),
+    ("conv_transpose", "e1 = load(E1[n, g, rn, od, oh, ow]", "e1 = load(E1[0, g, rn, od, oh, ow]",
+     'assert_tag((tag_of(e1, "N")'),
+    ("conv_transpose", "e2 = load(E2[n, g, rn, od, oh, ow]", "e2 = load(E2[n, g, rn, od, oh, ow + 1]",
+     'assert_tag((tag_of(e2, "N")'),
 ]
 
 
