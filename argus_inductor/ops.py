@@ -736,11 +736,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
                 _forget_calls()
             short = sig.short()  # the report's name for it, worked out once
             _RESOLVED[key] = (sig, short, plan, target, reason)
-    # a host clock costs nothing on the CPU; on a GPU only when reporting, and never inside a graph capture
-    timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
-    if timed and tensors[0].is_cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter() if timed else 0.0
+    t0 = _clock_start(tensors[0])
     out = None
     ran = False  # the plan's kernels ran (not the aten op)
     if plan is not None:
@@ -755,11 +751,7 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     if out is None:
         out = fallback_fn()
         source = reason or "fallback"
-    ms = None
-    if timed:
-        if tensors[0].is_cuda:
-            torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
+    ms = _clock_ms(tensors[0], t0)
     if callable(flops):
         n = _FLOPS.get(key)
         if n is None:
@@ -788,23 +780,34 @@ def replay_hot(key: tuple, node_id: str, tensors: list[Tensor], inputs: list[Ten
     if hot is None or not _ACTIVE.replay:
         return None
     rec, short, source, flops = hot
-    timed = not tensors[0].is_cuda or (_ACTIVE.report and not torch.cuda.is_current_stream_capturing())
-    if timed and tensors[0].is_cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter() if timed else 0.0
+    t0 = _clock_start(tensors[0])
     try:
         out = rec.replay(inputs)
     except Exception:
         return None
     if out is None:
         return None
-    ms = None
-    if timed:
-        if tensors[0].is_cuda:
-            torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
-    _report.record_call(node_id, short, source, ms, None, flops)
+    _report.record_call(node_id, short, source, _clock_ms(tensors[0], t0), None, flops)
     return out
+
+
+def _clock_start(t: Tensor) -> float | None:
+    """The start of a call's report time, or None where it is not timed: a host clock costs nothing on the CPU;
+    on a GPU (a synchronization each side) only when reporting, and never inside a graph capture."""
+    if t.is_cuda and not (_ACTIVE.report and not torch.cuda.is_current_stream_capturing()):
+        return None
+    if t.is_cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def _clock_ms(t: Tensor, t0: float | None) -> float | None:
+    """Milliseconds since _clock_start's `t0` (None where the call was not timed)."""
+    if t0 is None:
+        return None
+    if t.is_cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def _launch(key: tuple, plan: Plan, target: str, kernel_fn: Callable[[Plan, str], Tensor],
