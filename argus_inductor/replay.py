@@ -20,6 +20,7 @@ is not recorded: it runs in full on every call, as without replay. ARGUS_REPLAY=
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -144,17 +145,14 @@ def _slots(launch: _Launch) -> tuple[list[Any], list[tuple[int, Source]], list[t
     return template, tensors, pointers
 
 
-_KNOBS: list[Any] = []
-
-
+@functools.cache
 def _knobs() -> Any:
-    if not _KNOBS:
-        try:
-            from triton import knobs
-        except ImportError:
-            knobs = None
-        _KNOBS.append(knobs)
-    return _KNOBS[0]
+    """triton.knobs (None without it), looked up once: replays ask on every call."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    return knobs
 
 
 def _raw_stream(device: torch.device) -> int:
