@@ -343,7 +343,7 @@ def _split_row_norm(x2: torch.Tensor, parts: int, mode: str, eps: float, target:
     sub = x2.reshape(o * parts, r // parts)
     f32 = dict(dtype=torch.float32, device=x2.device)
     shape = tuple(view or (o, r))
-    stat_shape = shape[:len(shape) - 1] + (1,) if view is None else _row_stat_shape(shape, o)
+    stat_shape = _row_stat_shape(shape, o)
     if mode == "layer":
         mean_j, var_j = torch.empty(o * parts, **f32), torch.empty(o * parts, **f32)
         row_moments(sub, mean_j, var_j, policy=rows_policy(o * parts, r // parts, target), target=target)
