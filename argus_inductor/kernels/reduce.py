@@ -58,10 +58,15 @@ def reduce_rows(X: Tensor("O", "R"), Y: Tensor("O"), scale: float, BO: constexpr
     (po,) = tile_grid(cdiv(O, BO))
     ro = po * BO + arange(BO)
     acc = zeros((BO,), float32)
-    if KIND <= 1:
+    if (KIND <= 1) | (KIND >= 5):
         for r0 in range(0, R, BR):
             rr = r0 + arange(BR)
-            acc = acc + sum(load(X[ro, rr]).to(float32), 1)
+            v = load(X[ro, rr]).to(float32)
+            if KIND == 5:
+                v = v * v
+            if KIND == 6:
+                v = abs(v)
+            acc = acc + sum(v, 1)
         assert_tag((tag_of(acc, "sum(R).lo") <= 0) & (tag_of(acc, "sum(R).hi") >= R),
                    "each output sums all of its row")
         if KIND == 1:
@@ -86,16 +91,6 @@ def reduce_rows(X: Tensor("O", "R"), Y: Tensor("O"), scale: float, BO: constexpr
         for r0 in range(0, R, BR):
             rr = r0 + arange(BR)
             acc = acc * prod(load(X[ro, rr], other=1.0).to(float32), 1)
-    if KIND >= 5:
-        for r0 in range(0, R, BR):
-            rr = r0 + arange(BR)
-            v = load(X[ro, rr]).to(float32)
-            if KIND == 5:
-                acc = acc + sum(v * v, 1)
-            else:
-                acc = acc + sum(abs(v), 1)
-        assert_tag((tag_of(acc, "sum(R).lo") <= 0) & (tag_of(acc, "sum(R).hi") >= R),
-                   "each output sums all of its row")
     store(Y[ro], acc)
 
 
