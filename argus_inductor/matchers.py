@@ -603,7 +603,9 @@ def _replace_moe_region(g: fx.Graph, path: str, cls: Any, nodes: list[fx.Node], 
         for a in n.all_input_nodes:
             if a not in inside and a not in ext:
                 ext.append(a)
-    outs = [n for n in body if any(u not in inside for u in n.users)]
+    # A size expression (T * top_k, say) computed in this block and reused after it by the next layer, as
+    # Dynamo shares it under dynamic shapes, is not an output: it stays in the graph for its users.
+    outs = [n for n in body if any(u not in inside for u in n.users) and _val(n) is not None]
     tensors = [a for a in ext if _val(a) is not None]
     weights3d = [p for p in params + tensors if (_val(p) is not None and _val(p).dim() == 3)]
     others = [t for t in tensors if t not in weights3d]

@@ -137,3 +137,23 @@ def test_without_the_interpreter_a_moe_model_gets_exactly_inductor(fresh_cache: 
     ref = _logits(torch.compile(model, backend="inductor"), tokens)
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     assert report_mod.entries() == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experts", [None, "grouped_mm"])
+def test_every_layers_experts_block_is_taken_under_dynamic_shapes(experts: str | None, fresh_cache: Path) -> None:
+    """Under dynamic=True Dynamo computes T * top_k once, inside the first layer's experts block, and the next
+    layer reuses it: that shared size must not make the first block look as if it had two outputs."""
+    cfg, _ = _config("mixtral")
+    cfg.num_hidden_layers = 2
+    cfg._attn_implementation = "sdpa"
+    if experts is not None:
+        cfg._experts_implementation = experts
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(cfg).eval()
+    tokens = torch.randint(0, 64, (1, 9))
+    ref = _logits(model, tokens)
+    out = _logits(torch.compile(model, backend="argus", dynamic=True), tokens)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    moe = {e.graph_node.split(".mlp")[0][-8:] for e in report_mod.entries() if e.op == "moe" and e.calls}
+    assert moe == {"layers.0", "layers.1"}, moe
