@@ -184,7 +184,8 @@ def compile_for(model: torch.nn.Module, backend: str) -> Callable:
 # ------------------------------------------------------------------------------------------- run
 
 
-def run_model(name: str, backends: list[str], layers: int, deadline: float, device: str) -> dict[str, Any]:
+def run_model(name: str, backends: list[str], layers: int, deadline: float, device: str,
+              phases: tuple[str, ...] = ("prefill", "decode")) -> dict[str, Any]:
     res: dict[str, Any] = {"model": name, "layers": layers, "results": {}, "notes": []}
     t0 = time.perf_counter()
     model, how = build(name, layers, device)
@@ -195,10 +196,11 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
     g = torch.Generator(device=device).manual_seed(0)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     vocab = model.config.vocab_size if hf else model.embed.num_embeddings
-    prompts = {f"prefill {b}x{s}": torch.randint(0, vocab, (b, s), device=device, generator=g) for b, s in PREFILL}
+    prompts = {f"prefill {b}x{s}": torch.randint(0, vocab, (b, s), device=device, generator=g) for b, s in PREFILL
+               if "prefill" in phases}
     refs: dict[str, torch.Tensor] = {}
     decoders: dict[int, Any] = {}
-    if hf:
+    if hf and "decode" in phases:
         try:
             decoders = {b: Decoder(model, b, device) for b in DECODE}
         except Exception as e:  # an older/newer transformers without this StaticCache
@@ -318,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for the whole run")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--phases", default="prefill,decode",
+                    help="which workloads to run: prefill, decode or both (e.g. max-autotune's decode alone, when "
+                         "its prefill autotuning would take the whole time box)")
     ap.add_argument("--smoke", action="store_true", help="tiny dims on the CPU: checks the script, times nothing")
     args = ap.parse_args(argv)
     if not args.smoke and not torch.cuda.is_available():
@@ -326,8 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     bad = [b for b in backends if b not in BACKENDS] + [m for m in models if m not in ("llama", "mixtral")]
-    if bad:
-        ap.error(f"unknown model/backend {bad}")
+    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    bad += [p for p in phases if p not in ("prefill", "decode")]
+    if bad or not phases:
+        ap.error(f"unknown model/backend/phase {bad or args.phases!r}")
     if "eager" not in backends:
         backends = ["eager", *backends]
     start = time.perf_counter()
@@ -340,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         share = (args.budget_s - (time.perf_counter() - start)) / (len(models) - i)
         deadline = time.perf_counter() + share
         try:
-            results.append(run_model(name, backends, args.layers, deadline, device))
+            results.append(run_model(name, backends, args.layers, deadline, device, phases))
         except Exception as e:
             log(f"{name}: FAILED {type(e).__name__}: {e}")
             results.append({"model": name, "layers": args.layers, "results": {},
