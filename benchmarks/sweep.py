@@ -172,7 +172,7 @@ def sweep_attention(rows: list[dict]) -> None:
                   f"{peer:.4f} ms = {peer / best[0]:.2f}x  {best[1].key()}", flush=True)
 
 
-def moe_candidates(tokens: int, topk: int, experts: int) -> list[tuple[Policy, Policy]]:
+def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False) -> list[tuple[Policy, Policy]]:
     if tokens * topk <= 64 * experts:
         ups = [(16, 64, 128, 4, 5), (16, 128, 64, 4, 3), (16, 32, 128, 4, 5), (16, 64, 64, 4, 4)]
         downs = [(64, 128, 4, 5), (128, 64, 4, 3), (32, 128, 4, 5)]
@@ -182,6 +182,16 @@ def moe_candidates(tokens: int, topk: int, experts: int) -> list[tuple[Policy, P
     out = [(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st),
             Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst))
            for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
+    if tokens * topk > 64 * experts and wide:
+        # prefill, the wide search (--moe-prefill): bands of 4, 8 and 16 row blocks and row order, deeper
+        # pipelines and narrower gate-up tiles, each gate-up policy with each down policy of the same order
+        ups = [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 8, 4), (128, 64, 64, 4, 4)]
+        downs = [(256, 64, 8, 3), (128, 64, 8, 3)]
+        return [(replace(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st), **order),
+                 replace(Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst), **order))
+                for order in ({"grid_order": "row"}, {"grid_order": "grouped", "group_m": 4},
+                              {"grid_order": "grouped", "group_m": 8}, {"grid_order": "grouped", "group_m": 16})
+                for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
     if tokens * topk > 64 * experts:
         # prefill: the grid walks blocks of rows in bands of 8 (programs that share a weight column block run
         # together, so it is read from memory once, not once per row block), with and without descriptor loads
@@ -191,10 +201,13 @@ def moe_candidates(tokens: int, topk: int, experts: int) -> list[tuple[Policy, P
     return out
 
 
-def sweep_moe(rows: list[dict]) -> None:
+def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = False,
+              experts: int | None = None) -> None:
     from benchmarks.ops import grouped_moe
 
-    for t, hd, inter, e, topk in MOE:
+    shapes = MOE if tokens is None else [(t, *cfg[1:]) for cfg in MOE[::3] for t in tokens]
+    shapes = [sh for sh in shapes if experts is None or sh[3] == experts]
+    for t, hd, inter, e, topk in shapes:
         x = torch.randn(t, hd, device="cuda", dtype=torch.bfloat16)
         w1 = torch.randn(e, 2 * inter, hd, device="cuda", dtype=torch.bfloat16) * hd**-0.5
         w2 = torch.randn(e, hd, inter, device="cuda", dtype=torch.bfloat16) * inter**-0.5
@@ -203,7 +216,7 @@ def sweep_moe(rows: list[dict]) -> None:
         ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
         peer = bench(lambda: grouped_moe(x, w1, w2, tw, ti))
         best = None
-        for up, down in moe_candidates(t, topk, e):
+        for up, down in moe_candidates(t, topk, e, wide):
             pol = {"moe_gate_up": up.as_dict(), "moe_down": {k: v for k, v in down.as_dict().items() if k != "BM"}}
             try:
                 y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
@@ -249,6 +262,11 @@ def main() -> None:
     ap.add_argument("--min-m", type=int, default=0, help="only GEMM shapes with M >= this")
     ap.add_argument("--b-major", choices=("k", "n"), default="k",
                     help="GEMM B operand: K-contiguous (an nn.Linear weight, transposed) or N-contiguous")
+    ap.add_argument("--moe-tokens", help="MoE: comma-separated token counts instead of 1, 64 and 4096")
+    ap.add_argument("--moe-prefill", action="store_true",
+                    help="MoE: the wide prefill search (grid bands of 4/8/16 row blocks and row order, deeper "
+                         "pipelines); long: 32 policies a shape")
+    ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -258,7 +276,8 @@ def main() -> None:
         if op.strip() == "gemm":
             sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
         elif op.strip() == "moe":
-            sweep_moe(rows)
+            sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
+                      args.moe_prefill, args.moe_experts)
         elif op.strip() == "route":
             sweep_route(rows)
         else:
