@@ -78,10 +78,14 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Pol
     # together and read it from memory once per band instead of once per row block. In row order the H100 read
     # each weight about 8 times at Mixtral dims, 4096 tokens (1024 rows an expert): 15 GB gate-up + 7.5 GB down is
     # 7.5 ms at 3 TB/s, against 7.78 ms measured (sweep-moe-2026-11-22.json); banded, the weights are 2.8 GB.
-    # Bands of 8 measured 5.90 ms there, bands of 16 1-1.5% less at 2048 and 4096 tokens
-    # (sweep-moe-prefill-2026-11-23.json).
-    return (Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=16),
-            Policy.make(BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=16))
+    # Bands of 8 measured 5.90 ms there (sweep-moe-prefill-2026-11-23.json). Persistent programs with the weights
+    # through tensor descriptors took 3-4.5% off that at 2048 and 4096 tokens, with bands of 8 or 16 within 1.5%
+    # of each other (sweep-moe-launch-2026-11-23.json: 5.57 ms at 4096 tokens, grouped_mm 5.72).
+    tma = target == "cuda"
+    return (Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
+                        persistent=True, tma=tma),
+            Policy.make(BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8, persistent=True,
+                        tma=tma))
 
 
 # Bytes of staged operand tiles a policy may plan for: H100/H200 give a block 227 KB, the rest is left to the

@@ -172,7 +172,8 @@ def sweep_attention(rows: list[dict]) -> None:
                   f"{peer:.4f} ms = {peer / best[0]:.2f}x  {best[1].key()}", flush=True)
 
 
-def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False) -> list[tuple[Policy, Policy]]:
+def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
+                   launch: bool = False) -> list[tuple[Policy, Policy]]:
     if tokens * topk <= 64 * experts:
         ups = [(16, 64, 128, 4, 5), (16, 128, 64, 4, 3), (16, 32, 128, 4, 5), (16, 64, 64, 4, 4)]
         downs = [(64, 128, 4, 5), (128, 64, 4, 3), (32, 128, 4, 5)]
@@ -182,6 +183,14 @@ def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False) -> 
     out = [(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st),
             Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst))
            for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
+    if tokens * topk > 64 * experts and launch:
+        # prefill, launch variants of the template's tiles (--moe-launch): persistent programs and descriptor
+        # loads of the weights, each with bands of 16 and 8
+        up, down = (128, 128, 64, 8, 3), (256, 64, 8, 3)
+        return [(replace(Policy.make(BM=up[0], BN=up[1], BK=up[2], num_warps=up[3], num_stages=st), **v),
+                 replace(Policy.make(BN=down[0], BK=down[1], num_warps=down[2], num_stages=down[3]), **v))
+                for st in (3, 4) for g in (16, 8) for pers in (False, True) for tma in (False, True)
+                for v in ({"grid_order": "grouped", "group_m": g, "persistent": pers, "tma": tma},)]
     if tokens * topk > 64 * experts and wide:
         # prefill, the wide search (--moe-prefill): bands of 4, 8 and 16 row blocks and row order, deeper
         # pipelines and narrower gate-up tiles, each gate-up policy with each down policy of the same order
@@ -202,7 +211,7 @@ def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False) -> 
 
 
 def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = False,
-              experts: int | None = None) -> None:
+              experts: int | None = None, launch: bool = False) -> None:
     from benchmarks.ops import grouped_moe
 
     shapes = MOE if tokens is None else [(t, *cfg[1:]) for cfg in MOE[::3] for t in tokens]
@@ -216,7 +225,7 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
         ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
         peer = bench(lambda: grouped_moe(x, w1, w2, tw, ti))
         best = None
-        for up, down in moe_candidates(t, topk, e, wide):
+        for up, down in moe_candidates(t, topk, e, wide, launch):
             pol = {"moe_gate_up": up.as_dict(), "moe_down": {k: v for k, v in down.as_dict().items() if k != "BM"}}
             try:
                 y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
@@ -266,6 +275,9 @@ def main() -> None:
     ap.add_argument("--moe-prefill", action="store_true",
                     help="MoE: the wide prefill search (grid bands of 4/8/16 row blocks and row order, deeper "
                          "pipelines); long: 32 policies a shape")
+    ap.add_argument("--moe-launch", action="store_true",
+                    help="MoE: the prefill template's tiles with persistent programs and descriptor loads (16 policies "
+                         "a shape)")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
@@ -277,7 +289,7 @@ def main() -> None:
             sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
         elif op.strip() == "moe":
             sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
-                      args.moe_prefill, args.moe_experts)
+                      args.moe_prefill, args.moe_experts, args.moe_launch)
         elif op.strip() == "route":
             sweep_route(rows)
         else:
