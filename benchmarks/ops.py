@@ -218,7 +218,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="gemm,attention,moe", help="comma-separated subset of gemm,attention,moe")
     ap.add_argument("--quick", action="store_true", help="a third of the shapes")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent / "results"),
+                    help="output folder (default: $OUT if set, else benchmarks/results)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmarks/ops.py needs a CUDA GPU (no GPU is visible)")
@@ -235,7 +236,7 @@ def main() -> None:
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 python=platform.python_version(), date=datetime.datetime.now().isoformat(timespec="seconds"),
                 command=" ".join(["python", "benchmarks/ops.py", *sys.argv[1:]]))
-    outdir = Path(os.environ.get("OUT", args.out))
+    outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.date.today().isoformat()
     (outdir / f"ops-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
