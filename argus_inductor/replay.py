@@ -176,20 +176,14 @@ def _allocate(step: _Alloc) -> torch.Tensor:
     (about half of torch.empty_strided's cost on the host) where torch has them and the buffer goes to the current
     device, torch.empty_strided otherwise."""
     dev = step.device
-    if dev.type == "cpu":
-        fast = _FAST_EMPTY.get("cpu")
-    elif dev.type == "cuda" and (dev.index is None or dev.index == torch.cuda.current_device()):
-        fast = _FAST_EMPTY.get("cuda")
-    else:
-        fast = None
-    if fast is not None:
+    fast = _FAST_EMPTY.get(dev.type)
+    if fast is not None and (dev.type == "cpu" or dev.index in (None, torch.cuda.current_device())):
         return fast(step.shape, step.stride, step.dtype)
     return torch.empty_strided(step.shape, step.stride, dtype=step.dtype, device=dev)
 
 
-_FAST_EMPTY = {kind: f for kind in ("cpu", "cuda")
-               if (f := getattr(getattr(torch._C, "_dynamo", None) and torch._C._dynamo.guards,
-                                f"_empty_strided_{kind}", None)) is not None}
+_GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
+_FAST_EMPTY = {kind: f for kind in ("cpu", "cuda") if (f := getattr(_GUARDS, f"_empty_strided_{kind}", None))}
 
 
 def _view(src: Source, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor]) -> torch.Tensor:
