@@ -574,22 +574,21 @@ def linear_chain_source(chain: Chain, n_extras: int) -> str:
 
 def conv_chain_source(chain: Chain, n_extras: int, transposed: bool = False) -> str:
     """conv_fwd (or conv_transpose_fwd) with `chain` applied to its result before the store; extras
-    E1.. are viewed like Y, (N, G, COG, OS)."""
+    E1.. are viewed like Y: (N, G, COG, OS), or (N, G, COG, OD, OH, OW) for a transposed convolution."""
     _check_arity(chain, n_extras + 1)
     base = conv_transpose_fwd if transposed else conv_fwd
     kind = "convt" if transposed else "conv"
     if transposed:  # the store sits in the phase loops; Y (and the extras) by output coordinates
-        ind = " " * 16
-        store = "store(Y[n, g, rn, od, oh, ow], y, mask=valid[None, :])"
-        return _splice(base, f"{kind}_chain_{chain.key()}_{n_extras}",
-                       'Y: Tensor("N", "G", "COG", "YD", "YH", "YW")', f"{ind}y = acc\n{ind}{store}",
-                       f"{ind}y = {{res}}\n{ind}{store}", chain, n_extras, "acc",
-                       ("N", "G", "COG", "YD", "YH", "YW"), "n, g, rn, od, oh, ow",
-                       ("n", "g", "rn[:, None]", "od", "oh", "ow[None, :]"), load_mask="valid[None, :]")
-    return _splice(base, f"{kind}_chain_{chain.key()}_{n_extras}", 'Y: Tensor("N", "G", "COG", "OS")',
-                   "    y = acc\n    store(Y[n, g, rn, rm], y)", "    y = {res}\n    store(Y[n, g, rn, rm], y)",
-                   chain, n_extras, "acc", ("N", "G", "COG", "OS"), "n, g, rn, rm",
-                   ("n", "g", "rn[:, None]", "rm[None, :]"))
+        ind, dims, idx, idx_tag, mask = " " * 16, ("N", "G", "COG", "YD", "YH", "YW"), "n, g, rn, od, oh, ow", \
+            ("n", "g", "rn[:, None]", "od", "oh", "ow[None, :]"), "valid[None, :]"
+        store = f"store(Y[{idx}], y, mask={mask})"
+    else:
+        ind, dims, idx, idx_tag, mask = " " * 4, ("N", "G", "COG", "OS"), "n, g, rn, rm", \
+            ("n", "g", "rn[:, None]", "rm[None, :]"), ""
+        store = f"store(Y[{idx}], y)"
+    out_param = "Y: Tensor(" + ", ".join(f'"{d}"' for d in dims) + ")"
+    return _splice(base, f"{kind}_chain_{chain.key()}_{n_extras}", out_param, f"{ind}y = acc\n{ind}{store}",
+                   f"{ind}y = {{res}}\n{ind}{store}", chain, n_extras, "acc", dims, idx, idx_tag, load_mask=mask)
 
 
 def linear_chain_kernel(chain: Chain, n_extras: int) -> Kernel:
