@@ -172,41 +172,40 @@ def sweep_attention(rows: list[dict]) -> None:
                   f"{peer:.4f} ms = {peer / best[0]:.2f}x  {best[1].key()}", flush=True)
 
 
+def _moe_pairs(ups: list[tuple], downs: list[tuple], launches: list[dict] | tuple[dict, ...] = ({},)
+               ) -> list[tuple[Policy, Policy]]:
+    """(gate-up, down) policies: each launch setting (grid order, persistence, descriptors) with each gate-up tile
+    (BM, BN, BK, warps, stages) and each down tile (BN, BK, warps, stages)."""
+    return [(replace(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st), **v),
+             replace(Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst), **v))
+            for v in launches for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
+
+
 def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
                    launch: bool = False) -> list[tuple[Policy, Policy]]:
-    if tokens * topk <= 64 * experts:
-        ups = [(16, 64, 128, 4, 5), (16, 128, 64, 4, 3), (16, 32, 128, 4, 5), (16, 64, 64, 4, 4)]
-        downs = [(64, 128, 4, 5), (128, 64, 4, 3), (32, 128, 4, 5)]
-    else:
-        ups = [(64, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 128, 64, 8, 3), (128, 256, 64, 8, 3)]
-        downs = [(128, 64, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4)]
-    out = [(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st),
-            Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst))
-           for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
-    if tokens * topk > 64 * experts and launch:
+    prefill = tokens * topk > 64 * experts
+    if prefill and launch:
         # prefill, launch variants of the template's tiles (--moe-launch): persistent programs and descriptor
         # loads of the weights, each with bands of 16 and 8
-        up, down = (128, 128, 64, 8, 3), (256, 64, 8, 3)
-        return [(replace(Policy.make(BM=up[0], BN=up[1], BK=up[2], num_warps=up[3], num_stages=st), **v),
-                 replace(Policy.make(BN=down[0], BK=down[1], num_warps=down[2], num_stages=down[3]), **v))
-                for st in (3, 4) for g in (16, 8) for pers in (False, True) for tma in (False, True)
-                for v in ({"grid_order": "grouped", "group_m": g, "persistent": pers, "tma": tma},)]
-    if tokens * topk > 64 * experts and wide:
+        return _moe_pairs([(128, 128, 64, 8, 3), (128, 128, 64, 8, 4)], [(256, 64, 8, 3)],
+                          [{"grid_order": "grouped", "group_m": g, "persistent": pers, "tma": tma}
+                           for g in (16, 8) for pers in (False, True) for tma in (False, True)])
+    if prefill and wide:
         # prefill, the wide search (--moe-prefill): bands of 4, 8 and 16 row blocks and row order, deeper
         # pipelines and narrower gate-up tiles, each gate-up policy with each down policy of the same order
-        ups = [(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 8, 4), (128, 64, 64, 4, 4)]
-        downs = [(256, 64, 8, 3), (128, 64, 8, 3)]
-        return [(replace(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=st), **order),
-                 replace(Policy.make(BN=dbn, BK=dbk, num_warps=dw, num_stages=dst), **order))
-                for order in ({"grid_order": "row"}, {"grid_order": "grouped", "group_m": 4},
-                              {"grid_order": "grouped", "group_m": 8}, {"grid_order": "grouped", "group_m": 16})
-                for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
-    if tokens * topk > 64 * experts:
-        # prefill: the grid walks blocks of rows in bands of 8 (programs that share a weight column block run
-        # together, so it is read from memory once, not once per row block), with and without descriptor loads
-        out += [(replace(u, grid_order="grouped", group_m=8, tma=tma), replace(d, grid_order="grouped", group_m=8,
-                                                                              tma=tma))
-                for u, d in out[::3] for tma in (False, True)]
+        return _moe_pairs([(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 64, 64, 8, 4), (128, 64, 64, 4, 4)],
+                          [(256, 64, 8, 3), (128, 64, 8, 3)],
+                          [{"grid_order": "row"}, *({"grid_order": "grouped", "group_m": g} for g in (4, 8, 16))])
+    if not prefill:
+        return _moe_pairs([(16, 64, 128, 4, 5), (16, 128, 64, 4, 3), (16, 32, 128, 4, 5), (16, 64, 64, 4, 4)],
+                          [(64, 128, 4, 5), (128, 64, 4, 3), (32, 128, 4, 5)])
+    out = _moe_pairs([(64, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 128, 64, 8, 3), (128, 256, 64, 8, 3)],
+                     [(128, 64, 8, 3), (256, 64, 8, 3), (128, 64, 4, 4)])
+    # prefill: the grid walks blocks of rows in bands of 8 (programs that share a weight column block run
+    # together, so it is read from memory once, not once per row block), with and without descriptor loads
+    out += [(replace(u, grid_order="grouped", group_m=8, tma=tma), replace(d, grid_order="grouped", group_m=8,
+                                                                          tma=tma))
+            for u, d in out[::3] for tma in (False, True)]
     return out
 
 
