@@ -1,6 +1,7 @@
 """backend="argus": Argus graph rewrites, then Inductor for everything else."""
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,8 @@ from .ops import set_active_options, target_for
 
 log = logging.getLogger("argus_inductor")
 _SAID: set[str] = set()
+# the targets whose ops are inlined into Inductor's code (ARGUS_INLINE): Inductor launches Triton kernels on GPUs
+INLINE_TARGETS = {"cuda", "hip"}
 
 
 def _say_once(msg: str) -> None:
@@ -51,6 +54,8 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
 
     opts = Options.resolve(options)
     set_active_options(opts)
+    inlined = argus_ops = 0
+    original = gm
     devices = _devices(example_inputs) or {torch.device("cpu")}
     # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
     accel = {d for d in devices if d.type != "cpu"} or devices
@@ -62,6 +67,14 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     else:
         matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize)
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
+        argus_ops = sum(1 for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus."))
+        if matches and opts.inline and targets <= INLINE_TARGETS:
+            from .inline import inline_ops
+
+            original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # nodes copied, tensors shared
+            original.meta = gm.meta
+            inlined = inline_ops(gm)
+            log.info("argus: %d Argus op(s) inlined as Triton launches in Inductor's code", inlined)
     # CUDA graphs: Argus ops never synchronize with the host (masks, MoE routing and split-K all stay on the
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
     # once, at capture. On by default on a GPU (as in vLLM and mode="max-autotune"); ARGUS_CUDAGRAPHS=0 or
@@ -72,7 +85,6 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # graphs run without one.
     graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and mode != "default"
     copied = copied_input_bytes(example_inputs) if graphs else 0
-    argus_ops = sum(1 for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus."))
     if copied > opts.cudagraph_copy_mb * 2**20 * max(1, argus_ops):
         log.info("argus: no CUDA graph: a replay would copy %.0f MB of inputs (ARGUS_CUDAGRAPH_COPY_MB=%g per "
                  "Argus op, %d op(s))", copied / 2**20, opts.cudagraph_copy_mb, argus_ops)
@@ -82,7 +94,15 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
         inductor_config["max_autotune"] = True
     elif mode == "reduce-overhead":
         inductor_config["triton.cudagraphs"] = True
-    compiled = compile_fx(gm, example_inputs, config_patches=inductor_config)
+    try:
+        compiled = compile_fx(gm, example_inputs, config_patches=inductor_config)
+    except Exception as e:
+        if not inlined:
+            raise
+        # the ops work without inlining: a launch Inductor cannot compile costs only the inlining
+        _say_once(f"argus: Inductor could not compile the inlined Argus launches ({type(e).__name__}: "
+                  f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); running them as Argus ops")
+        compiled = compile_fx(original, example_inputs, config_patches=inductor_config)
     if opts.report:
         reported = []
 

@@ -17,12 +17,13 @@ Where a call's kernel comes from (the report's "kernel" column):
 from __future__ import annotations
 
 import builtins
+import contextlib
 import inspect
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -677,6 +678,21 @@ _REPLAYS: dict[tuple, Any] = {}
 # call site + operand metadata -> what a call needs where its plan's launches replay: (recording, report name,
 # kernel source, FLOPs). The hot path of run_op. Dropped with the plans.
 _HOT: dict[tuple, tuple[Any, str, str, int]] = {}
+# while argus_inductor.inline records an op call: each launch recording made, (recording or None, why not,
+# the tensors it replays on); calls neither replay nor reuse a recording then
+_CAPTURED: list[tuple[Any, str | None, list[Tensor]]] | None = None
+
+
+@contextlib.contextmanager
+def capturing_recordings() -> Iterator[list[tuple[Any, str | None, list[Tensor]]]]:
+    """Within it, every op call that runs a plan records its launches afresh (argus_inductor.replay) and lists
+    the recording in the list it yields."""
+    global _CAPTURED
+    outer, _CAPTURED = _CAPTURED, []
+    try:
+        yield _CAPTURED
+    finally:
+        _CAPTURED = outer
 
 
 def _forget_calls() -> None:
@@ -777,7 +793,7 @@ def replay_hot(key: tuple, node_id: str, tensors: list[Tensor], inputs: list[Ten
     aligned differently, replay turned off, a launch that raised): the caller goes the full way (run_op), which
     says what went wrong."""
     hot = _HOT.get(key)
-    if hot is None or not _ACTIVE.replay:
+    if hot is None or not _ACTIVE.replay or _CAPTURED is not None:
         return None
     rec, short, source, flops = hot
     t0 = _clock_start(tensors[0])
@@ -814,6 +830,12 @@ def _launch(key: tuple, plan: Plan, target: str, kernel_fn: Callable[[Plan, str]
             inputs: list[Tensor]) -> Tensor:
     """The plan's host function on this call's operands: replayed from its recorded launches where this call site
     with this metadata was recorded before, recorded now on its first call (argus_inductor.replay)."""
+    if _CAPTURED is not None:
+        from .replay import record
+
+        out, rec, why = record(lambda: kernel_fn(plan, target), inputs)
+        _CAPTURED.append((rec, why, list(inputs)))
+        return out
     if not _ACTIVE.replay:
         return kernel_fn(plan, target)
     rec = _REPLAYS.get(key, False)

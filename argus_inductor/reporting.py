@@ -54,6 +54,14 @@ def record_call(node_id: str, signature: str, source: str, ms: float | None,
                 e.notes.append(n)
 
 
+def note(node_id: str, text: str) -> None:
+    """Add a note to a matched subgraph's entry (one that has none yet is left alone)."""
+    with _LOCK:
+        e = _ENTRIES.get(node_id)
+        if e is not None and text not in e.notes:
+            e.notes.append(text)
+
+
 def entries() -> list[Entry]:
     with _LOCK:
         return list(_ENTRIES.values())

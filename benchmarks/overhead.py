@@ -2,7 +2,8 @@
 
 For each KernelBench-format problem file, with fresh random inputs on the GPU, this times eager,
 backend="inductor", backend="argus" with CUDA graphs off (the host path as it is) and on (inputs copied into
-the graph's buffers at each replay, whatever their size) in two ways:
+the graph's buffers at each replay, whatever their size), and with its ops inlined into Inductor's code
+(argus_inductor.inline) without and with CUDA graphs, in two ways:
 - call: CUDA events around one call, median of --reps (what the KernelBench runner reports);
 - gpu: the same call replayed from a CUDA graph (triton.testing.do_bench_cudagraph): GPU time alone.
 call - gpu is the host cost that the GPU did not hide. It prints a table, and writes JSON with --out.
@@ -38,10 +39,13 @@ def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int =
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs()).cuda().eval()
     inputs = [t.cuda() if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
+    def argus(inline: bool, graphs: bool) -> Any:
+        extra = {"cudagraphs": graphs, "cudagraph_copy_mb": 1e9, "inline": inline}
+        return torch.compile(model, backend="argus", options={**argus_options, **extra})
+
     fns = {"eager": model, "inductor": torch.compile(model, backend="inductor"),
-           "argus": torch.compile(model, backend="argus", options={**argus_options, "cudagraphs": False}),
-           "argus+graphs": torch.compile(model, backend="argus",
-                                         options={**argus_options, "cudagraphs": True, "cudagraph_copy_mb": 1e9})}
+           "argus": argus(False, False), "argus+graphs": argus(False, True),
+           "argus+inline": argus(True, False), "argus+inline+graphs": argus(True, True)}
     row: dict[str, Any] = {"problem": path.stem}
     with torch.no_grad():
         ref = model(*inputs)
@@ -51,7 +55,7 @@ def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int =
             err = float((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)) \
                 if out.is_floating_point() else float((out != ref).any())
             call = _time(fn, inputs, "cuda", 10, reps)
-            gpu = _gpu_ms(fn, inputs) if name != "argus+graphs" else None
+            gpu = _gpu_ms(fn, inputs) if not name.endswith("+graphs") else None
             row[name] = {"call_ms": call, "gpu_ms": gpu, "host_ms": None if gpu is None else max(0.0, call - gpu),
                          "rel_err": err}
         if profile:
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     import argus_inductor  # noqa: F401
 
     rows = []
-    names = ("eager", "inductor", "argus", "argus+graphs")
+    names = ("eager", "inductor", "argus", "argus+graphs", "argus+inline", "argus+inline+graphs")
     print(f"{'problem':28} " + " ".join(f"{b + ' call/gpu':>22}" for b in names))
     for p in args.problems:
         try:

@@ -1,0 +1,137 @@
+"""Argus ops inlined as Triton launches (argus_inductor.inline): each op node with static operands is run once at
+compile time on random operands of its metadata, and replaced by run_inlined, which re-issues the recorded
+allocations, copies and launches on the node's own operands. Here (no GPU) the kernels run under the interpreter
+and the rewritten graph runs as it is; on a GPU Inductor traces run_inlined into its own code. Every inlined
+graph must give eager's result on fresh inputs, whatever the values the compile-time run used."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from argus_inductor import backend, inline, ops, reporting
+from argus_inductor.config import Options
+from argus_inductor.matchers import rewrite
+
+from .graphs import capture
+from .test_library_ops import CASES, CHAINS, KINDS
+from .test_replay import _fresh
+
+CPU = ("cpu",)
+
+
+def _argus_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus.")]
+
+
+def _inlined_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is inline.run_inlined]
+
+
+def _check_inlined(fn, args, kinds, tol: float = 1e-4) -> torch.fx.GraphModule:
+    gm, _ = capture(fn, *args)
+    rewrite(gm, kinds)
+    matched = len(_argus_nodes(gm))
+    assert matched, "the case has Argus ops"
+    assert inline.inline_ops(gm, CPU) == matched
+    assert not _argus_nodes(gm) and len(_inlined_nodes(gm)) == matched
+    assert sum("inlined into Inductor's code" in n for e in reporting.entries() for n in e.notes) == matched
+    with torch.no_grad():
+        for _ in range(2):
+            fresh = [_fresh(t) for t in args]
+            out, ref = gm(*fresh), fn(*fresh)
+            out = out if isinstance(out, (tuple, list)) else (out,)
+            ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+            for o, r in zip(out, ref):
+                torch.testing.assert_close(o, r, rtol=tol, atol=tol)
+    return gm
+
+
+@pytest.mark.parametrize("case", ["conv2d+relu", "conv_transpose2d", "sum_dims_keepdim", "layer_norm",
+                                  "cross_entropy", "standalone_swish_scale", "broadcast_operands",
+                                  "linear_epilogue"])
+def test_library_ops_inline_and_match_eager(case: str, fresh_cache) -> None:
+    fn, args, _ = CASES.get(case) or CHAINS[case]
+    _check_inlined(fn, args, (*KINDS, "gemm", "pointwise"))
+
+
+def test_gemm_attention_and_moe_inline_and_match_eager(fresh_cache) -> None:
+    """A linear with a bias, attention over q, k, v sliced from one projection (launch arguments at offsets
+    inside an operand: passed as flat views from their first element), and a MoE block whose routing ids were
+    zeros at compile time."""
+    def block(x, w, b, wqkv):
+        h = F.linear(x, w, b).relu()
+        qkv = (h @ wqkv.t()).view(2, 5, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+
+    _check_inlined(block, (torch.randn(2, 5, 20), torch.randn(24, 20), torch.randn(24), torch.randn(96, 24)),
+                   ("gemm", "attention"))
+
+    t, hd, inter, e, k = 6, 32, 16, 5, 2
+    w1, w2 = torch.randn(e, 2 * inter, hd) * 0.2, torch.randn(e, hd, inter) * 0.2
+
+    def moe(x, scores, w1, w2):
+        tw, ti = torch.topk(torch.softmax(scores, -1), k)
+        return torch.ops.argus.moe(x, tw, ti, w1, w2, "inline-moe")
+
+    x, scores = torch.randn(t, hd), torch.randn(t, e)
+    gm, graph_inputs = capture(moe, x, scores, w1, w2)
+    position = {id(a): i for i, a in enumerate((x, scores, w1, w2))}
+    assert inline.inline_ops(gm, CPU) == 1
+    with torch.no_grad():
+        for _ in range(2):
+            x, scores = torch.randn(t, hd), torch.randn(t, e)
+            tw, ti = torch.topk(torch.softmax(scores, -1), k)
+            out = gm(*[(x, scores, w1, w2)[position[id(a)]] for a in graph_inputs])[0]
+            torch.testing.assert_close(out, ops.moe_reference(x, tw, ti, w1, w2), rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_sizes_and_the_aten_fallback_keep_their_ops(fresh_cache, monkeypatch) -> None:
+    """An op whose operands have symbolic sizes, and one that ran the aten op (no plan on a miss), are not
+    inlined: they stay ops and still give eager's result."""
+    fn, args = (lambda x, w: F.linear(x, w).relu()), (torch.randn(6, 17), torch.randn(9, 17))
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    x = args[0].clone()
+    torch._dynamo.mark_dynamic(x, 0)
+    torch.compile(fn, backend=keep, fullgraph=True)(x, args[1])
+    gm = graphs[0]
+    rewrite(gm, ("gemm",))
+    assert _argus_nodes(gm) and inline.inline_ops(gm, CPU) == 0 and _argus_nodes(gm)
+
+    monkeypatch.setenv("ARGUS_ON_MISS", "fallback")
+    ops.set_active_options(Options.resolve())
+    gm, _ = capture(fn, *args)
+    rewrite(gm, ("gemm",))
+    assert inline.inline_ops(gm, CPU) == 0 and _argus_nodes(gm)
+    fresh = [_fresh(a) for a in args]
+    torch.testing.assert_close(gm(*fresh)[0], fn(*fresh))
+
+
+def test_the_backend_falls_back_to_ops_when_inductor_cannot_take_the_launches(fresh_cache, monkeypatch,
+                                                                                caplog) -> None:
+    """Here Inductor's CPU code cannot launch interpreted Triton kernels, as a GPU compile could fail on a launch:
+    the backend then compiles the graph with its Argus ops (as with ARGUS_INLINE=0), says so once, and gives eager's
+    result."""
+    monkeypatch.setattr(backend, "INLINE_TARGETS", {"cuda", "hip", "interpret"})
+    monkeypatch.setattr(inline, "GPUS", CPU)
+    recorded = []
+    real = inline.record_node
+    monkeypatch.setattr(inline, "record_node", lambda node, devices: recorded.append(node.name) or real(node, devices))
+    fn, args, _ = CHAINS["standalone_swish_scale"]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="argus", options={"ops": "pointwise", "inline": True, "cudagraphs": False})
+    with caplog.at_level(logging.WARNING, logger="argus_inductor"):
+        out = compiled(*args)
+    torch.testing.assert_close(out, fn(*args))
+    assert recorded, "the op was recorded for inlining"
+    assert "could not compile the inlined Argus launches" in caplog.text
+    fresh = _fresh(args[0])
+    torch.testing.assert_close(compiled(fresh), fn(fresh))
