@@ -51,7 +51,7 @@ from .kernels.gemm import (
 )
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
-from .kernels.moe import moe_align, moe_down, moe_gate_up
+from .kernels.moe import gate_up_rows, moe_align, moe_down, moe_gate_up
 from .kernels.pointwise import broadcasts_to
 from .policies import (
     attention_policy,
@@ -1107,7 +1107,7 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
         p_down = p_down.with_consts(BM=bm)
         sorted_ids, block_expert = moe_align(topk_ids, e, bm)
         h = torch.empty(sorted_ids.numel(), i2 // 2, dtype=hidden.dtype, device=hidden.device)
-        plan.kernels["moe_gate_up"](hidden, w1, sorted_ids, block_expert, h, policy=p_up, target=target)
+        gate_up_rows(hidden, w1, sorted_ids, block_expert, h, p_up, target, plan.kernels["moe_gate_up"])
         y = torch.zeros(t, hd, dtype=torch.float32, device=hidden.device)
         plan.kernels["moe_down"](h, w2, sorted_ids, block_expert, topk_weights.reshape(-1).contiguous(), y,
                                  policy=p_down, target=target)

@@ -182,8 +182,14 @@ def _moe_pairs(ups: list[tuple], downs: list[tuple], launches: list[dict] | tupl
 
 
 def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
-                   launch: bool = False) -> list[tuple[Policy, Policy]]:
+                   launch: bool = False, gather: bool = False) -> list[tuple[Policy, Policy]]:
     prefill = tokens * topk > 64 * experts
+    if prefill and gather:
+        # prefill, the routed rows gathered into expert order first (--moe-gather): the template's launch setting
+        # with its tiles and wider ones, each with the rows read by token id and read as gathered dense tiles
+        pairs = _moe_pairs([(128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3)], [(256, 64, 8, 3)],
+                           [{"grid_order": "grouped", "group_m": 8, "persistent": True, "tma": True}])
+        return [(u.with_consts(GATHERED=g), d) for u, d in pairs for g in (0, 1)]
     if prefill and launch:
         # prefill, launch variants of the template's tiles (--moe-launch): persistent programs and descriptor
         # loads of the weights, each with bands of 16 and 8
@@ -210,7 +216,7 @@ def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
 
 
 def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = False,
-              experts: int | None = None, launch: bool = False) -> None:
+              experts: int | None = None, launch: bool = False, gather: bool = False) -> None:
     from benchmarks.ops import grouped_moe
 
     shapes = MOE if tokens is None else [(t, *cfg[1:]) for cfg in MOE[::3] for t in tokens]
@@ -224,7 +230,7 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
         ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
         peer = bench(lambda: grouped_moe(x, w1, w2, tw, ti))
         best = None
-        for up, down in moe_candidates(t, topk, e, wide, launch):
+        for up, down in moe_candidates(t, topk, e, wide, launch, gather):
             pol = {"moe_gate_up": up.as_dict(), "moe_down": {k: v for k, v in down.as_dict().items() if k != "BM"}}
             try:
                 y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
@@ -277,6 +283,9 @@ def main() -> None:
     ap.add_argument("--moe-launch", action="store_true",
                     help="MoE: the prefill template's tiles with persistent programs and descriptor loads (16 policies "
                          "a shape)")
+    ap.add_argument("--moe-gather", action="store_true",
+                    help="MoE prefill: the template's launch setting with three gate-up tiles, each reading the routed "
+                         "rows by token id and gathered into expert order first (moe_gather); 6 policies a shape")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
@@ -288,7 +297,7 @@ def main() -> None:
             sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
         elif op.strip() == "moe":
             sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
-                      args.moe_prefill, args.moe_experts, args.moe_launch)
+                      args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather)
         elif op.strip() == "route":
             sweep_route(rows)
         else:

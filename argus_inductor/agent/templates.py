@@ -45,7 +45,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in [
     Template("attention_decode", ("gqa-head-packing", "online-softmax", "head-dim-block", "attention-tiles"),
              "library:attention"),
     Template("moe_gate_up", ("moe-token-sorting", "moe-expert-grouping", "fused-gate-up", "software-pipelining",
-                             "grouped-grid-order", "tma-block-pointers"), "library:moe"),
+                             "grouped-grid-order", "tma-block-pointers", "moe-row-gather"), "library:moe"),
     Template("moe_down", ("moe-token-sorting", "moe-weighted-combine", "moe-expert-grouping", "grouped-grid-order",
                           "tma-block-pointers"), "library:moe"),
     Template("softmax_kernel", ("online-softmax", "row-block-normalization", "ragged-edge-masking"), "library:norms"),

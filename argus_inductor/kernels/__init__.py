@@ -4,13 +4,23 @@ classes are modules of their own: conv, reduce (reductions, softmax), normalize,
 from . import conv, loss, normalize, pointwise, pool, reduce, scan
 from .attention import attention, attention_decode, attention_fwd
 from .gemm import ACTIVATIONS, bias_act_cast, bmm, bmm_kernel, gemm, gemm_epilogue, gemm_splitk
-from .moe import moe_align, moe_align_block, moe_align_fused, moe_down, moe_expert_step, moe_gate_up, moe_route
+from .moe import (
+    moe_align,
+    moe_align_block,
+    moe_align_fused,
+    moe_down,
+    moe_expert_step,
+    moe_gate_up,
+    moe_gather,
+    moe_route,
+)
 from .norms import layernorm, layernorm_kernel, rmsnorm, rmsnorm_kernel, softmax, softmax_kernel
 
 __all__ = [
     "ACTIVATIONS", "gemm", "gemm_epilogue", "gemm_splitk", "bias_act_cast", "bmm", "bmm_kernel",
     "softmax", "softmax_kernel", "rmsnorm", "rmsnorm_kernel", "layernorm", "layernorm_kernel",
     "attention", "attention_fwd", "attention_decode",
-    "moe_align", "moe_align_block", "moe_align_fused", "moe_route", "moe_gate_up", "moe_down", "moe_expert_step",
+    "moe_align", "moe_align_block", "moe_align_fused", "moe_route", "moe_gate_up", "moe_gather", "moe_down",
+    "moe_expert_step",
     "conv", "loss", "normalize", "pointwise", "pool", "reduce", "scan",
 ]

@@ -3,6 +3,7 @@ grouped down GEMM, and a scatter-add back to token order weighted by the routing
 from __future__ import annotations
 
 import builtins
+from typing import Any
 
 import torch
 
@@ -37,11 +38,14 @@ from .launch import pow2
 @kernel
 def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: Tensor("P", dtype=int32),
                 block_expert: Tensor("NB", dtype=int32), Hout: Tensor("P", "I"),
-                TOPK: constexpr = 2, BM: constexpr = 16, BN: constexpr = 64, BK: constexpr = 32):
+                TOPK: constexpr = 2, BM: constexpr = 16, BN: constexpr = 64, BK: constexpr = 32,
+                GATHERED: constexpr = 0):
     """Hout[p] = silu(x W_gate[e]^T) * (x W_up[e]^T) for the token of sorted pair p, e its block's expert.
 
     W1[e] stacks the gate rows [0, I) over the up rows [I, 2I). Padding pairs (id >= T*TOPK) read
     nothing and produce zeros; blocks whose expert is E (beyond the last real block) do nothing.
+    GATHERED=1: X holds the routed rows already in sorted order (moe_gather: row p is pair p's token row, T = P),
+    read as dense tiles (through tensor descriptors where the policy asks for them) instead of row by row.
     """
     pb, pn = tile_grid(NB, cdiv(I, BN))
     e = load(block_expert[pb])
@@ -55,7 +59,11 @@ def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: T
         up = zeros((BM, BN), float32)
         for k in range(0, HD, BK):
             rk = k + arange(BK)
-            x = load(X[tok, rk])
+            if GATHERED == 1:
+                x = load(X[rp, rk])
+                assert_tag(tag_of(x, "T") == rp[:, None], "each sorted row reads its own gathered slot")
+            else:
+                x = load(X[tok, rk])
             tag(x, expert=load(block_expert[rp // BM])[:, None])
             wg = load(W1[e, rn, rk], mask=(rn < I)[:, None])
             wu = load(W1[e, rn + I, rk])
@@ -64,6 +72,20 @@ def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: T
             up = mma(x, trans(wu), up)
             assert_tag(tag_of(gate, "expert") == tag_of(gate, "E"), "each row meets its own expert's weights")
         store(Hout[rp, rn], silu(gate) * up)
+
+
+@kernel
+def moe_gather(X: Tensor("T", "HD"), sorted_ids: Tensor("P", dtype=int32), Xs: Tensor("P", "HD"),
+               TOPK: constexpr = 2, BM: constexpr = 16, BK: constexpr = 128):
+    """Xs[p] = X[token of sorted pair p], zeros for padding pairs: the routed rows once in expert order, so that
+    the grouped gate-up GEMM (moe_gate_up with GATHERED=1) reads them as dense tiles."""
+    pm, pk = tile_grid(cdiv(P, BM), cdiv(HD, BK))
+    rp = pm * BM + arange(BM)
+    pair = load(sorted_ids[rp])
+    rk = pk * BK + arange(BK)
+    x = load(X[pair // TOPK, rk])
+    assert_tag(tag_of(x, "T") == (load(sorted_ids[rp]) // TOPK)[:, None], "each slot holds its own pair's token row")
+    store(Xs[rp, rk], x)
 
 
 @kernel
@@ -197,6 +219,27 @@ def moe_align_block(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> t
     return sorted_ids, block_expert
 
 
+def gather_policy(target: str | None, topk: int) -> Policy:
+    """moe_gather's tiles: 32 rows by 128 columns a program on a GPU (a copy: the widths only set how much each
+    program moves), small tiles under the interpreter."""
+    if target == "interpret":
+        return Policy.make(BM=16, BK=16, TOPK=topk)
+    return Policy.make(BM=32, BK=128, num_warps=4, num_stages=2, TOPK=topk)
+
+
+def gate_up_rows(x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
+                 h: torch.Tensor, policy: Policy, target: str | None = None, gate_up: Any = None) -> None:
+    """The grouped gate-up GEMM (moe_gate_up, or `gate_up`, a kernel of its signature) into h. Where `policy` says
+    GATHERED=1, the routed rows of x are first gathered once into expert order (moe_gather), and the GEMM reads
+    them as dense tiles."""
+    gate_up = gate_up or moe_gate_up
+    if policy.const("GATHERED", 0) == 1:
+        xs = torch.empty(sorted_ids.numel(), x.shape[1], dtype=x.dtype, device=x.device)
+        moe_gather(x, sorted_ids, xs, policy=gather_policy(target, policy.const("TOPK", 2)), target=target)
+        x = xs
+    gate_up(x, w1, sorted_ids, block_expert, h, policy=policy, target=target)
+
+
 def moe_expert_step(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                     topk_ids: torch.Tensor, policy_up: Policy | None = None,
                     policy_down: Policy | None = None) -> torch.Tensor:
@@ -215,7 +258,7 @@ def moe_expert_step(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_we
     policy_up = policy_up.with_consts(TOPK=topk)
     sorted_ids, block_expert = moe_align(topk_ids, e, bm)
     h = torch.empty(sorted_ids.numel(), i2 // 2, dtype=x.dtype, device=x.device)
-    moe_gate_up(x, w1, sorted_ids, block_expert, h, policy=policy_up)
+    gate_up_rows(x, w1, sorted_ids, block_expert, h, policy_up)
     y = torch.zeros(t, hd, dtype=torch.float32, device=x.device)
     moe_down(h, w2, sorted_ids, block_expert, topk_weights.reshape(-1).contiguous(), y, policy=policy_down)
     return y.to(x.dtype)

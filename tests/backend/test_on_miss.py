@@ -160,3 +160,31 @@ def test_a_kernel_that_fails_to_launch_falls_back_to_aten(fresh_cache: Path) -> 
     out, ref = _linear(6)
     torch.testing.assert_close(out, ref)
     assert _source().startswith("fallback (kernel failed")
+
+
+def test_a_cached_moe_plan_can_gather_the_routed_rows_first(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MoE entry whose gate-up policy says GATHERED=1 (what a sweep or the agent may store) runs moe_gather, then
+    the gate-up GEMM on the gathered rows, and gives the reference result; the default plan gathers nothing."""
+    from argus_inductor.kernels import moe as moe_mod
+
+    gathered = []
+    real = moe_mod.moe_gather
+    monkeypatch.setattr(moe_mod, "moe_gather", lambda *a, **k: gathered.append(real.name) or real(*a, **k))
+    _use()
+    t, hd, inter, e, k = 9, 32, 16, 4, 2
+    w1, w2 = torch.randn(e, 2 * inter, hd) * 0.2, torch.randn(e, hd, inter) * 0.2
+
+    def run() -> None:
+        x = torch.randn(t, hd)
+        tw, ti = torch.topk(torch.softmax(torch.randn(t, e), -1), k)
+        y = torch.ops.argus.moe(x, tw, ti, w1, w2, "t:moe")
+        torch.testing.assert_close(y, ops.moe_reference(x, tw, ti, w1, w2), rtol=1e-4, atol=1e-4)
+    run()
+    assert not gathered
+    sig = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
+    ops.warm(sig, policy={"moe_gate_up": {"BM": 16, "BN": 16, "BK": 16, "GATHERED": 1},
+                          "moe_down": {"BN": 16, "BK": 16}})
+    _use()
+    run()
+    assert gathered == ["moe_gather"]
+    assert _source("t:moe").startswith("cache (warmup, ")

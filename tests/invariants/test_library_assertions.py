@@ -18,6 +18,8 @@ BUGS = [
     ("moe_gate_up", "wu = load(W1[e, rn + I, rk])", "wu = load(W1[e, rn + I - 1, rk])", "assert_tag(tag_of(wu"),
     ("moe_down", "w = load(topk_weights[pair]).to(float32)", "w = load(topk_weights[rp]).to(float32)",
      "assert_tag(tag_of(y, \"TK\")"),
+    ("moe_gather", "x = load(X[pair // TOPK, rk])", "x = load(X[pair % TOPK, rk])", "assert_tag(tag_of(x, \"T\")"),
+    ("moe_gather", "pair = load(sorted_ids[rp])", "pair = load(sorted_ids[rp + 1])", "assert_tag(tag_of(x, \"T\")"),
 ]
 
 
@@ -60,3 +62,21 @@ def test_causal_key_block_straddling_the_diagonal_switch_is_caught():
     kinds = {v.kind for v in res.violations}
     assert {"assert-tag", "reduction-once"} <= kinds, kinds
     assert "counted twice" in res.text() and "never looks ahead" in res.text()
+
+
+def test_gathered_gate_up_reads_each_slots_own_row():
+    """moe_gate_up with GATHERED=1 reads the rows moe_gather laid out in sorted order (X has P rows): it proves, and
+    reading the next slot's row instead is caught at the load or its assertion."""
+    pol, shapes, pre = LIBRARY["moe_gate_up"]
+    policy = Policy.make(**pol, GATHERED=1)
+    shapes = {**shapes, "T": shapes["P"]}
+    text = _source("moe_gate_up")
+    res = verify(kernels_from_source(text)["moe_gate_up"], policy, shapes, assumptions=[*pre, "T == P"])
+    assert res.ok, res.text()
+    old = "x = load(X[rp, rk])"
+    assert old in text
+    bad = text.replace(old, "x = load(X[rp + 1, rk])", 1)
+    res = verify(kernels_from_source(bad)["moe_gate_up"], policy, shapes, assumptions=[*pre, "T == P"])
+    assert not res.ok
+    assert_flags_one_of(res, {first_line(bad, "x = load(X[rp + 1, rk])"),
+                              first_line(bad, "assert_tag(tag_of(x, \"T\") == rp")})

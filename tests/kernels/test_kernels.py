@@ -19,9 +19,11 @@ from argus_inductor.kernels import (
     moe_align_fused,
     moe_expert_step,
     moe_gate_up,
+    moe_gather,
     rmsnorm,
     softmax,
 )
+from argus_inductor.kernels.moe import gather_policy
 
 from ._support import DEVICE, DTYPES, ON_GPU, check, fresh_seed, poisoned, randn
 
@@ -255,10 +257,11 @@ def _routing(tokens: int, experts: int, topk: int, dtype: torch.dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("order", ["row", "grouped+tma"])
+@pytest.mark.parametrize("order", ["row", "grouped+tma", "gathered+persistent+tma"])
 def test_moe_expert_step(dtype, order):
     """Also with the grid in bands of row blocks and the weights through tensor descriptors (the prefill
-    candidates of benchmarks/sweep.py)."""
+    candidates of benchmarks/sweep.py), and with the routed rows gathered into expert order first (moe_gather),
+    read as dense tiles by persistent programs."""
     for t, hd, inter, e, topk in MOE:
         seed = fresh_seed()
         x = randn(t, hd, dtype=dtype)
@@ -267,10 +270,26 @@ def test_moe_expert_step(dtype, order):
         tw, ti = _routing(t, e, topk, dtype)
         up, down = for_dtype(MOE_UP, dtype), for_dtype(MOE_DOWN, dtype)
         if order != "row":
-            up = replace(up, grid_order="grouped", group_m=2, tma=True)
-            down = replace(down, grid_order="grouped", group_m=2, tma=True)
+            up = replace(up, grid_order="grouped", group_m=2, tma=True, persistent="persistent" in order)
+            down = replace(down, grid_order="grouped", group_m=2, tma=True, persistent="persistent" in order)
+        if order.startswith("gathered"):
+            up = up.with_consts(GATHERED=1)
         y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
         check(y, _moe_ref(x, w1, w2, tw, ti), dtype, seed, f"moe t={t} hd={hd} i={inter} e={e} topk={topk} {order}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_moe_gather_lays_out_each_pairs_token_row(dtype):
+    """moe_gather: slot p of the output holds the row of sorted pair p's token, and padding slots hold zeros."""
+    t, hd, _, e, topk = MOE[0]
+    x = randn(t, hd, dtype=dtype)
+    _, ti = _routing(t, e, topk, dtype)
+    sorted_ids, _ = moe_align_block(ti, e, MOE_UP.const("BM"))
+    xs = poisoned(sorted_ids.numel(), hd, dtype=dtype)
+    moe_gather(x, sorted_ids, xs, policy=gather_policy(None if ON_GPU else "interpret", topk))
+    valid = sorted_ids < t * topk
+    assert torch.equal(xs[valid], x[sorted_ids[valid].long() // topk])
+    assert (xs[~valid] == 0).all(), "padding slots must be zero"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
