@@ -11,6 +11,7 @@ from typing import Any
 from . import lang
 from .errors import DSLError
 from .ir import Block, ConstParam, KernelIR, Op, ScalarParam, TensorParam, Value, walk_block
+from .lang import ACTIVATION_KINDS
 from .types import (
     DTYPES,
     MMA_OPERAND_DTYPES,
@@ -146,6 +147,7 @@ class Frontend:
                         symbols[sym] = (p.name, d)
                         self.env[sym] = self.emit("shape", [], {"name": sym, "tensor": p.name, "dim": d},
                                                   [ScalarType(int32)], self.fn, hint=sym).result
+        self.constexpr_names = {p.name for p in params if isinstance(p, ConstParam)}
         for p in params:
             if isinstance(p, ConstParam):
                 self.env[p.name] = self.emit("constexpr", [], {"name": p.name},
@@ -827,6 +829,24 @@ class Frontend:
                            "cast first, e.g. x.to(float32)", node)
         dt = x.dtype if name in ("abs", "relu") else float32
         return self.emit("unary", [x], {"op": name}, [_vtype(x.shape, dt, False)], node).result
+
+    def op_activation(self, node: ast.Call) -> Value:
+        x_n, k_n = self.args(node, ["x", "kind"], 2)
+        x = self.value(self.expr(x_n), x_n)
+        if not x.dtype.is_float:
+            raise self.err(f"activation needs a floating-point operand, got {x.dtype}", "cast first, e.g. "
+                           "x.to(float32)", node)
+        bound = self.env.get(k_n.id) if isinstance(k_n, ast.Name) else None
+        if isinstance(bound, Value) and isinstance(bound.type, ScalarType) and bound.type.const and \
+                k_n.id in self.constexpr_names:
+            kind: str | int = k_n.id
+        else:
+            kind = self.int_literal(k_n, "activation kind")
+            if not 0 <= kind < len(ACTIVATION_KINDS):
+                raise self.err(f"activation kind {kind} is not one of 0..{len(ACTIVATION_KINDS) - 1}",
+                               f"use {', '.join(f'{i} ({n})' for i, n in enumerate(ACTIVATION_KINDS))}", k_n)
+        return self.emit("unary", [x], {"op": "activation", "kind": kind}, [_vtype(x.shape, float32, False)],
+                         node).result
 
     def op_reduce(self, name: str, node: ast.Call) -> Value:
         x_n, a_n = self.args(node, ["x", "axis"], 2)

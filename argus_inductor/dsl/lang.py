@@ -120,5 +120,9 @@ relu = _builtin("relu", "relu(x)")
 silu = _builtin("silu", "silu(x) = x * sigmoid(x)")
 gelu = _builtin("gelu", "gelu(x), the erf form")
 gelu_tanh = _builtin("gelu_tanh", "gelu_tanh(x), the tanh approximation")
+# the activations a fused epilogue picks by a constexpr code: the code is the position here
+ACTIVATION_KINDS = ("none", "relu", "gelu", "silu", "gelu_tanh")
+activation = _builtin("activation", "activation(x, kind): an epilogue's activation picked by a constexpr (or literal) "
+                      "code, 0 none, 1 relu, 2 gelu, 3 silu, 4 gelu_tanh; float32 result")
 
 __all__ += list(BUILTINS)

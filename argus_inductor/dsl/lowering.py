@@ -9,6 +9,7 @@ from typing import Any
 from .errors import DSLError
 from .evaluate import eval_scalar
 from .ir import Block, KernelIR, Op, ScalarParam, TensorParam, Value
+from .lang import ACTIVATION_KINDS
 from .policy import Policy
 from .types import AnyDType, TensorDType, TileType, float32
 
@@ -300,6 +301,17 @@ class _Emitter:
     def unary(self, op: Op, ind: str) -> None:
         x = self.ref(op.args[0])
         o = op.attrs["op"]
+        if o == "activation":
+            kind = op.attrs["kind"]
+            code = self.consts.get(kind) if isinstance(kind, str) else kind
+            if type(code) is not int or not 0 <= code < len(ACTIVATION_KINDS):
+                raise DSLError(f"activation kind {kind}={code!r} is not one of 0..{len(ACTIVATION_KINDS) - 1}",
+                               line=op.line, fix=f"set {kind} to an activation code in the policy")
+            o = ACTIVATION_KINDS[code]
+            if o in ("none", "relu"):
+                xf = x if op.args[0].dtype == float32 and op.args[0].is_tile else f"tl.cast({x}, tl.float32)"
+                self.define(op.result, xf if o == "none" else f"tl.maximum({xf}, 0)", ind)
+                return
         if o == "not":
             self.define(op.result, f"{x} == 0", ind)
             return

@@ -35,19 +35,16 @@ import torch
 from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
+    activation,
     arange,
     assert_tag,
     assume,
     cdiv,
     constexpr,
     float32,
-    gelu,
-    gelu_tanh,
     implies,
     load,
     mma,
-    relu,
-    silu,
     store,
     tag,
     tag_of,
@@ -108,14 +105,7 @@ def conv_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "KK"), bias:
             acc = mma(w, a, acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[g, rn]).to(float32)[:, None]
-    if ACT == 1:
-        acc = relu(acc)
-    if ACT == 2:
-        acc = gelu(acc)
-    if ACT == 3:
-        acc = silu(acc)
-    if ACT == 4:
-        acc = gelu_tanh(acc)
+    acc = activation(acc, ACT)
     y = acc
     store(Y[n, g, rn, rm], y)
 
@@ -205,14 +195,7 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("NP", "G", "CO
                         acc = mma(w, a, acc)
                 if HAS_BIAS == 1:
                     acc = acc + load(bias[g, rn]).to(float32)[:, None]
-                if ACT == 1:
-                    acc = relu(acc)
-                if ACT == 2:
-                    acc = gelu(acc)
-                if ACT == 3:
-                    acc = silu(acc)
-                if ACT == 4:
-                    acc = gelu_tanh(acc)
+                acc = activation(acc, ACT)
                 y = acc
                 store(Y[n, g, rn, od, oh, ow], y, mask=valid[None, :])
 
@@ -257,14 +240,7 @@ def conv_depthwise(X: Tensor("N", "C", "S"), Wk: Tensor("C", "T"), bias: Tensor(
         acc = acc + x.to(float32) * w.to(float32)[:, None]
     if HAS_BIAS == 1:
         acc = acc + load(bias[rc]).to(float32)[:, None]
-    if ACT == 1:
-        acc = relu(acc)
-    if ACT == 2:
-        acc = gelu(acc)
-    if ACT == 3:
-        acc = silu(acc)
-    if ACT == 4:
-        acc = gelu_tanh(acc)
+    acc = activation(acc, ACT)
     store(Y[n, rc, rm], acc)
 
 

@@ -10,7 +10,9 @@ import torch.nn.functional as F
 
 from ..dsl import Policy
 from ..dsl.lang import (
+    ACTIVATION_KINDS,
     Tensor,
+    activation,
     arange,
     assume,
     atomic_add,
@@ -18,21 +20,17 @@ from ..dsl.lang import (
     cdiv,
     constexpr,
     float32,
-    gelu,
-    gelu_tanh,
     int32,
     load,
     minimum,
     mma,
-    relu,
-    silu,
     store,
     tile_grid,
     zeros,
 )
 from ..dsl.runtime import kernel
 
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "gelu_tanh": 4}
+ACTIVATIONS = {name: code for code, name in enumerate(ACTIVATION_KINDS)}  # the DSL's activation(x, ACT) codes
 # the torch function of each activation (what a fused epilogue's ACT code must match)
 ACTIVATION_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "none": lambda x: x, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
@@ -53,14 +51,7 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
         acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[rn]).to(float32)[None, :]
-    if ACT == 1:
-        acc = relu(acc)
-    if ACT == 2:
-        acc = gelu(acc)
-    if ACT == 3:
-        acc = silu(acc)
-    if ACT == 4:
-        acc = gelu_tanh(acc)
+    acc = activation(acc, ACT)
     store(C[rm, rn], acc)
 
 
@@ -107,14 +98,7 @@ def bias_act_cast(X: Tensor("M", "N"), bias: Tensor("NB"), Y: Tensor("M", "N"),
     y = load(X[rm, rn]).to(float32)
     if HAS_BIAS == 1:
         y = y + load(bias[rn]).to(float32)[None, :]
-    if ACT == 1:
-        y = relu(y)
-    if ACT == 2:
-        y = gelu(y)
-    if ACT == 3:
-        y = silu(y)
-    if ACT == 4:
-        y = gelu_tanh(y)
+    y = activation(y, ACT)
     store(Y[rm, rn], y)
 
 

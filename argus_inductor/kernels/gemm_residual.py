@@ -7,16 +7,13 @@ import torch
 from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
+    activation,
     arange,
     cdiv,
     constexpr,
     float32,
-    gelu,
-    gelu_tanh,
     load,
     mma,
-    relu,
-    silu,
     store,
     tile_grid,
     zeros,
@@ -39,14 +36,7 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
         acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[rn]).to(float32)[None, :]
-    if ACT == 1:
-        acc = relu(acc)
-    if ACT == 2:
-        acc = gelu(acc)
-    if ACT == 3:
-        acc = silu(acc)
-    if ACT == 4:
-        acc = gelu_tanh(acc)
+    acc = activation(acc, ACT)
     acc = acc + load(R[rm, rn]).to(float32)
     store(C[rm, rn], acc)
 
@@ -65,14 +55,7 @@ def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N")
         a = load(A[rm, rk])
         gate = mma(a, load(BG[rk, rn]), gate)
         up = mma(a, load(BU[rk, rn]), up)
-    if ACT == 1:
-        gate = relu(gate)
-    if ACT == 2:
-        gate = gelu(gate)
-    if ACT == 3:
-        gate = silu(gate)
-    if ACT == 4:
-        gate = gelu_tanh(gate)
+    gate = activation(gate, ACT)
     store(C[rm, rn], gate * up)
 
 

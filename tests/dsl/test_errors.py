@@ -88,6 +88,10 @@ BAD = [
     ("bitcast of an unknown dtype", mutate("acc = zeros((BM, BN), float32)", "acc = zeros((BM, BN), float32)\n"
                                            "    w = bitcast(load(A[rm, 0]), int32)"), "needs known dtypes",
      "bitcast(load"),
+    ("activation kind from a runtime value", mutate("store(C[rm, rn], acc)", "store(C[rm, rn], activation(acc, M))"),
+     "activation kind must be an integer literal", "activation(acc, M)"),
+    ("activation kind out of range", mutate("store(C[rm, rn], acc)", "store(C[rm, rn], activation(acc, 7))"),
+     "activation kind 7 is not one of 0..4", "activation(acc, 7)"),
     ("python helper call", mutate("acc = zeros((BM, BN), float32)", "acc = zeros((BM, BN), float32)\n"
                                   "    n = len(acc)"), "unknown function 'len'", "n = len(acc)"),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from argus_inductor.dsl import LaunchError, Policy, kernels_from_source
+from argus_inductor.dsl import DSLError, LaunchError, Policy, kernels_from_source
 from argus_inductor.dsl.ir import walk_block
 from argus_inductor.dsl.runtime import _COMPILED
 from argus_inductor.kernels import attention_fwd, gemm_epilogue, moe_gate_up
@@ -68,6 +68,20 @@ def test_static_if_keeps_only_the_branch_the_policy_selects():
     assert "tl.sigmoid" in silu and "tl.erf" not in silu and "bias_ptrs" not in silu
     plain = gemm_epilogue.triton_source(Policy.make(BM=64, BN=64, BK=32, HAS_BIAS=1))
     assert "tl.sigmoid" not in plain and "bias_ptrs" in plain and "if " not in plain
+
+
+def test_activation_lowers_the_code_its_constexpr_is_given():
+    """activation(acc, ACT) becomes the one expression ACT names (none: nothing), and a code outside the table is
+    a DSLError at the line that asks for it, with the fix."""
+    markers = ("tl.maximum(", "tl.erf(", "tl.sigmoid(", "1.5957691216057308")  # gelu_tanh: a scaled sigmoid
+    expect = {0: set(), 1: {"tl.maximum("}, 2: {"tl.erf("}, 3: {"tl.sigmoid("}, 4: {"tl.sigmoid(", "1.5957691216057308"}}
+    for code, want in expect.items():
+        text = gemm_epilogue.triton_source(Policy.make(BM=32, BN=32, BK=32, ACT=code))
+        assert {m for m in markers if m in text} == want, code
+    with pytest.raises(DSLError, match="activation kind ACT=9") as info:
+        gemm_epilogue.triton_source(Policy.make(BM=32, BN=32, BK=32, ACT=9))
+    line = gemm_epilogue.ir.source.splitlines()[info.value.line - gemm_epilogue.ir.first_line]
+    assert "activation(acc, ACT)" in line and "policy" in info.value.fix
 
 
 @pytest.mark.parametrize("policy", [
