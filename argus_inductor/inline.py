@@ -29,7 +29,7 @@ import torch
 from torch import fx
 
 from . import reporting as _report
-from .replay import Recording, _Alloc, _Launch, _view
+from .replay import Recording, _Launch, _view, run_host_step
 
 log = logging.getLogger("argus_inductor")
 
@@ -51,14 +51,9 @@ def run_inlined(index: int, *inputs: torch.Tensor) -> torch.Tensor:
             flat = [a[1] if a[0] == "const" else _pointer(a, inputs, bufs) for a in step.args]
             kernel = step.kernel
             wrap_triton(kernel.fn)[(step.programs,)](*flat, **kernel._opts)
-        elif isinstance(step, _Alloc):
-            b = torch.empty_strided(step.shape, step.stride, dtype=step.dtype, device=inputs[0].device)
-            bufs.append(b if step.fill is None else b.fill_(step.fill))
-        else:
-            args = [a[1] if a[0] == "const" else _view(a, inputs, bufs) for a in step.args]
-            out = step.func(*args, **step.kwargs)
-            if step.fresh:
-                bufs.append(out)
+        else:  # torch.empty_strided, which a trace records as a graph node
+            run_host_step(step, inputs, bufs, lambda a: torch.empty_strided(a.shape, a.stride, dtype=a.dtype,
+                                                                            device=inputs[0].device))
     return _view(rec.result, inputs, bufs)
 
 

@@ -122,15 +122,23 @@ class Recording:
                     for slot, src in tensors:
                         flat[slot] = _view(src, inputs, bufs)
                 step.kernel.launch_flat(flat, step.programs, step.launched, stream)
-            elif isinstance(step, _Alloc):
-                b = _allocate(step)
-                bufs.append(b if step.fill is None else b.fill_(step.fill))
             else:
-                args = [a[1] if a[0] == "const" else _view(a, inputs, bufs) for a in step.args]
-                out = step.func(*args, **step.kwargs)
-                if step.fresh:
-                    bufs.append(out)
+                run_host_step(step, inputs, bufs)
         return _view(self.result, inputs, bufs)
+
+
+def run_host_step(step: _Alloc | _Copy, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor],
+                  allocate: Callable[[_Alloc], torch.Tensor] | None = None) -> None:
+    """A recorded allocation (through `allocate`, default _allocate) or copy on `inputs`; what it makes goes on
+    `bufs`, where later steps' sources index it."""
+    if isinstance(step, _Alloc):
+        b = (allocate or _allocate)(step)
+        bufs.append(b if step.fill is None else b.fill_(step.fill))
+        return
+    args = [a[1] if a[0] == "const" else _view(a, inputs, bufs) for a in step.args]
+    out = step.func(*args, **step.kwargs)
+    if step.fresh:
+        bufs.append(out)
 
 
 def _slots(launch: _Launch) -> tuple[list[Any], list[tuple[int, Source]], list[tuple[int, bool, int, int]] | None]:
