@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
-from argus_inductor.policies import gemm_policy  # noqa: E402
+from argus_inductor.policies import attention_policy, gemm_policy  # noqa: E402
 from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, eager_moe  # noqa: E402
 
 
@@ -84,7 +84,13 @@ def _weight(n: int, k: int, major: str) -> torch.Tensor:
     return torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
 
 
-def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: str = "k") -> None:
+def _with_and_without_ws(policies: list[Policy]) -> list[Policy]:
+    """Each policy without and with warp-specialized mma loops (--warp-specialize)."""
+    return [replace(p, warp_specialize=w) for p in policies for w in (False, True)]
+
+
+def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: str = "k",
+               ws: bool = False) -> None:
     for m in [m for m in GEMM_M + [8192] if min_m <= m <= max_m]:
         for n, k in (GEMM_NK if m != 8192 else [(8192, 8192)]):
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -97,7 +103,10 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
             peer = bench(lambda: torch.matmul(a, b), [lambda x=x: torch.matmul(x[0], x[1]) for x in extra])
             best = None
             default = gemm_policy(m, n, k, "cuda")
-            for pol in gemm_candidates(m) + [default, replace(default, tma=not default.tma)]:
+            cands = gemm_candidates(m) + [default, replace(default, tma=not default.tma)]
+            if ws:  # the template and its non-persistent twin, each with and without warp specialization
+                cands = _with_and_without_ws([default, replace(default, persistent=False)])
+            for pol in cands:
                 try:
                     out.fill_(float("nan"))
                     gemm(a, b, out=out, policy=pol)
@@ -129,7 +138,7 @@ def attn_candidates(s: int, d: int) -> list[Policy]:
             itertools.product(tiles, (False, True)) if not (d >= 256 and bm * bn > 8192)]
 
 
-def sweep_attention(rows: list[dict]) -> None:
+def sweep_attention(rows: list[dict], ws: bool = False) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     for z, h, hk, s, t, d, causal in ATTN:
@@ -149,7 +158,12 @@ def sweep_attention(rows: list[dict]) -> None:
                 pass
         peer = min(peers.values()) if peers else math.nan
         best = None
-        for pol in attn_candidates(s, d):
+        cands = attn_candidates(s, d)
+        if ws:  # the template and the 128-row tiles through descriptors, each with and without warp specialization
+            cands = _with_and_without_ws([attention_policy(s, d, "cuda")] + [
+                Policy.make(BM=128, BN=bn, num_warps=w, num_stages=st, tma=True)
+                for bn, w, st in ((128, 8, 3), (64, 8, 3), (128, 4, 2))])
+        for pol in cands:
             try:
                 out.fill_(float("nan"))
                 attention(q, k, v, causal, out=out, policy=pol)
@@ -287,6 +301,9 @@ def main() -> None:
                     help="MoE prefill: the template's launch setting with three gate-up tiles, each reading the routed "
                          "rows by token id and gathered into expert order first (moe_gather); 6 policies a shape")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
+    ap.add_argument("--warp-specialize", action="store_true",
+                    help="GEMM and attention: only the template policies (and a few attention tiles), each without "
+                         "and with warp-specialized mma loops (Triton's Hopper producer/consumer warp groups)")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -294,14 +311,14 @@ def main() -> None:
     rows: list[dict] = []
     for op in args.ops.split(","):
         if op.strip() == "gemm":
-            sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
+            sweep_gemm(rows, args.max_m, args.min_m, args.b_major, args.warp_specialize)
         elif op.strip() == "moe":
             sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
                       args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather)
         elif op.strip() == "route":
             sweep_route(rows)
         else:
-            sweep_attention(rows)
+            sweep_attention(rows, args.warp_specialize)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,

@@ -7,7 +7,7 @@ from typing import Any
 GRID_ORDERS = ("row", "grouped")
 INPUT_PRECISIONS = ("tf32", "ieee", "tf32x3")
 LAUNCH_FIELDS = ("num_warps", "num_stages", "grid_order", "group_m", "persistent", "input_precision",
-                 "programs_per_sm", "tma")
+                 "programs_per_sm", "tma", "warp_specialize")
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,9 @@ class Policy:
     `programs_per_sm` programs per SM that loop over tiles instead of one program per tile. tma: loads of
     boxes (each tile index an offset plus an arange) go through tensor descriptors, which the Hopper copy
     engine fills asynchronously with zeros outside the tensor (NVIDIA sm_90+; elsewhere ignored, and a launch
-    whose operands a descriptor cannot describe runs the pointer-load version).
+    whose operands a descriptor cannot describe runs the pointer-load version). warp_specialize: each loop
+    that runs an mma is a `tl.range(..., warp_specialize=True)`, which Triton splits into producer (copies) and
+    consumer (mma) warp groups on Hopper (NVIDIA sm_90+; elsewhere ignored).
     """
 
     consts: tuple[tuple[str, Any], ...] = ()
@@ -31,6 +33,7 @@ class Policy:
     input_precision: str = "tf32"
     programs_per_sm: int = 1
     tma: bool = False
+    warp_specialize: bool = False
     extra: tuple[tuple[str, Any], ...] = field(default=(), compare=True)
 
     @staticmethod
@@ -61,8 +64,9 @@ class Policy:
             raise ValueError(f"input_precision must be one of {INPUT_PRECISIONS}")
         if self.programs_per_sm < 1:
             raise ValueError("programs_per_sm must be >= 1")
-        if not isinstance(self.tma, bool):
-            raise ValueError(f"tma must be True or False, got {self.tma!r}")
+        for name in ("tma", "warp_specialize"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.consts)

@@ -84,6 +84,26 @@ def test_activation_lowers_the_code_its_constexpr_is_given():
     assert "activation(acc, ACT)" in line and "policy" in info.value.fix
 
 
+def test_warp_specialize_marks_the_loops_that_run_an_mma_on_nvidia_only():
+    """policy.warp_specialize: the K loop of a GEMM and both key loops of causal attention become
+    tl.range(..., warp_specialize=True) for NVIDIA; a persistent program's tile loop, the interpreter's source
+    and a policy without it keep plain ranges; a non-bool is refused."""
+    def loops(kernel, policy, target):
+        return [ln.strip() for ln in kernel.triton_source(policy, target).splitlines() if ln.strip().startswith("for ")]
+
+    gemm = Policy.make(BM=64, BN=64, BK=32, persistent=True, warp_specialize=True)
+    assert loops(gemm_epilogue, gemm, "cuda") == ["for tile in range(tl.program_id(0), num_tiles, NUM_PROGRAMS):",
+                                                  "for k in tl.range(0, K, BK, warp_specialize=True):"]
+    assert not any("warp_specialize" in ln for ln in loops(gemm_epilogue, gemm, "interpret"))
+    attn = Policy.make(BM=64, BN=64, BD=64, CAUSAL=1, warp_specialize=True)
+    marked = loops(attention_fwd, attn, "cuda")
+    assert len(marked) == 2 and all("warp_specialize=True" in ln for ln in marked)
+    plain = loops(attention_fwd, Policy.make(BM=64, BN=64, BD=64, CAUSAL=1), "cuda")
+    assert not any("warp_specialize" in ln for ln in plain)
+    with pytest.raises(ValueError, match="warp_specialize must be True or False"):
+        Policy.make(BM=64, warp_specialize=1)
+
+
 @pytest.mark.parametrize("policy", [
     Policy.make(BM=16, BN=16, BK=16),
     Policy.make(BM=16, BN=32, BK=16, grid_order="grouped", group_m=3),
