@@ -73,7 +73,7 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
 
             original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # nodes copied, tensors shared
             original.meta = gm.meta
-            inlined = inline_ops(gm)
+            inlined = inline_ops(gm, example_inputs=example_inputs)
             log.info("argus: %d Argus op(s) inlined as Triton launches in Inductor's code", inlined)
     # CUDA graphs: Argus ops never synchronize with the host (masks, MoE routing and split-K all stay on the
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid

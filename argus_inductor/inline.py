@@ -126,17 +126,19 @@ def _operands(node: fx.Node, devices: tuple[str, ...]) -> list[tuple[fx.Node, to
     return found if all(visit(a) for a in leaves) else None
 
 
-def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS) -> tuple[Recording, list[fx.Node]] | None:
+def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
+                known: dict[fx.Node, torch.Tensor] | None = None) -> tuple[Recording, list[fx.Node]] | None:
     """Run argus op `node` once on random operands of its compile-time metadata, recording its launches: the
     recording and the nodes its inputs come from, or None where the call cannot be inlined (its operands must be
-    static tensors on `devices`)."""
+    static tensors on `devices`). `known`: real tensors for some nodes (the graph's inputs: weights need no copy)."""
     from .ops import capturing_recordings
 
     operands = _operands(node, devices)
     if operands is None:
         log.debug("argus: %s keeps its op: an operand is not a static tensor on %s", node.name, "/".join(devices))
         return None
-    real = {id(n): _random_like(v) for n, v in operands}
+    known = known or {}
+    real = {id(n): known[n] if _same_meta(known.get(n), v) else _random_like(v) for n, v in operands}
     nodes = {id(real[id(n)]): n for n, _ in operands}
 
     def to_real(a: Any) -> Any:
@@ -164,16 +166,26 @@ def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS) -> tuple[Recordi
     return rec, sources  # type: ignore[return-value]
 
 
-def inline_ops(gm: fx.GraphModule, devices: tuple[str, ...] | None = None) -> int:
+def _same_meta(t: Any, like: torch.Tensor) -> bool:
+    return isinstance(t, torch.Tensor) and t.shape == like.shape and t.stride() == like.stride() and \
+        t.dtype == like.dtype and t.device == like.device and t.storage_offset() == like.storage_offset()
+
+
+def inline_ops(gm: fx.GraphModule, devices: tuple[str, ...] | None = None,
+               example_inputs: list[Any] | None = None) -> int:
     """Replace each argus op node of `gm` that records (record_node) by run_inlined on its operand nodes; the
-    number replaced. `devices`: where operands may live (default GPUS)."""
+    number replaced. `devices`: where operands may live (default GPUS). `example_inputs`: the graph's real inputs,
+    in placeholder order, which the recording runs use instead of random copies where their metadata agrees
+    (a model's weights are not copied)."""
     devices = GPUS if devices is None else devices
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    known = dict(zip(placeholders, example_inputs or []))
     done = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not str(node.target).startswith("argus."):
             continue
         try:
-            found = record_node(node, devices)
+            found = record_node(node, devices, known)
         except Exception as e:  # the op keeps working as an op; only the inlining is given up
             log.info("argus: %s keeps its op: recording it raised %s: %s", node.name, type(e).__name__, e)
             found = None

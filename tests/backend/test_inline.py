@@ -88,6 +88,23 @@ def test_gemm_attention_and_moe_inline_and_match_eager(fresh_cache) -> None:
             torch.testing.assert_close(out, ops.moe_reference(x, tw, ti, w1, w2), rtol=1e-4, atol=1e-4)
 
 
+def test_the_graphs_own_inputs_are_recorded_on_rather_than_random_copies(fresh_cache, monkeypatch) -> None:
+    """Given the graph's example inputs, the compile-time run takes them as they are (a model's weights are not
+    copied); only operands made inside the graph get random stand-ins."""
+    fn, args = (lambda x, w, b: F.linear(x, w, b).relu()), (torch.randn(5, 12), torch.randn(7, 12), torch.randn(7))
+    made = []
+    real = inline._random_like
+    monkeypatch.setattr(inline, "_random_like", lambda t: made.append(tuple(t.shape)) or real(t))
+    gm, graph_inputs = capture(fn, *args)
+    rewrite(gm, ("gemm",))
+    assert inline.inline_ops(gm, CPU, graph_inputs) == 1 and made == []
+    gm, _ = capture(fn, *args)
+    rewrite(gm, ("gemm",))
+    assert inline.inline_ops(gm, CPU) == 1 and sorted(made) == [(5, 12), (7,), (7, 12)]
+    fresh = [_fresh(a) for a in args]
+    torch.testing.assert_close(gm(*fresh)[0], fn(*fresh), rtol=1e-4, atol=1e-4)
+
+
 def test_dynamic_sizes_and_the_aten_fallback_keep_their_ops(fresh_cache, monkeypatch) -> None:
     """An op whose operands have symbolic sizes, and one that ran the aten op (no plan on a miss), are not
     inlined: they stay ops and still give eager's result."""
@@ -124,7 +141,8 @@ def test_the_backend_falls_back_to_ops_when_inductor_cannot_take_the_launches(fr
     monkeypatch.setattr(inline, "GPUS", CPU)
     recorded = []
     real = inline.record_node
-    monkeypatch.setattr(inline, "record_node", lambda node, devices: recorded.append(node.name) or real(node, devices))
+    monkeypatch.setattr(inline, "record_node",
+                        lambda node, devices, known: recorded.append(node.name) or real(node, devices, known))
     fn, args, _ = CHAINS["standalone_swish_scale"]
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="argus", options={"ops": "pointwise", "inline": True, "cudagraphs": False})
