@@ -13,11 +13,13 @@ generated code, with no Python of ours at run time.
 
 Only GPU targets are inlined (Inductor launches Triton kernels on GPU tensors only); the interpreter keeps the op.
 A node that cannot be recorded (dynamic sizes, a host function that reads values or computes with torch, the aten
-fallback) keeps the op, which works as before. ARGUS_INLINE=0 turns inlining off.
+fallback) keeps the op, which works as before. ARGUS_INLINE=1 turns inlining on (off by default until its
+timings are in: benchmarks/results/NOTES.md, session 8).
 
-Integer operands (routing ids, targets, masks) are recorded as zeros, which every kernel takes as valid indices;
-float operands are random normals. A recording never depends on values (argus_inductor.replay refuses host
-functions that read them).
+The compile-time run takes the graph's own inputs where it has them (a model's weights); tensors made inside the
+graph get stand-ins: integer ones (routing ids, targets, masks) zeros, which every kernel takes as valid
+indices, floating-point ones random normals. A recording never depends on values (argus_inductor.replay refuses
+host functions that read them).
 """
 from __future__ import annotations
 
@@ -128,7 +130,7 @@ def _operands(node: fx.Node, devices: tuple[str, ...]) -> list[tuple[fx.Node, to
 
 def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
                 known: dict[fx.Node, torch.Tensor] | None = None) -> tuple[Recording, list[fx.Node]] | None:
-    """Run argus op `node` once on random operands of its compile-time metadata, recording its launches: the
+    """Run argus op `node` once on operands of its compile-time metadata, recording its launches: the
     recording and the nodes its inputs come from, or None where the call cannot be inlined (its operands must be
     static tensors on `devices`). `known`: real tensors for some nodes (the graph's inputs: weights need no copy)."""
     from .ops import capturing_recordings
