@@ -375,7 +375,8 @@ def _f(x: float | None, fmt: str = "{:.2f}") -> str:
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     lines = [f"# KernelBench-format run, {meta['date']}", "",
              f"Device: {meta['device_name']}; torch {meta['torch']}; timing: {meta['timing']}; "
-             f"Argus ON_MISS: {meta.get('argus_on_miss', 'default')}", ""]
+             f"Argus ON_MISS: {meta.get('argus_on_miss', 'default')}"
+             + "".join(f"; {k}={v}" for k, v in meta.get("argus_env", {}).items()), ""]
     if meta.get("note"):
         lines += [f"> {meta['note']}", ""]
     lines += ["| problem | lvl | status | eager ms | inductor ms | argus ms | ind/eager | argus/eager | argus/ind "
@@ -510,7 +511,10 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "timing": timing, "note": note, "interpret": interp,
             "trials": args.trials, "atol": ATOL, "rtol": RTOL, "timeout_s": args.timeout,
             "full_sizes": os.environ.get("ARGUS_KB_FULL") == "1" or gpu, "coverage_note": COVERAGE_NOTE,
-            "argus_on_miss": args.on_miss}
+            "argus_on_miss": args.on_miss,
+            # the Argus settings of the environment (ARGUS_INLINE, ARGUS_TUNE_SECONDS, ...): what the table ran with
+            "argus_env": {k: v for k, v in sorted(os.environ.items())
+                          if k.startswith("ARGUS_") and k not in ("ARGUS_CACHE_DIR", "ARGUS_TUNE_LOCK")}}
     out.mkdir(parents=True, exist_ok=True)
     meta["jobs"] = args.jobs
     done: dict[int, dict[str, Any]] = {}
