@@ -55,7 +55,7 @@ def run_inlined(index: int, *inputs: torch.Tensor) -> torch.Tensor:
             wrap_triton(kernel.fn)[(step.programs,)](*flat, **kernel._opts)
         else:  # torch.empty_strided, which a trace records as a graph node
             run_host_step(step, inputs, bufs, lambda a: torch.empty_strided(a.shape, a.stride, dtype=a.dtype,
-                                                                            device=inputs[0].device))
+                                                                            device=a.device))
     return _view(rec.result, inputs, bufs)
 
 
