@@ -32,7 +32,8 @@ def _gpu_ms(fn: Any, inputs: list[Any]) -> float | None:
         return None
 
 
-def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int = 0) -> dict[str, Any]:
+def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int = 0,
+            profiled: str = "argus") -> dict[str, Any]:
     import torch
 
     mod = _load(path)
@@ -65,7 +66,7 @@ def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int =
             prof = cProfile.Profile()
             prof.enable()
             for _ in range(200):
-                fns["argus"](*inputs)
+                fns[profiled](*inputs)
             torch.cuda.synchronize()
             prof.disable()
             pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(profile)
@@ -79,8 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default="all", help="ARGUS_OPS for backend=argus (default all)")
     ap.add_argument("--on-miss", default="default", choices=("synthesize", "default", "fallback"))
     ap.add_argument("--out", default=None, help="folder for overhead.json")
+    ap.add_argument("--profile-variant", default="argus",
+                    choices=("eager", "inductor", "argus", "argus+graphs", "argus+inline", "argus+inline+graphs"),
+                    help="which variant --profile profiles (default argus)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
-                    help="also print the N most expensive functions (cProfile, own time) of 200 argus calls")
+                    help="also print the N most expensive functions (cProfile, own time) of 200 calls of the "
+                         "--profile-variant")
     args = ap.parse_args(argv)
     import torch
 
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'problem':28} " + " ".join(f"{b + ' call/gpu':>22}" for b in names))
     for p in args.problems:
         try:
-            row = measure(Path(p), args.reps, {"ops": args.ops, "on_miss": args.on_miss}, args.profile)
+            row = measure(Path(p), args.reps, {"ops": args.ops, "on_miss": args.on_miss}, args.profile,
+                          args.profile_variant)
         except Exception as e:
             print(f"{Path(p).stem:28} failed: {type(e).__name__}: {e}")
             continue
