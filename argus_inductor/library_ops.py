@@ -350,8 +350,9 @@ def _linear_chain_ref(ts: Tensors, a: Args) -> Tensor:
 def _linear_chain_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
     (m, k), n = ts[0].shape, ts[1].shape[0]
     pol = _pw.linear_chain_policies(m, n, k, target)["gemm_epilogue"]
-    if target != "interpret" and ts[0].dtype == torch.float32:  # float32 doubles every staged tile
-        pol = fit_shared_memory(pol, 4)  # (its mma precision is OpSpec.policies' to set)
+    if target == "hip" or (target != "interpret" and ts[0].dtype == torch.float32):
+        # float32 doubles every staged tile, and MI300X has 64 KB of LDS (the mma precision is OpSpec.policies')
+        pol = fit_shared_memory(pol, ts[0].element_size(), target=target)
     return {_linear_chain_kernel(ts, a)[0].name: pol}
 
 

@@ -197,7 +197,7 @@ def _for_dtype(p: Policy, sig: Signature, target: str, b_tiles: int = 1) -> Poli
     (the float32 precision is OpSpec.policies' to set, for every plan)."""
     if target == "interpret":
         return p
-    return fit_shared_memory(p, _ELEM_BYTES.get(sig.dtypes[0], 4), b_tiles)
+    return fit_shared_memory(p, _ELEM_BYTES.get(sig.dtypes[0], 4), b_tiles, target=target)
 
 
 def _presplit_template(sig: Signature, target: str) -> Policy | None:
@@ -269,7 +269,7 @@ def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     p = attention_policy(d["S"], d["D"], target, "mask" in parts)
     if target != "interpret":
         p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4),
-                          has_mask="mask" in parts)
+                          has_mask="mask" in parts, target=target)
     return p.as_dict()
 
 
@@ -300,6 +300,11 @@ def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Polic
 def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
     up, down = moe_policies(d["T"], d["TOPK"], d["E"], target)
+    if target != "interpret":  # gate and up tiles staged together; the down GEMM's rows are the gate-up's BM
+        elem = _ELEM_BYTES.get(sig.dtypes[0], 4)
+        up = fit_shared_memory(up, elem, b_tiles=2, target=target)
+        down = fit_shared_memory(down.with_consts(BM=up.const("BM", 16)), elem, target=target)
+        down = replace(down, consts=tuple((k, v) for k, v in down.consts if k != "BM"))
     return {"moe_gate_up": up.as_dict(), "moe_down": down.as_dict()}
 
 

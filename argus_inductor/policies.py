@@ -96,14 +96,29 @@ SMEM_BUDGET = 160 * 1024
 ATTENTION_SMEM_BUDGET = 226 * 1024
 
 
-def fit_shared_memory(p: Policy, elem_bytes: int, b_tiles: int = 1, budget: int = SMEM_BUDGET) -> Policy:
+# MI300X (gfx942) gives a workgroup 64 KB of LDS. Triton's AMD pipeliner keeps num_stages - 1 copies of each
+# staged GEMM tile there (one at num_stages=1), and for attention the Q tile plus num_stages - 1 copies of the K
+# and V tiles: measured by compiling the templates for gfx942 (argus_inductor.dsl.precompile), where the Hopper
+# templates asked for 96-160 KB and would not have launched.
+LDS_BYTES = 64 * 1024
+
+
+def _staged_copies(stages: int, target: str) -> int:
+    """How many copies of a pipelined operand tile a kernel keeps in shared memory (LDS) on `target`."""
+    return max(stages - 1, 1) if target == "hip" else stages
+
+
+def fit_shared_memory(p: Policy, elem_bytes: int, b_tiles: int = 1, budget: int = SMEM_BUDGET,
+                      target: str = "cuda") -> Policy:
     """`p` with fewer pipeline stages, then a shorter K tile, then a narrower N tile, until its staged GEMM
-    operand tiles (BM x BK of A and `b_tiles` BK x BN of B per stage) fit `budget`: the templates are tuned for
-    2-byte inputs, and float32 doubles every tile."""
+    operand tiles (BM x BK of A and `b_tiles` BK x BN of B per stage) fit `budget` (on AMD, also the LDS): the
+    templates are tuned for 2-byte inputs on Hopper, float32 doubles every tile, and MI300X has 64 KB."""
     bm, bn, bk, stages = p.const("BM", 64), p.const("BN", 64), p.const("BK", 32), p.num_stages
+    if target == "hip":
+        budget = min(budget, LDS_BYTES)
 
     def need() -> int:
-        return stages * (bm * bk + b_tiles * bk * bn) * elem_bytes
+        return _staged_copies(stages, target) * (bm * bk + b_tiles * bk * bn) * elem_bytes
     while need() > budget and stages > 2:
         stages -= 1
     while need() > budget and bk > 16:
@@ -115,14 +130,23 @@ def fit_shared_memory(p: Policy, elem_bytes: int, b_tiles: int = 1, budget: int 
 
 
 def fit_attention(p: Policy, head_block: int, elem_bytes: int, budget: int = ATTENTION_SMEM_BUDGET,
-                  has_mask: bool = False) -> Policy:
+                  has_mask: bool = False, target: str = "cuda") -> Policy:
     """An attention policy whose Q tile and staged K/V (and mask) tiles fit `budget` (fewer stages, then a narrower
-    key tile). The mask is counted at 4 bytes an entry (it may be float32 whatever q's dtype)."""
+    key tile). The mask is counted at 4 bytes an entry (it may be float32 whatever q's dtype). On AMD the budget is
+    the 64 KB of LDS, and a pipeline of two stages is kept before the key tile narrows below 32."""
     bm, bn, stages = p.const("BM", 64), p.const("BN", 64), p.num_stages
+    if target == "hip":
+        budget = min(budget, LDS_BYTES)
 
     def need() -> int:
-        return (bm * head_block + stages * 2 * bn * head_block) * elem_bytes + \
-            (stages * bm * bn * 4 if has_mask else 0)
+        copies = stages - 1 if target == "hip" else stages
+        return (bm * head_block + copies * 2 * bn * head_block) * elem_bytes + \
+            (copies * bm * bn * 4 if has_mask else 0)
+    floor = 2 if target == "hip" else 1
+    while need() > budget and stages > floor:
+        stages -= 1
+    while need() > budget and bn > (32 if target == "hip" else 16):
+        bn //= 2
     while need() > budget and stages > 1:
         stages -= 1
     while need() > budget and bn > 16:

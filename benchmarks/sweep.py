@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
-from argus_inductor.policies import attention_policy, gemm_policy  # noqa: E402
+from argus_inductor.policies import gemm_policy  # noqa: E402
 from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, eager_moe  # noqa: E402
 
 
@@ -104,8 +104,13 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
             best = None
             default = gemm_policy(m, n, k, "cuda")
             cands = gemm_candidates(m) + [default, replace(default, tma=not default.tma)]
-            if ws:  # the template and its non-persistent twin, each with and without warp specialization
-                cands = _with_and_without_ws([default, replace(default, persistent=False)])
+            if ws:  # the template, and non-persistent descriptor-fed tiles with and without warp-specialized
+                # loops: the loops Triton 3.6's Hopper pass partitions (argus_inductor.dsl.precompile shows it
+                # leaves a persistent program's loop and attention's as they are)
+                cands = [default] + _with_and_without_ws([
+                    replace(default, persistent=False),
+                    Policy.make(BM=128, BN=128, BK=64, num_warps=4, num_stages=3, grid_order="grouped", group_m=8,
+                                tma=True)])
             for pol in cands:
                 try:
                     out.fill_(float("nan"))
@@ -138,7 +143,7 @@ def attn_candidates(s: int, d: int) -> list[Policy]:
             itertools.product(tiles, (False, True)) if not (d >= 256 and bm * bn > 8192)]
 
 
-def sweep_attention(rows: list[dict], ws: bool = False) -> None:
+def sweep_attention(rows: list[dict]) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     for z, h, hk, s, t, d, causal in ATTN:
@@ -158,12 +163,7 @@ def sweep_attention(rows: list[dict], ws: bool = False) -> None:
                 pass
         peer = min(peers.values()) if peers else math.nan
         best = None
-        cands = attn_candidates(s, d)
-        if ws:  # the template and the 128-row tiles through descriptors, each with and without warp specialization
-            cands = _with_and_without_ws([attention_policy(s, d, "cuda")] + [
-                Policy.make(BM=128, BN=bn, num_warps=w, num_stages=st, tma=True)
-                for bn, w, st in ((128, 8, 3), (64, 8, 3), (128, 4, 2))])
-        for pol in cands:
+        for pol in attn_candidates(s, d):
             try:
                 out.fill_(float("nan"))
                 attention(q, k, v, causal, out=out, policy=pol)
@@ -302,8 +302,8 @@ def main() -> None:
                          "rows by token id and gathered into expert order first (moe_gather); 6 policies a shape")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
     ap.add_argument("--warp-specialize", action="store_true",
-                    help="GEMM and attention: only the template policies (and a few attention tiles), each without "
-                         "and with warp-specialized mma loops (Triton's Hopper producer/consumer warp groups)")
+                    help="GEMM: the template, and two non-persistent descriptor-fed tiles each without and with "
+                         "warp-specialized K loops (Triton's Hopper producer/consumer warp groups); 5 policies a shape")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -318,7 +318,7 @@ def main() -> None:
         elif op.strip() == "route":
             sweep_route(rows)
         else:
-            sweep_attention(rows, args.warp_specialize)
+            sweep_attention(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
