@@ -219,7 +219,7 @@ def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
 
 def _unsplit(p: Policy) -> Policy:
     """The policy without split-K (the residual and gate*up kernels keep the whole K loop)."""
-    return replace(p, consts=tuple((k, v) for k, v in p.consts if k != "SPLIT_K"))
+    return p.without_consts("SPLIT_K")
 
 
 def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -303,14 +303,22 @@ def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
     if target != "interpret":  # gate and up tiles staged together; the down GEMM's rows are the gate-up's BM
         elem = _ELEM_BYTES.get(sig.dtypes[0], 4)
         up = fit_shared_memory(up, elem, b_tiles=2, target=target)
-        down = fit_shared_memory(down.with_consts(BM=up.const("BM", 16)), elem, target=target)
-        down = replace(down, consts=tuple((k, v) for k, v in down.consts if k != "BM"))
+        down = fit_shared_memory(down.with_consts(BM=up.const("BM", 16)), elem, target=target).without_consts("BM")
     return {"moe_gate_up": up.as_dict(), "moe_down": down.as_dict()}
 
 
 def _moe_consts(sig: Signature) -> dict[str, dict[str, Any]]:
     topk = sig.dims()["TOPK"]
     return {"moe_gate_up": {"TOPK": topk}, "moe_down": {"TOPK": topk}}
+
+
+def _moe_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
+    """The gate-up and down policies with TOPK; the down GEMM walks the gate-up's row blocks, so its BM is the
+    gate-up's whatever a stored policy says."""
+    consts = _moe_consts(sig)
+    up = Policy.make(**dict(policy.get("moe_gate_up", {}))).with_consts(**consts["moe_gate_up"])
+    down = Policy.make(**dict(policy.get("moe_down", {}))).with_consts(**consts["moe_down"], BM=up.const("BM", 16))
+    return {"moe_gate_up": up, "moe_down": down}
 
 
 SPECS: dict[str, OpSpec] = {
@@ -333,7 +341,8 @@ SPECS: dict[str, OpSpec] = {
                         _attention_select),
     "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
                   lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
-                             "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}}),
+                             "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}},
+                  _moe_select),
 }
 
 
@@ -1107,10 +1116,8 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
                               {"E": e, "I": i2 // 2, "HD": hd, "TOPK": topk}, {"T": t})
 
     def run(plan: Plan, target: str) -> Tensor:
-        p_up, p_down = plan.policies["moe_gate_up"], plan.policies["moe_down"]
-        bm = p_up.const("BM", 16)
-        p_down = p_down.with_consts(BM=bm)
-        sorted_ids, block_expert = moe_align(topk_ids, e, bm)
+        p_up, p_down = plan.policies["moe_gate_up"], plan.policies["moe_down"]  # one BM (_moe_select)
+        sorted_ids, block_expert = moe_align(topk_ids, e, p_up.const("BM", 16))
         h = torch.empty(sorted_ids.numel(), i2 // 2, dtype=hidden.dtype, device=hidden.device)
         gate_up_rows(hidden, w1, sorted_ids, block_expert, h, p_up, target, plan.kernels["moe_gate_up"])
         y = torch.zeros(t, hd, dtype=torch.float32, device=hidden.device)

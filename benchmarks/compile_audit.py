@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SHARED_LIMIT = {"sm_90": 227 * 1024, "gfx942": 64 * 1024}  # bytes a program may use (H100: 227 KB, MI300X: 64 KB)
 
 
-def _plans(arch: str) -> list[tuple[str, Any, Any, dict[str, int]]]:
+def template_kernels(arch: str) -> list[tuple[str, Any, Any, dict[str, int]]]:
     """(shape label, kernel, policy, sizes of its shape symbols) for every kernel of every ops.py shape's template
     plan on `arch`."""
     import torch
@@ -44,8 +44,6 @@ def _plans(arch: str) -> list[tuple[str, Any, Any, dict[str, int]]]:
         pols = spec.policies(spec.template(sig, target), sig)
         kernels = {k.name: k for k in spec.kernels}
         for name, pol in pols.items():
-            if name == "moe_down":  # the op runs it with the gate-up's row block (ops.moe)
-                pol = pol.with_consts(BM=pols["moe_gate_up"].const("BM", 16))
             k = kernels[name]
             shape = dict(sizes)
             if op == "moe":
@@ -89,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict[str, Any]] = []
     for arch in archs:
-        for label, kernel, pol, sizes in _plans(arch):
+        for label, kernel, pol, sizes in template_kernels(arch):
             r = dataclasses.asdict(compile_report(kernel, pol, sizes, arch=arch))
             row = {"arch": arch, "shape": label, "kernel": kernel.name, "policy": pol.key(), **r,
                    "fits": r["ok"] and (r["shared_bytes"] or 0) <= SHARED_LIMIT[arch]}

@@ -48,6 +48,9 @@ class Policy:
         merged.update(kw)
         return replace(self, consts=tuple(sorted(merged.items())))
 
+    def without_consts(self, *names: str) -> Policy:
+        return replace(self, consts=tuple((k, v) for k, v in self.consts if k not in names))
+
     def const(self, name: str, default: Any = None) -> Any:
         return dict(self.consts).get(name, default)
 
