@@ -844,19 +844,17 @@ def _launch(key: tuple, plan: Plan, target: str, kernel_fn: Callable[[Plan, str]
             inputs: list[Tensor]) -> Tensor:
     """The plan's host function on this call's operands: replayed from its recorded launches where this call site
     with this metadata was recorded before, recorded now on its first call (argus_inductor.replay)."""
-    if _CAPTURED is not None:
-        from .replay import record
-
-        out, rec, why = record(lambda: kernel_fn(plan, target), inputs)
-        _CAPTURED.append((rec, why, list(inputs)))
-        return out
-    if not _ACTIVE.replay:
+    capturing = _CAPTURED is not None  # argus_inductor.inline records afresh and keeps the recording itself
+    if not capturing and not _ACTIVE.replay:
         return kernel_fn(plan, target)
-    rec = _REPLAYS.get(key, False)
+    rec = False if capturing else _REPLAYS.get(key, False)
     if rec is False:
         from .replay import record
 
         out, rec, why = record(lambda: kernel_fn(plan, target), inputs)
+        if capturing:
+            _CAPTURED.append((rec, why, list(inputs)))
+            return out
         if why is not None:
             log.debug("argus: no replay for %s: %s", key[0], why)
         with _LOCK:
