@@ -147,11 +147,11 @@ class Frontend:
                         symbols[sym] = (p.name, d)
                         self.env[sym] = self.emit("shape", [], {"name": sym, "tensor": p.name, "dim": d},
                                                   [ScalarType(int32)], self.fn, hint=sym).result
-        self.constexpr_names = {p.name for p in params if isinstance(p, ConstParam)}
+        self.constexprs: dict[str, Value] = {}  # each constexpr parameter's value, as the kernel starts
         for p in params:
             if isinstance(p, ConstParam):
-                self.env[p.name] = self.emit("constexpr", [], {"name": p.name},
-                                             [ScalarType(int32, const=True)], self.fn, hint=p.name).result
+                self.env[p.name] = self.constexprs[p.name] = self.emit(
+                    "constexpr", [], {"name": p.name}, [ScalarType(int32, const=True)], self.fn, hint=p.name).result
             elif isinstance(p, ScalarParam):
                 self.env[p.name] = self.emit("param", [], {"name": p.name},
                                              [ScalarType(DTYPES[p.dtype])], self.fn, hint=p.name).result
@@ -836,10 +836,8 @@ class Frontend:
         if not x.dtype.is_float:
             raise self.err(f"activation needs a floating-point operand, got {x.dtype}", "cast first, e.g. "
                            "x.to(float32)", node)
-        bound = self.env.get(k_n.id) if isinstance(k_n, ast.Name) else None
-        if isinstance(bound, Value) and isinstance(bound.type, ScalarType) and bound.type.const and \
-                k_n.id in self.constexpr_names:
-            kind: str | int = k_n.id
+        if isinstance(k_n, ast.Name) and k_n.id in self.constexprs and self.env.get(k_n.id) is self.constexprs[k_n.id]:
+            kind: str | int = k_n.id  # the parameter itself (not a name rebound in the kernel): its policy value
         else:
             kind = self.int_literal(k_n, "activation kind")
             if not 0 <= kind < len(ACTIVATION_KINDS):

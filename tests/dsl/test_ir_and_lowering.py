@@ -78,6 +78,17 @@ def test_activation_lowers_the_code_its_constexpr_is_given():
     for code, want in expect.items():
         text = gemm_epilogue.triton_source(Policy.make(BM=32, BN=32, BK=32, ACT=code))
         assert {m for m in markers if m in text} == want, code
+    rebound = """from argus_inductor.dsl import *
+
+@kernel
+def k(X: Tensor("N"), Y: Tensor("N"), ACT: constexpr = 0, B: constexpr = 16):
+    (p,) = tile_grid(cdiv(N, B))
+    r = p * B + arange(B)
+    ACT = 2
+    store(Y[r], activation(load(X[r]), ACT))
+"""
+    with pytest.raises(DSLError, match="activation kind must be an integer literal"):
+        kernels_from_source(rebound)  # the name no longer holds the policy's code: refused, not read as ACT
     with pytest.raises(DSLError, match="activation kind ACT=9") as info:
         gemm_epilogue.triton_source(Policy.make(BM=32, BN=32, BK=32, ACT=9))
     line = gemm_epilogue.ir.source.splitlines()[info.value.line - gemm_epilogue.ir.first_line]
