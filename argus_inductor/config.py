@@ -51,7 +51,7 @@ class Options:
     tune_candidates: int = 24      # ARGUS_TUNE_CANDIDATES: most policies that search times per signature
     tune_lock: str = ""            # ARGUS_TUNE_LOCK: a file locked while timing (processes sharing a GPU take turns)
     replay: bool = True            # ARGUS_REPLAY: replay an op call's recorded launches (argus_inductor.replay)
-    inline: bool = False           # ARGUS_INLINE: on a GPU, hand Inductor the Triton launches of each op with static
+    inline: bool = True            # ARGUS_INLINE: on a GPU, hand Inductor the Triton launches of each op with static
     #                                 shapes, so its generated code launches them (argus_inductor.inline)
 
     @staticmethod
@@ -70,7 +70,7 @@ class Options:
             "tune_candidates": env_number("ARGUS_TUNE_CANDIDATES", 24, int),
             "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),
             "replay": _env_bool("ARGUS_REPLAY", True),
-            "inline": _env_bool("ARGUS_INLINE", False),
+            "inline": _env_bool("ARGUS_INLINE", True),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

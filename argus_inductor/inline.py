@@ -13,8 +13,8 @@ generated code, with no Python of ours at run time.
 
 Only GPU targets are inlined (Inductor launches Triton kernels on GPU tensors only); the interpreter keeps the op.
 A node that cannot be recorded (dynamic sizes, a host function that reads values or computes with torch, the aten
-fallback) keeps the op, which works as before. ARGUS_INLINE=1 turns inlining on (off by default until its
-timings are in: benchmarks/results/NOTES.md, session 8).
+fallback) keeps the op, which works as before. On by default on GPUs; ARGUS_INLINE=0 turns it off (timings:
+benchmarks/results/NOTES.md, session 9).
 
 The compile-time run takes the graph's own inputs where it has them (a model's weights); tensors made inside the
 graph get stand-ins: integer ones (routing ids, targets, masks) zeros, which every kernel takes as valid
