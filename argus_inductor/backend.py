@@ -83,7 +83,13 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # that copy costs more than the host launch work the graph saves (measured on the H100 with replayed launches,
     # argus_inductor.replay: about 0.1 ms per Argus op, the copy of some 100 MB; default 32 MB per op), so such
     # graphs run without one.
-    graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and mode != "default"
+    # A graph whose Argus ops were all inlined has no Python of Argus per call left to hide: it takes CUDA graphs
+    # as Inductor does, only where `mode` asks (measured on the H100 with every op inlined, overhead.py: graphs
+    # made 9 of 10 KernelBench-format problems slower, by 0.002-0.6 ms, the replay's input copies and bookkeeping
+    # costing more than the launches they save; NOTES.md, session 9).
+    all_inlined = argus_ops > 0 and inlined == argus_ops
+    graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and \
+        (mode in ("max-autotune", "reduce-overhead") if all_inlined else mode != "default")
     copied = copied_input_bytes(example_inputs) if graphs else 0
     if copied > opts.cudagraph_copy_mb * 2**20 * max(1, argus_ops):
         log.info("argus: no CUDA graph: a replay would copy %.0f MB of inputs (ARGUS_CUDAGRAPH_COPY_MB=%g per "
