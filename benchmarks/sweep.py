@@ -84,13 +84,7 @@ def _weight(n: int, k: int, major: str) -> torch.Tensor:
     return torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
 
 
-def _with_and_without_ws(policies: list[Policy]) -> list[Policy]:
-    """Each policy without and with warp-specialized mma loops (--warp-specialize)."""
-    return [replace(p, warp_specialize=w) for p in policies for w in (False, True)]
-
-
-def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: str = "k",
-               ws: bool = False) -> None:
+def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: str = "k") -> None:
     for m in [m for m in GEMM_M + [8192] if min_m <= m <= max_m]:
         for n, k in (GEMM_NK if m != 8192 else [(8192, 8192)]):
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -104,13 +98,6 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
             best = None
             default = gemm_policy(m, n, k, "cuda")
             cands = gemm_candidates(m) + [default, replace(default, tma=not default.tma)]
-            if ws:  # the template, and non-persistent descriptor-fed tiles with and without warp-specialized
-                # loops: the loops Triton 3.6's Hopper pass partitions (argus_inductor.dsl.precompile shows it
-                # leaves a persistent program's loop and attention's as they are)
-                cands = [default] + _with_and_without_ws([
-                    replace(default, persistent=False),
-                    Policy.make(BM=128, BN=128, BK=64, num_warps=4, num_stages=3, grid_order="grouped", group_m=8,
-                                tma=True)])
             for pol in cands:
                 try:
                     out.fill_(float("nan"))
@@ -301,9 +288,6 @@ def main() -> None:
                     help="MoE prefill: the template's launch setting with three gate-up tiles, each reading the routed "
                          "rows by token id and gathered into expert order first (moe_gather); 6 policies a shape")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
-    ap.add_argument("--warp-specialize", action="store_true",
-                    help="GEMM: the template, and two non-persistent descriptor-fed tiles each without and with "
-                         "warp-specialized K loops (Triton's Hopper producer/consumer warp groups); 5 policies a shape")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -311,7 +295,7 @@ def main() -> None:
     rows: list[dict] = []
     for op in args.ops.split(","):
         if op.strip() == "gemm":
-            sweep_gemm(rows, args.max_m, args.min_m, args.b_major, args.warp_specialize)
+            sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
         elif op.strip() == "moe":
             sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
                       args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather)

@@ -488,10 +488,7 @@ class _Emitter:
             self.nonneg.add(iv.id)
         self.divisor[iv.id] = math.gcd(self.divisor.get(op.args[0].id, 1), self.divisor.get(op.args[2].id, 1))
         rng = "tl.static_range" if op.attrs["static"] else "range"
-        extra = ""
-        if self.policy.warp_specialize and self.target == "cuda" and not op.attrs["static"] and _runs_mma(body):
-            rng, extra = "tl.range", ", warp_specialize=True"
-        self.lines.append(f"{ind}for {ivn} in {rng}({start}, {stop}, {step}{extra}):")
+        self.lines.append(f"{ind}for {ivn} in {rng}({start}, {stop}, {step}):")
         n0 = len(self.lines)
         self.loop_depth += 1
         self.block(body, ind + "    ")
@@ -584,13 +581,6 @@ def _literal(v: Any) -> str:
 
 def _shape_text(shape: tuple[Any, ...]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _runs_mma(block: Block) -> bool:
-    """Whether `block` runs an mma itself (inside its ifs, not inside a loop of its own): the loop a warp-specialized
-    schedule splits into copies and math."""
-    return any((op.kind == "mma" and not op.ghost) or (op.kind == "if" and any(_runs_mma(b) for b in op.blocks))
-               for op in block.ops)
 
 
 def lower(ir: KernelIR, policy: Policy, target: str = "cuda",

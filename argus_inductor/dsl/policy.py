@@ -19,9 +19,8 @@ class Policy:
     `programs_per_sm` programs per SM that loop over tiles instead of one program per tile. tma: loads of
     boxes (each tile index an offset plus an arange) go through tensor descriptors, which the Hopper copy
     engine fills asynchronously with zeros outside the tensor (NVIDIA sm_90+; elsewhere ignored, and a launch
-    whose operands a descriptor cannot describe runs the pointer-load version). warp_specialize: each loop
-    that runs an mma is a `tl.range(..., warp_specialize=True)`, which Triton splits into producer (copies) and
-    consumer (mma) warp groups on Hopper (NVIDIA sm_90+; elsewhere ignored).
+    whose operands a descriptor cannot describe runs the pointer-load version). warp_specialize: refused
+    (validate says why); the field stays so that stored policies, which carry it as False, keep their keys.
     """
 
     consts: tuple[tuple[str, Any], ...] = ()
@@ -70,6 +69,13 @@ class Policy:
         for name in ("tma", "warp_specialize"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.warp_specialize:
+            # on the H100 with triton 3.6, Triton's Hopper pass (tl.range(..., warp_specialize=True)) partitioned the
+            # DSL's 4-warp descriptor-fed GEMM loop and gave NaN on every shape benchmarks/sweep.py timed; at 8
+            # warps, persistent, or in attention it made no partitions (argus_inductor.dsl.precompile). Refused.
+            raise ValueError("warp_specialize is refused: Triton 3.6's automatic warp specialization gave wrong "
+                             "results (NaN) for DSL GEMM loops on the H100 where it applied, and did nothing "
+                             "elsewhere (kb/warp-specialization.md)")
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.consts)
