@@ -157,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no kernel {args.kernel!r} ({e})")
     pol = _parse_kv(args.policy)
     launch = {k: pol.pop(k) for k in list(pol) if k in LAUNCH_FIELDS}
-    policy = Policy.make(**pol, **launch)
+    try:
+        policy = Policy.make(**pol, **launch)
+    except (TypeError, ValueError) as e:
+        ap.error(f"--policy: {e}")
     shapes = _parse_kv(args.shapes)
     missing = [s for s in kernel.ir.symbols if s not in shapes]
     if missing:

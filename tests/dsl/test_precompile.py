@@ -89,3 +89,13 @@ def test_every_op_template_fits_mi300x_lds(reports):
     for name, r in amd.items():
         assert r["ok"], (name, r["error"])
         assert r["shared_bytes"] <= 64 * 1024, (name, r["shared_bytes"])
+
+
+def test_the_command_line_refuses_a_bad_policy_with_a_usage_error() -> None:
+    """A mistyped or refused policy is the user's mistake: a usage line naming it, exit status 2, no traceback."""
+    for policy, says in (("BM=64,num_warps=3", "num_warps must be a power of two"),
+                         ("BM=64,num_warps=8,warp_specialize=True", "warp_specialize is refused")):
+        proc = subprocess.run([sys.executable, "-m", "argus_inductor.dsl.precompile",
+                               "argus_inductor.kernels:gemm_epilogue", "--policy", policy, "--shapes", "M=64"],
+                              capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
