@@ -118,6 +118,9 @@ class OpSpec:
     select: Callable[[dict[str, Any], Signature], dict[str, Policy]] | None = None
     # mma kernels that take pre-split float32 operands (tf32_split) for three-pass tf32 where that pays
     presplit: tuple[str, ...] = ()
+    # kernel name -> (shape symbols, assumptions) for the checker, where the op's host guarantees more than the
+    # signature's dims say (MoE: the routing's block layout); None: `shapes` with no assumptions
+    checks: Callable[[Signature, dict[str, Policy]], dict[str, tuple[dict[str, int], list[str]]]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -307,6 +310,22 @@ def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
     return {"moe_gate_up": up.as_dict(), "moe_down": down.as_dict()}
 
 
+def _moe_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[dict[str, int], list[str]]]:
+    """What ops.moe's host guarantees its kernels, as the agent's MoE spec states it for its proofs: the block
+    layout moe_align_block makes (NB blocks of BM rows, P = NB * BM, real blocks' experts below E, sorted ids at
+    most T * TOPK), at the signature's dims; with GATHERED=1 the gate-up reads the P gathered rows (T == P)."""
+    from .agent.opspecs import problem_from_signature, spec
+
+    moe_spec, problem = spec("moe"), problem_from_signature(sig)
+    out = {}
+    for name, pol in policies.items():
+        shapes, assumptions = moe_spec.verify_shapes(problem, name, pol)
+        if name == "moe_gate_up" and pol.const("GATHERED", 0) == 1:
+            shapes, assumptions = {**shapes, "T": shapes["P"]}, [*assumptions, "T == P"]
+        out[name] = (shapes, assumptions)
+    return out
+
+
 def _moe_consts(sig: Signature) -> dict[str, dict[str, Any]]:
     topk = sig.dims()["TOPK"]
     return {"moe_gate_up": {"TOPK": topk}, "moe_down": {"TOPK": topk}}
@@ -342,7 +361,7 @@ SPECS: dict[str, OpSpec] = {
     "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
                   lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
                              "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}},
-                  _moe_select),
+                  _moe_select, checks=_moe_checks),
 }
 
 
@@ -469,13 +488,15 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
     fn = _verifier()
     if fn is None:
         return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
-    shapes = spec.checked_shapes(sig, policies)
+    checks = spec.checks(sig, policies) if spec.checks is not None else \
+        {n: (v, []) for n, v in spec.checked_shapes(sig, policies).items()}
     results: dict[str, Any] = {}
     problems = undecided = 0
     for name, k in kernels.items():
-        want = {s: v for s, v in shapes.get(name, {}).items() if s in k.ir.symbols}
+        shapes, assumptions = checks.get(name, ({}, []))
+        want = {s: v for s, v in shapes.items() if s in k.ir.symbols}
         try:
-            r = fn(k, policies[name], want)
+            r = fn(k, policies[name], want, assumptions=assumptions) if assumptions else fn(k, policies[name], want)
             js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
         except Exception as e:  # the checker is young: its failure is a result, not a crash
             js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}

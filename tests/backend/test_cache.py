@@ -159,3 +159,30 @@ def test_an_undecided_obligation_is_stored_as_undecided(fresh_cache: Path, monke
     e = ops.warm(_sig(epi="bias"))
     assert e.verification["status"] == "undecided" and e.verification["undecided"] == 1
     assert "1 obligation(s) undecided" in ops._verification_summary(e.verification)
+
+
+def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(fresh_cache: Path) -> None:
+    """ops.moe's host lays the routed rows out in NB blocks of BM (P = NB * BM, real blocks' experts below E): the
+    plan checker is told so, as the agent's MoE proofs are, so the template plans prove at Mixtral prefill (rows
+    gathered, T == P), decode and interpreter sizes. Without it a warmup stored "violations" (gate-up rows never
+    written, overlapping atomics in the down GEMM). A down GEMM that weights a row by the wrong pair is still
+    caught."""
+    from argus_inductor.agent.opspecs import Problem, moe_epilogue, signature_for
+    from argus_inductor.dsl import kernels_from_source
+    from argus_inductor.kernels import moe_down, moe_gate_up
+
+    for t, hd, inter, e, arch in ((4096, 4096, 14336, 8, "sm_90"), (1, 4096, 14336, 8, "sm_90"),
+                                  (37, 64, 48, 4, "cpu")):
+        sig = signature_for(Problem("moe", moe_epilogue(2), dict(HD=hd, I=inter, E=e, TOPK=2, T=t), "bfloat16", (),
+                                    "cpu"), arch)
+        entry = ops.make_entry(sig)
+        assert entry.verification["status"] == "verified", (t, arch, entry.verification)
+        if t == 4096:
+            assert entry.policy["moe_gate_up"].get("GATHERED") == 1
+    good = "w = load(topk_weights[pair]).to(float32)"
+    assert good in moe_down.ir.source
+    bad = kernels_from_source("from argus_inductor.dsl import *\n" + moe_down.ir.source.replace(
+        good, "w = load(topk_weights[rp]).to(float32)"))["moe_down"]
+    entry = ops.make_entry(sig, kernels={"moe_gate_up": moe_gate_up, "moe_down": bad})
+    v = entry.verification
+    assert v["status"] == "violations" and v["kernels"]["moe_gate_up"]["ok"] and not v["kernels"]["moe_down"]["ok"]
