@@ -128,12 +128,18 @@ def scan_policies(shape: Sequence[int], dim: int, target: str) -> dict[str, Poli
     if target not in ("cuda", "hip", "interpret"):
         raise ValueError(f"scan_policies: unknown target {target!r} (use 'cuda', 'hip' or 'interpret')")
     outer, length, inner = _geometry(shape, dim)
-    small = target == "interpret"
-    bl = pow2_between(length, 16, 16 if small else 64)
-    if inner == 1:  # a scan along the last dimension: rows of the outer dimension side by side
-        bo, bi = pow2_between(outer, 1, 8 if small else 32), 1
+    if target == "interpret":
+        bl = pow2_between(length, 16, 16)
+        bo, bi = (pow2_between(outer, 1, 8), 1) if inner == 1 else (1, pow2_between(inner, 1, 16))
+    elif inner == 1:
+        # A scan along the last dimension: rows side by side. A program walks its chunks one after another, so
+        # the rows spread over the SMs first (one a program up to 256 rows) and the chunks are long. (128, 4000)
+        # had run as 4 programs of 32 rows walking 63 chunks each: 0.19 ms on the H100 where eager takes 0.05.
+        bo, bi = pow2_between(outer // 256, 1, 32), 1
+        bl = pow2_between(length, 16, max(64, 2048 // bo))
     else:
-        bo, bi = 1, pow2_between(inner, 1, 16 if small else 128)
+        bo, bi = 1, pow2_between(inner, 1, 128)
+        bl = pow2_between(length, 16, 64)
     return {"scan_kernel": Policy.make(BO=bo, BL=bl, BI=bi, num_warps=4, num_stages=1)}
 
 

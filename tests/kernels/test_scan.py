@@ -85,6 +85,22 @@ def test_policies_and_kernels_override_the_templates():
     assert set(scan_policies((4, 50), 1, "cuda")) == {"scan_kernel"}
 
 
+@pytest.mark.parametrize("flags", [{}, {"reverse": True}, {"exclusive": True}, {"kind": "prod"}, {"mask": True},
+                                   {"reverse": True, "exclusive": True, "mask": True}], ids=str)
+def test_the_gpu_template_of_a_last_dim_scan_is_right(flags):
+    """The GPU template of a last-dimension scan (one row a program, chunks of up to 2048) at a length that leaves
+    a ragged second chunk, in every mode, here under the interpreter."""
+    seed = fresh_seed()
+    kind = flags.get("kind", "sum")
+    x = _input((3, 2100), kind, torch.float32)
+    mask = torch.rand(3, 2100, device=DEVICE) > 0.3 if flags.get("mask") else None
+    pol = scan_policies(tuple(x.shape), 1, "cuda")["scan_kernel"]
+    assert (pol.const("BO"), pol.const("BL")) == (1, 2048)
+    rev, exc = flags.get("reverse", False), flags.get("exclusive", False)
+    y = scan(x, 1, kind, rev, exc, mask, policies={"scan_kernel": pol}, target=TARGET)
+    check(y, _reference(x, 1, kind, rev, exc, mask), torch.float32, seed, f"GPU template {flags}")
+
+
 def test_scan_rejects_bad_arguments():
     x = torch.randn(4, 5)
     with pytest.raises(ValueError, match="kind must be 'sum' or 'prod'"):
