@@ -87,28 +87,31 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # as Inductor does, only where `mode` asks (measured on the H100 with every op inlined, overhead.py: graphs
     # made 9 of 10 KernelBench-format problems slower, by 0.002-0.6 ms, the replay's input copies and bookkeeping
     # costing more than the launches they save; NOTES.md, session 9).
-    all_inlined = argus_ops > 0 and inlined == argus_ops
-    graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and \
-        (mode in ("max-autotune", "reduce-overhead") if all_inlined else mode != "default")
-    copied = copied_input_bytes(example_inputs) if graphs else 0
-    if copied > opts.cudagraph_copy_mb * 2**20 * max(1, argus_ops):
-        log.info("argus: no CUDA graph: a replay would copy %.0f MB of inputs (ARGUS_CUDAGRAPH_COPY_MB=%g per "
-                 "Argus op, %d op(s))", copied / 2**20, opts.cudagraph_copy_mb, argus_ops)
-        graphs = False
-    inductor_config: dict[str, Any] = {"triton.cudagraphs": graphs}
-    if mode == "max-autotune":
-        inductor_config["max_autotune"] = True
-    elif mode == "reduce-overhead":
-        inductor_config["triton.cudagraphs"] = True
+    def inductor_config(all_inlined: bool) -> dict[str, Any]:
+        graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and \
+            (mode in ("max-autotune", "reduce-overhead") if all_inlined else mode != "default")
+        copied = copied_input_bytes(example_inputs) if graphs else 0
+        if copied > opts.cudagraph_copy_mb * 2**20 * max(1, argus_ops):
+            log.info("argus: no CUDA graph: a replay would copy %.0f MB of inputs (ARGUS_CUDAGRAPH_COPY_MB=%g per "
+                     "Argus op, %d op(s))", copied / 2**20, opts.cudagraph_copy_mb, argus_ops)
+            graphs = False
+        config: dict[str, Any] = {"triton.cudagraphs": graphs}
+        if mode == "max-autotune":
+            config["max_autotune"] = True
+        elif mode == "reduce-overhead":
+            config["triton.cudagraphs"] = True
+        return config
+
     try:
-        compiled = compile_fx(gm, example_inputs, config_patches=inductor_config)
+        compiled = compile_fx(gm, example_inputs, config_patches=inductor_config(0 < argus_ops == inlined))
     except Exception as e:
         if not inlined:
             raise
-        # the ops work without inlining: a launch Inductor cannot compile costs only the inlining
+        # the ops work without inlining: a launch Inductor cannot compile costs only the inlining (and the graph
+        # is then one of Argus ops, which takes CUDA graphs by their rule)
         _say_once(f"argus: Inductor could not compile the inlined Argus launches ({type(e).__name__}: "
                   f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); running them as Argus ops")
-        compiled = compile_fx(original, example_inputs, config_patches=inductor_config)
+        compiled = compile_fx(original, example_inputs, config_patches=inductor_config(False))
     if opts.report:
         reported = []
 

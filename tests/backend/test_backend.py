@@ -166,12 +166,14 @@ def test_cuda_graphs_are_asked_of_inductor_on_a_gpu(monkeypatch, options, mode, 
 
 
 @pytest.mark.parametrize("mode,inlined,graphs", [(None, "all", False), ("max-autotune", "all", True),
-                                                 ("reduce-overhead", "all", True), (None, "some", True)])
+                                                 ("reduce-overhead", "all", True), (None, "some", True),
+                                                 (None, "all, then Inductor fails on them", True)])
 def test_a_graph_whose_ops_were_all_inlined_takes_cuda_graphs_as_inductor_does(monkeypatch, mode, inlined,
                                                                                 graphs) -> None:
     """With every Argus op inlined (ARGUS_INLINE) no Argus Python runs per call, so the backend asks for CUDA
     graphs only where `mode` does, as backend="inductor" would; with an op left (dynamic sizes, a host function
-    that reads values) the per-op launch cost is back and graphs stay on."""
+    that reads values) the per-op launch cost is back and graphs stay on, as they do when Inductor cannot compile
+    the inlined launches and the backend compiles the graph with its ops."""
     import torch._inductor.compile_fx as cfx
 
     from argus_inductor import backend, inline
@@ -179,19 +181,30 @@ def test_a_graph_whose_ops_were_all_inlined_takes_cuda_graphs_as_inductor_does(m
     from .graphs import capture
 
     seen = {}
-    monkeypatch.setattr(cfx, "compile_fx", lambda gm, ex, config_patches=None: seen.update(config_patches) or gm)
+    calls = []
+
+    def fake_compile_fx(gm, ex, config_patches=None):
+        calls.append(dict(config_patches))
+        if inlined.endswith("fails on them") and len(calls) == 1:
+            raise RuntimeError("a launch Inductor cannot take")
+        seen.clear()
+        seen.update(config_patches)
+        return gm
+
+    monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
     monkeypatch.setattr(backend, "_devices", lambda inputs: {torch.device("cuda", 0)})
     monkeypatch.setattr(backend, "target_for", lambda device, opts=None: "cuda")
 
     def fake_inline(gm, devices=None, example_inputs=None):  # the inliner's count, without a GPU to record on
         ops_ = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus.")]
-        return len(ops_) if inlined == "all" else len(ops_) - 1
+        return len(ops_) if inlined.startswith("all") else len(ops_) - 1
 
     monkeypatch.setattr(inline, "inline_ops", fake_inline)
     x, w, w2 = torch.randn(3, 8), torch.randn(6, 8), torch.randn(5, 6)
     gm, example = capture(lambda x, w, w2: F.linear(F.linear(x, w).relu(), w2), x, w, w2)
     backend.argus_backend(gm, list(example), mode=mode, options={"ops": "gemm", "cudagraph_copy_mb": 1e9})
     assert seen.get("triton.cudagraphs") is graphs, seen
+    assert len(calls) == (2 if inlined.endswith("fails on them") else 1)
 
 
 @pytest.mark.parametrize("copy_mb,graphs", [(256.0, True), (0.01, False)])
