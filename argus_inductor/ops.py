@@ -51,7 +51,7 @@ from .kernels.gemm import (
 )
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
-from .kernels.moe import gate_up_rows, moe_align, moe_down, moe_gate_up
+from .kernels.moe import gate_up_rows, gather_policy, moe_align, moe_down, moe_gate_up, moe_gather
 from .kernels.pointwise import broadcasts_to
 from .policies import (
     attention_policy,
@@ -121,6 +121,9 @@ class OpSpec:
     # kernel name -> (shape symbols, assumptions) for the checker, where the op's host guarantees more than the
     # signature's dims say (MoE: the routing's block layout); None: `shapes` with no assumptions
     checks: Callable[[Signature, dict[str, Policy]], dict[str, tuple[dict[str, int], list[str]]]] | None = None
+    # kernels the op's host runs with fixed policies of their own, proven with the plan's (MoE: the row gather);
+    # (signature, plan policies, target) -> name -> (kernel, policy)
+    host_kernels: Callable[[Signature, dict[str, Policy], str | None], dict[str, tuple[Kernel, Policy]]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -323,7 +326,19 @@ def _moe_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[
         if name == "moe_gate_up" and pol.const("GATHERED", 0) == 1:
             shapes, assumptions = {**shapes, "T": shapes["P"]}, [*assumptions, "T == P"]
         out[name] = (shapes, assumptions)
+    if "moe_gate_up" in out and policies["moe_gate_up"].const("GATHERED", 0) == 1:
+        d = sig.dims()
+        out["moe_gather"] = ({"T": d["T"], "HD": d["HD"], "P": out["moe_gate_up"][0]["P"]}, [])
     return out
+
+
+def _moe_host_kernels(sig: Signature, policies: dict[str, Policy],
+                      target: str | None) -> dict[str, tuple[Kernel, Policy]]:
+    """The row gather that gate_up_rows runs before a GATHERED=1 gate-up, at the policy it runs it with."""
+    up = policies.get("moe_gate_up")
+    if up is None or up.const("GATHERED", 0) != 1:
+        return {}
+    return {"moe_gather": (moe_gather, gather_policy(target, sig.dims()["TOPK"]))}
 
 
 def _moe_consts(sig: Signature) -> dict[str, dict[str, Any]]:
@@ -361,7 +376,7 @@ SPECS: dict[str, OpSpec] = {
     "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
                   lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
                              "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}},
-                  _moe_select, checks=_moe_checks),
+                  _moe_select, checks=_moe_checks, host_kernels=_moe_host_kernels),
 }
 
 
@@ -483,8 +498,9 @@ def _verifier() -> Callable[..., Any] | None:
 
 
 def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
-                policies: dict[str, Policy]) -> dict[str, Any]:
-    """Run the invariant checker on each kernel of a plan at the signature's shapes; a JSON summary."""
+                policies: dict[str, Policy], target: str | None = None) -> dict[str, Any]:
+    """Run the invariant checker on each kernel of a plan, and on the kernels its host runs with policies of their
+    own (for `target`), at the signature's shapes; a JSON summary."""
     fn = _verifier()
     if fn is None:
         return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
@@ -492,11 +508,14 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
         {n: (v, []) for n, v in spec.checked_shapes(sig, policies).items()}
     results: dict[str, Any] = {}
     problems = undecided = 0
-    for name, k in kernels.items():
+    runs = {n: (k, policies[n]) for n, k in kernels.items()}
+    if spec.host_kernels is not None:
+        runs.update(spec.host_kernels(sig, policies, target))
+    for name, (k, pol) in runs.items():
         shapes, assumptions = checks.get(name, ({}, []))
         want = {s: v for s, v in shapes.items() if s in k.ir.symbols}
         try:
-            r = fn(k, policies[name], want, assumptions=assumptions) if assumptions else fn(k, policies[name], want)
+            r = fn(k, pol, want, assumptions=assumptions) if assumptions else fn(k, pol, want)
             js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
         except Exception as e:  # the checker is young: its failure is a result, not a crash
             js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}
@@ -533,7 +552,7 @@ def make_entry(sig: Signature, policy: dict[str, Any] | None = None, origin: str
             tri.append(f"# ---- {name}: lowering failed: {type(e).__name__}: {e}")
     if verification is None:
         do = _ACTIVE.verify if verify is None else verify
-        verification = verify_plan(spec, sig, kernels, pols) if do else {"status": "not verified",
+        verification = verify_plan(spec, sig, kernels, pols, target) if do else {"status": "not verified",
                                                                           "reason": "ARGUS_VERIFY=0"}
     return CacheEntry(signature=sig.as_dict(), dsl_source=dsl_source(list(kernels.values())),
                       triton_source="\n\n".join(tri), policy=policy, verification=verification,

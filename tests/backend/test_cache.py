@@ -2,6 +2,7 @@
 and several processes writing the same signature leave a working cache."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import multiprocessing as mp
@@ -161,7 +162,8 @@ def test_an_undecided_obligation_is_stored_as_undecided(fresh_cache: Path, monke
     assert "1 obligation(s) undecided" in ops._verification_summary(e.verification)
 
 
-def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(fresh_cache: Path) -> None:
+def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(fresh_cache: Path,
+                                                                              monkeypatch) -> None:
     """ops.moe's host lays the routed rows out in NB blocks of BM (P = NB * BM, real blocks' experts below E): the
     plan checker is told so, as the agent's MoE proofs are, so the template plans prove at Mixtral prefill (rows
     gathered, T == P), decode and interpreter sizes. Without it a warmup stored "violations" (gate-up rows never
@@ -177,8 +179,9 @@ def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(f
                                     "cpu"), arch)
         entry = ops.make_entry(sig)
         assert entry.verification["status"] == "verified", (t, arch, entry.verification)
-        if t == 4096:
-            assert entry.policy["moe_gate_up"].get("GATHERED") == 1
+        gathered = entry.policy["moe_gate_up"].get("GATHERED") == 1
+        assert gathered == (t == 4096)  # and then the row gather the host runs first is proven with the plan
+        assert ("moe_gather" in entry.verification["kernels"]) == gathered
     good = "w = load(topk_weights[pair]).to(float32)"
     assert good in moe_down.ir.source
     bad = kernels_from_source("from argus_inductor.dsl import *\n" + moe_down.ir.source.replace(
@@ -186,3 +189,15 @@ def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(f
     entry = ops.make_entry(sig, kernels={"moe_gate_up": moe_gate_up, "moe_down": bad})
     v = entry.verification
     assert v["status"] == "violations" and v["kernels"]["moe_gate_up"]["ok"] and not v["kernels"]["moe_down"]["ok"]
+    # a gather that copies the next slot's token row: caught where the gathered plan proves its host kernels
+    gather_good = "pair = load(sorted_ids[rp])"
+    assert gather_good in ops.moe_gather.ir.source
+    bad_gather = kernels_from_source("from argus_inductor.dsl import *\n" + ops.moe_gather.ir.source.replace(
+        gather_good, "pair = load(sorted_ids[rp + 1])"))["moe_gather"]
+    sig = signature_for(Problem("moe", moe_epilogue(2), dict(HD=4096, I=14336, E=8, TOPK=2, T=4096), "bfloat16", (),
+                                "cpu"), "sm_90")
+    real = ops._moe_host_kernels
+    monkeypatch.setitem(ops.SPECS, "moe", dataclasses.replace(
+        ops.SPECS["moe"], host_kernels=lambda *a: {n: (bad_gather, p) for n, (_, p) in real(*a).items()}))
+    v = ops.make_entry(sig).verification
+    assert v["status"] == "violations" and not v["kernels"]["moe_gather"]["ok"], v
