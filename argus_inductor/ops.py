@@ -51,7 +51,7 @@ from .kernels.gemm import (
 )
 from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
-from .kernels.moe import gate_up_rows, gather_policy, moe_align, moe_down, moe_gate_up, moe_gather
+from .kernels.moe import gate_up_rows, gather_policy, gathers_rows, moe_align, moe_down, moe_gate_up, moe_gather
 from .kernels.pointwise import broadcasts_to
 from .policies import (
     attention_policy,
@@ -316,19 +316,16 @@ def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
 def _moe_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[dict[str, int], list[str]]]:
     """What ops.moe's host guarantees its kernels, as the agent's MoE spec states it for its proofs: the block
     layout moe_align_block makes (NB blocks of BM rows, P = NB * BM, real blocks' experts below E, sorted ids at
-    most T * TOPK), at the signature's dims; with GATHERED=1 the gate-up reads the P gathered rows (T == P)."""
+    most T * TOPK), at the signature's dims; with GATHERED=1 the gate-up reads the P gathered rows (T == P), which
+    moe_gather wrote."""
     from .agent.opspecs import problem_from_signature, spec
 
     moe_spec, problem = spec("moe"), problem_from_signature(sig)
-    out = {}
-    for name, pol in policies.items():
-        shapes, assumptions = moe_spec.verify_shapes(problem, name, pol)
-        if name == "moe_gate_up" and pol.const("GATHERED", 0) == 1:
-            shapes, assumptions = {**shapes, "T": shapes["P"]}, [*assumptions, "T == P"]
-        out[name] = (shapes, assumptions)
-    if "moe_gate_up" in out and policies["moe_gate_up"].const("GATHERED", 0) == 1:
-        d = sig.dims()
-        out["moe_gather"] = ({"T": d["T"], "HD": d["HD"], "P": out["moe_gate_up"][0]["P"]}, [])
+    out = {name: moe_spec.verify_shapes(problem, name, pol) for name, pol in policies.items()}
+    if "moe_gate_up" in out and gathers_rows(policies["moe_gate_up"]):
+        shapes, assumptions = out["moe_gate_up"]
+        out["moe_gate_up"] = ({**shapes, "T": shapes["P"]}, [*assumptions, "T == P"])
+        out["moe_gather"] = ({"T": shapes["T"], "HD": shapes["HD"], "P": shapes["P"]}, [])
     return out
 
 
@@ -336,7 +333,7 @@ def _moe_host_kernels(sig: Signature, policies: dict[str, Policy],
                       target: str | None) -> dict[str, tuple[Kernel, Policy]]:
     """The row gather that gate_up_rows runs before a GATHERED=1 gate-up, at the policy it runs it with."""
     up = policies.get("moe_gate_up")
-    if up is None or up.const("GATHERED", 0) != 1:
+    if up is None or not gathers_rows(up):
         return {}
     return {"moe_gather": (moe_gather, gather_policy(target, sig.dims()["TOPK"]))}
 

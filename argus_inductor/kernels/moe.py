@@ -227,13 +227,18 @@ def gather_policy(target: str | None, topk: int) -> Policy:
     return Policy.make(BM=32, BK=128, num_warps=4, num_stages=2, TOPK=topk)
 
 
+def gathers_rows(policy: Policy) -> bool:
+    """Whether a gate-up policy reads the routed rows gathered into expert order first (GATHERED=1)."""
+    return policy.const("GATHERED", 0) == 1
+
+
 def gate_up_rows(x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
                  h: torch.Tensor, policy: Policy, target: str | None = None, gate_up: Any = None) -> None:
     """The grouped gate-up GEMM (moe_gate_up, or `gate_up`, a kernel of its signature) into h. Where `policy` says
     GATHERED=1, the routed rows of x are first gathered once into expert order (moe_gather), and the GEMM reads
     them as dense tiles."""
     gate_up = gate_up or moe_gate_up
-    if policy.const("GATHERED", 0) == 1:
+    if gathers_rows(policy):
         xs = torch.empty(sorted_ids.numel(), x.shape[1], dtype=x.dtype, device=x.device)
         moe_gather(x, sorted_ids, xs, policy=gather_policy(target, policy.const("TOPK", 2)), target=target)
         x = xs
