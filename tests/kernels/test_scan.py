@@ -89,7 +89,7 @@ def test_policies_and_kernels_override_the_templates():
                                    {"reverse": True, "exclusive": True, "mask": True}], ids=str)
 def test_the_gpu_template_of_a_last_dim_scan_is_right(flags):
     """The GPU template of a last-dimension scan (one row a program, chunks of up to 2048) at a length that leaves
-    a ragged second chunk, in every mode, here under the interpreter."""
+    a ragged second chunk, in six modes (each flag, and all three at once), here under the interpreter."""
     seed = fresh_seed()
     kind = flags.get("kind", "sum")
     x = _input((3, 2100), kind, torch.float32)
