@@ -50,6 +50,13 @@ def attention_policy(s: int, d: int, target: str, has_mask: bool = False) -> Pol
     adds a BM x BN tile to every stage (and is broadcast, so no descriptor reads it): 64x64 tiles."""
     if target == "interpret":
         return Policy.make(BM=16, BN=16)
+    if target == "cuda" and not has_mask and d in (64, 128) and s >= 1024:
+        # the Gluon lowering (argus_inductor.hopper.attention): 1.035x the faster SDPA backend over ops.py's seven
+        # attention shapes on the H100 (Triton lowering: 0.877x); a ring of two slots up to 4096 queries, three
+        # taking turns beyond (gluon-attention-probe-h100-2026-11-23.json). Launches it cannot take (ragged lengths,
+        # float32) run the Triton lowering of these tiles.
+        return Policy.make(BM=128, BN=128, num_warps=8, num_stages=3 if s >= 8192 else 2, tma=True,
+                           warp_specialize=True)
     if s <= 16:
         return Policy.make(BM=16, BN=128, num_warps=8, num_stages=3)
     if d > 128:

@@ -243,6 +243,11 @@ class _Recorder(TorchDispatchMode):
         self.alignment: list[tuple[int, int, bool]] = []
         self.why: str | None = None
 
+    def refuse(self, why: str) -> None:
+        """Mark the call unrecordable (a launch this recording cannot see)."""
+        if self.why is None:
+            self.why = why
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -335,7 +340,7 @@ class _Recorder(TorchDispatchMode):
 def record(run: Callable[[], Any], inputs: Sequence[torch.Tensor]) -> tuple[Any, Recording | None, str | None]:
     """Run the host function `run` once, recording it: (its result, the recording or None, why not)."""
     rec = _Recorder(inputs)
-    with observe_launches(rec.launch), rec:
+    with observe_launches(rec.launch, rec.refuse), rec:
         out = run()
     if rec.why is None and not isinstance(out, torch.Tensor):
         rec.why = f"the host function returns a {type(out).__name__}"

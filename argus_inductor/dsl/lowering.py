@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import keyword
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import DSLError
@@ -590,6 +590,14 @@ def lower(ir: KernelIR, policy: Policy, target: str = "cuda",
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
     policy.validate()
+    if policy.warp_specialize:
+        from ..hopper import has_lowering
+        if not has_lowering(ir.name):
+            raise DSLError(f"warp_specialize: kernel '{ir.name}' has no warp-specialized (Gluon) lowering",
+                           fix="drop warp_specialize; argus_inductor.hopper lists the kernels that have one (Triton "
+                               "3.6's automatic warp specialization gave wrong results: kb/warp-specialization.md)",
+                           filename=ir.filename, line=ir.first_line, kernel=ir.name)
+        policy = replace(policy, warp_specialize=False)  # the Triton lowering of a launch the Gluon one cannot take
     consts = resolve_consts(ir, policy)
     if policy.grid_order == "grouped":
         consts = {**consts, "GROUP_M": policy.group_m}

@@ -19,8 +19,11 @@ class Policy:
     `programs_per_sm` programs per SM that loop over tiles instead of one program per tile. tma: loads of
     boxes (each tile index an offset plus an arange) go through tensor descriptors, which the Hopper copy
     engine fills asynchronously with zeros outside the tensor (NVIDIA sm_90+; elsewhere ignored, and a launch
-    whose operands a descriptor cannot describe runs the pointer-load version). warp_specialize: refused
-    (validate says why); the field stays so that stored policies, which carry it as False, keep their keys.
+    whose operands a descriptor cannot describe runs the pointer-load version). warp_specialize: run the kernel's
+    hand-written Hopper lowering (argus_inductor.hopper: a TMA loader warp, consumer warp groups on wgmma) where it
+    has one, on NVIDIA sm_90, for launches that meet its preconditions; other launches run the Triton lowering. A
+    kernel without such a lowering refuses it when lowered (Triton 3.6's automatic warp specialization is not used:
+    kb/warp-specialization.md).
     """
 
     consts: tuple[tuple[str, Any], ...] = ()
@@ -69,13 +72,6 @@ class Policy:
         for name in ("tma", "warp_specialize"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.warp_specialize:
-            # on the H100 with triton 3.6, Triton's Hopper pass (tl.range(..., warp_specialize=True)) partitioned the
-            # DSL's 4-warp descriptor-fed GEMM loop and gave NaN on every shape benchmarks/sweep.py timed; at 8
-            # warps, persistent, or in attention it made no partitions (argus_inductor.dsl.precompile). Refused.
-            raise ValueError("warp_specialize is refused: Triton 3.6's automatic warp specialization gave wrong "
-                             "results (NaN) for DSL GEMM loops on the H100 where it applied, and did nothing "
-                             "elsewhere (kb/warp-specialization.md)")
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.consts)

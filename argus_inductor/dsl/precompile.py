@@ -161,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         policy = Policy.make(**pol, **launch)
     except (TypeError, ValueError) as e:
         ap.error(f"--policy: {e}")
+    if policy.warp_specialize:
+        ap.error(f"--policy: warp_specialize: this command compiles the Triton lowering; {kernel.name}'s "
+                 "warp-specialized lowering, where it has one, is Gluon code in argus_inductor.hopper (e.g. "
+                 "argus_inductor.hopper.attention.compile_for_sm90)")
     shapes = _parse_kv(args.shapes)
     missing = [s for s in kernel.ir.symbols if s not in shapes]
     if missing:

@@ -376,16 +376,18 @@ def launching() -> bool:
 class observe_launches:
     """Context manager: call `fn(compiled, flat, programs, launched)` after each DSL kernel launch in this thread."""
 
-    def __init__(self, fn: Callable[[CompiledKernel, list[Any], int, Any], None]) -> None:
+    def __init__(self, fn: Callable[[CompiledKernel, list[Any], int, Any], None],
+                 opaque: Callable[[str], None] | None = None) -> None:
         self.fn = fn
+        self.opaque = opaque  # told (with why) of a launch that bypasses the DSL runtime (a Gluon lowering)
 
     def __enter__(self) -> observe_launches:
-        self.prev = getattr(_OBSERVER, "fn", None)
-        _OBSERVER.fn = self.fn
+        self.prev = getattr(_OBSERVER, "fn", None), getattr(_OBSERVER, "opaque", None)
+        _OBSERVER.fn, _OBSERVER.opaque = self.fn, self.opaque
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _OBSERVER.fn = self.prev
+        _OBSERVER.fn, _OBSERVER.opaque = self.prev
 
 
 _SMS: dict[Any, int] = {}
@@ -454,7 +456,23 @@ class Kernel:
         if target is None:
             dev = next((a.device for a in list(args) + list(kwargs.values()) if hasattr(a, "device")), None)
             target = default_target(dev)
+        if policy is not None and policy.warp_specialize and target == "cuda" and self._hopper(policy, args, kwargs):
+            return
         self.compile(policy, target)(*args, **kwargs)
+
+    def _hopper(self, policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Run the kernel's Gluon lowering (argus_inductor.hopper) if it has one that takes this launch."""
+        from ..hopper import lowering_for
+
+        run = lowering_for(self.name)
+        if run is None or kwargs:
+            return False
+        if not run(policy, *args):
+            return False
+        opaque = getattr(_OBSERVER, "opaque", None)
+        if opaque is not None:  # a recording of this call would miss the launch: it must not replay
+            opaque(f"{self.name} ran its hand-written Gluon lowering, which launch recording cannot see")
+        return True
 
 
 def _parse_function(tree: ast.FunctionDef, source: str, filename: str, first_line: int,

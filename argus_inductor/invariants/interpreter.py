@@ -85,10 +85,44 @@ StagingHook = Callable[[Policy, Op, Op], Staging | None]
 
 
 def default_staging(policy: Policy, loop: Op, load: Op) -> Staging | None:
-    """Triton's software pipelining: num_stages buffers, loads issued num_stages - 1 iterations ahead."""
+    """Triton's software pipelining: num_stages buffers, loads issued num_stages - 1 iterations ahead; a
+    warp-specialized policy's loops stage as its Gluon lowering does (warp_specialized_staging)."""
+    if policy.warp_specialize:
+        return warp_specialized_staging(policy, loop, load)
     if policy.num_stages <= 1:
         return None
     return Staging(buffers=policy.num_stages, distance=policy.num_stages - 1, readers=0)
+
+
+def mma_rank(loop: Op, load: Op) -> int | None:
+    """Which of the loop body's mma ops (0: the first) first reads the tile `load` makes, through any ops that
+    only reshape it (trans, cast); None if no mma does."""
+    body = loop.blocks[0]
+    seen = {id(load.result)}
+    rank = 0
+    for op in body.ops:
+        if op.kind == "mma":
+            if any(id(a) in seen for a in op.args):
+                return rank
+            rank += 1
+        elif op.kind in ("trans", "cast", "reshape") and any(id(a) in seen for a in op.args):
+            seen.update(id(r) for r in op.results)
+    return None
+
+
+def warp_specialized_staging(policy: Policy, loop: Op, load: Op) -> Staging | None:
+    """The ring of the Hopper lowerings (argus_inductor.hopper): a loader warp fills `num_stages` slots ahead of the
+    consumers, each slot guarded by an "empty" barrier that every consumer arrives on once the wgmma reading the
+    slot has retired. The consumers issue the first mma of iteration j together with the later mma of iteration
+    j - 1 (attention: Q K_j^T with P_{j-1} V_{j-1}), so a tile read by the loop's first mma is released in its
+    own iteration and one read by a later mma only in the next: `readers` = 1 for those. The loader may refill a
+    slot as soon as it is released, so at iteration it it may have issued the load of iteration
+    it + num_stages - 1 - readers."""
+    rank = mma_rank(loop, load)
+    if rank is None:
+        return None
+    readers = 1 if rank > 0 else 0
+    return Staging(buffers=policy.num_stages, distance=policy.num_stages - 1 - readers, readers=readers)
 
 
 _CMP = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,

@@ -97,20 +97,21 @@ def k(X: Tensor("N"), Y: Tensor("N"), ACT: constexpr = 0, B: constexpr = 16):
     assert "activation(acc, ACT)" in line and "policy" in info.value.fix
 
 
-def test_warp_specialize_is_refused_with_the_measured_reason():
-    """On the H100 (triton 3.6, benchmarks/results/NOTES.md session 9) Triton's automatic warp specialization gave
-    NaN for the DSL's GEMM loop where it partitioned it and did nothing elsewhere: a policy asking for it is
-    refused where it is made and where an edited one reaches the lowering; a non-bool is refused as before, and
-    no source carries the request."""
-    with pytest.raises(ValueError, match="warp_specialize is refused: .* wrong results"):
-        Policy.make(BM=64, BN=64, BK=32, num_warps=8, warp_specialize=True)
+def test_warp_specialize_needs_a_hand_written_lowering():
+    """warp_specialize asks for a kernel's Gluon lowering (argus_inductor.hopper), never Triton's automatic pass
+    (which gave NaN for the DSL's GEMM loop on the H100: kb/warp-specialization.md). A kernel without one refuses
+    the policy when lowered, naming the kernel; attention_fwd, which has one, lowers launches the Gluon kernel
+    cannot take to the same Triton source as without the request; a non-bool is refused where it is made."""
+    from argus_inductor.dsl.errors import DSLError
+
     gemm = Policy.make(BM=64, BN=64, BK=32, persistent=True)
-    with pytest.raises(ValueError, match="warp_specialize is refused"):
+    with pytest.raises(DSLError, match="'gemm_epilogue' has no warp-specialized \\(Gluon\\) lowering"):
         gemm_epilogue.triton_source(replace(gemm, warp_specialize=True), "cuda")
     with pytest.raises(ValueError, match="warp_specialize must be True or False"):
         Policy.make(BM=64, warp_specialize=1)
-    for kernel, policy in ((gemm_epilogue, gemm), (attention_fwd, Policy.make(BM=64, BN=64, BD=64, CAUSAL=1))):
-        assert "warp_specialize=True" not in kernel.triton_source(policy, "cuda")
+    attn = Policy.make(BM=128, BN=128, BD=64, CAUSAL=1, num_warps=8, num_stages=2)
+    src = attention_fwd.triton_source(replace(attn, warp_specialize=True), "cuda")
+    assert src == attention_fwd.triton_source(attn, "cuda") and "warp_specialize=True" not in src
 
 
 @pytest.mark.parametrize("policy", [

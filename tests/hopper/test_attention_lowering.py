@@ -1,0 +1,146 @@
+"""The Gluon lowering of attention_fwd for Hopper (argus_inductor.hopper.attention).
+
+Here, without a GPU: it compiles for sm_90 with the Hopper instructions it is written with; the checker proves
+attention_fwd under its ring discipline and gives the counterexample for a ring that releases V too early; the
+template picks it on NVIDIA only; launches it cannot take run the Triton lowering and match SDPA; and a recorded
+op call that ran it is refused (a replay would miss its launch). On the H100 (ARGUS_TEST_DEVICE=cuda) its output
+is compared with a float32 SDPA reference."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from argus_inductor.dsl.policy import Policy
+from argus_inductor.invariants.api import verify
+from argus_inductor.invariants.interpreter import Staging, mma_rank
+from argus_inductor.kernels.attention import attention, attention_fwd, mask_operand
+from argus_inductor.policies import attention_policy
+
+REPO = Path(__file__).resolve().parents[2]
+GPU = os.environ.get("ARGUS_TEST_DEVICE", "cpu") == "cuda"
+
+COMPILE = r'''
+import json, torch
+from argus_inductor.hopper.attention import compile_for_sm90
+out = {}
+for d, causal, stages, dtype in ((128, True, 2, torch.bfloat16), (64, False, 3, torch.bfloat16),
+                                 (128, False, 3, torch.float16)):
+    k = compile_for_sm90(d, causal, stages, dtype)
+    ptx = k.asm["ptx"]
+    out[f"{d} {causal} {stages} {dtype}"] = dict(shared=k.metadata.shared, wgmma="wgmma.mma_async" in ptx,
+        tma="cp.async.bulk.tensor" in ptx, mbarrier="mbarrier.try_wait" in ptx, setmaxnreg="setmaxnreg" in ptx)
+print(json.dumps(out))
+'''
+
+
+def ws_policy(stages: int = 2, causal: int = 1, d: int = 128) -> Policy:
+    return Policy.make(BM=128, BN=128, num_warps=8, num_stages=stages, tma=True, warp_specialize=True).with_consts(
+        BD=d, CAUSAL=causal, HAS_MASK=0)
+
+
+@pytest.mark.skipif(GPU, reason="the compile check runs where there is no GPU")
+def test_it_compiles_for_sm90_with_the_hopper_instructions_it_is_written_with() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "ARGUS_INTERPRET")}
+    proc = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(reports) == 3
+    for name, r in reports.items():
+        assert r["wgmma"] and r["tma"] and r["mbarrier"] and r["setmaxnreg"], (name, r)
+        assert r["shared"] <= 227 * 1024, (name, r)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_the_checker_proves_attention_under_the_ring_and_catches_an_early_release(stages: int) -> None:
+    shapes = dict(Z=2, H=8, HK=2, S=4096, T=4096, D=128)
+    res = verify(attention_fwd, ws_policy(stages), shapes)
+    assert res.ok, res.text()
+
+    def early_v(policy: Policy, loop, load) -> Staging | None:  # V released before P V retired
+        rank = mma_rank(loop, load)
+        return None if rank is None else Staging(policy.num_stages, policy.num_stages - 1, 1 if rank else 0)
+
+    bad = verify(attention_fwd, ws_policy(stages), shapes, staging=early_v)
+    assert {v.kind for v in bad.violations} == {"pipeline-stage"}
+    v = bad.violations[0]
+    v_loads = [op.line for op in attention_fwd.ir.walk() if op.kind == "load" and op.attrs["tensor"] == "V"]
+    assert v.line in v_loads, v.message
+    assert "ring buffer" in v.message and f"of {stages}" in v.message and "may still be read by the mma" in v.message
+
+
+def test_the_template_takes_it_on_nvidia_only_and_where_it_fits() -> None:
+    from argus_inductor.hopper.attention import policy_fits
+
+    p = attention_policy(4096, 128, "cuda")
+    assert p.warp_specialize and policy_fits(p) is None and p.num_stages == 2
+    assert attention_policy(16384, 128, "cuda").num_stages == 3
+    for other in (attention_policy(4096, 128, "hip"), attention_policy(4096, 128, "cuda", has_mask=True),
+                  attention_policy(4096, 256, "cuda"), attention_policy(16, 128, "cuda")):
+        assert not other.warp_specialize
+    assert "num_stages=4" in policy_fits(replace(p, num_stages=4))
+    assert "BN=64" in policy_fits(p.with_consts(BN=64))
+
+
+def test_launches_it_cannot_take_say_why_and_run_the_triton_lowering() -> None:
+    from argus_inductor.hopper.attention import supported
+
+    q = torch.randn(1, 2, 128, 64, dtype=torch.bfloat16)
+    assert "capability 9.0" in supported(q, q, q, q, False, False)
+    assert "mask" in supported(q, q, q, q, False, True)
+    assert "dtype" in supported(q.float(), q.float(), q.float(), q.float(), False, False)
+    if not GPU:  # the policy asks for the Gluon kernel; on CPU tensors the Triton lowering runs, and is right
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 4, 40, 64) for _ in range(3))
+        k, v = k[:, :2], v[:, :2]
+        out = attention(q, k, v, causal=True, policy=ws_policy(2, 1, 64).without_consts("BD", "CAUSAL", "HAS_MASK"))
+        ref = F.scaled_dot_product_attention(q.double(), k.repeat_interleave(2, 1).double(),
+                                             v.repeat_interleave(2, 1).double(), is_causal=True)
+        assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-4
+
+
+def test_a_recording_of_a_call_that_ran_a_gluon_lowering_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch recording (replay, inlining) sees DSL launches only: a call whose kernel ran its Gluon lowering
+    must keep its op, never be replayed without that launch."""
+    import argus_inductor.hopper as hopper
+    from argus_inductor.replay import record
+
+    ran = []
+    monkeypatch.setattr(hopper, "lowering_for", lambda name: (lambda policy, *args: ran.append(name) or True))
+    q = torch.randn(1, 2, 128, 64)
+    out = torch.empty_like(q)
+    m = mask_operand(None, q, q)
+    _, rec, why = record(lambda: attention_fwd(q, q, q, m, out, 0.125, policy=ws_policy(2, 0, 64), target="cuda")
+                         or out, [q, out])
+    assert ran == ["attention_fwd"] and rec is None and "Gluon lowering" in why
+
+
+@pytest.mark.skipif(not GPU, reason="needs the H100 (ARGUS_TEST_DEVICE=cuda)")
+@pytest.mark.parametrize("z,h,hk,s,d,causal,dtype,stages", [
+    (2, 4, 4, 512, 128, True, torch.bfloat16, 2), (1, 4, 2, 1024, 64, False, torch.bfloat16, 2),
+    (2, 8, 2, 768, 128, True, torch.float16, 3), (1, 2, 2, 2048, 128, False, torch.bfloat16, 3)])
+def test_on_the_h100_it_matches_sdpa(z: int, h: int, hk: int, s: int, d: int, causal: bool, dtype: torch.dtype,
+                                     stages: int) -> None:
+    from argus_inductor.hopper.attention import launch
+
+    q = torch.randn(z, h, s, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(z, hk, s, d, device="cuda", dtype=dtype) for _ in range(2))
+    out = torch.full_like(q, float("nan"))
+    assert launch(ws_policy(stages, int(causal), d), q, k, v, mask_operand(None, q, k), out, d ** -0.5)
+    ref = F.scaled_dot_product_attention(q.float(), k.repeat_interleave(h // hk, 1).float(),
+                                         v.repeat_interleave(h // hk, 1).float(), is_causal=causal)
+    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+    ragged = torch.randn(z, h, s - 8, d, device="cuda", dtype=dtype)  # not a multiple of 128: Triton lowering
+    assert not launch(ws_policy(stages, int(causal), d), ragged, ragged, ragged, mask_operand(None, ragged, ragged),
+                      torch.empty_like(ragged), d ** -0.5)
+    got = attention(ragged, ragged, ragged, causal, policy=attention_policy(s, d, "cuda"))
+    want = F.scaled_dot_product_attention(ragged.float(), ragged.float(), ragged.float(), is_causal=causal)
+    assert ((got.float() - want).abs().max() / want.abs().max()).item() < 2e-2
