@@ -25,6 +25,7 @@ ring sizes come from the probe's sweep (gluon-attention-probe-h100-2026-11-23.js
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -40,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
+from .rings import Ring, RingViolation, check_rings
 
 BLOCK_M = 128        # query rows a program
 BLOCK_N = 128        # keys a block
@@ -228,6 +230,16 @@ def attention_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, H, HK, S, T, n_m_
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
+RINGS = (Ring("K", "k_bufs", "k_ready", "k_empty"), Ring("V", "v_bufs", "v_ready", "v_empty"))
+
+
+@functools.cache
+def prove_rings(stages: int) -> tuple[RingViolation, ...]:
+    """The ring discipline of this kernel's loader and (two copies of the) consumer partition, proved from their
+    source at `stages` slots: every violation found, empty when proved."""
+    return tuple(check_rings(_loader, [_consumer, _consumer], RINGS, (stages,)))
+
+
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, causal: bool,
               has_mask: bool) -> str | None:
     """Why this lowering cannot take the launch, or None when it can."""
@@ -308,4 +320,4 @@ def compile_for_sm90(d: int, causal: bool, stages: int = 2, dtype: torch.dtype =
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=LAUNCH_REGS))
 
 
-__all__ = ["launch", "supported", "policy_fits", "compile_for_sm90", "attention_fwd_ws"]
+__all__ = ["launch", "supported", "policy_fits", "prove_rings", "compile_for_sm90", "attention_fwd_ws"]

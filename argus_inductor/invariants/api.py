@@ -123,8 +123,20 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
         elif out.status == "unknown":
             undecided.append(f"{ob.kind} at line {ob.op.line}")
     violations.sort(key=lambda v: v.line)
-    return VerificationResult(ir.name, not violations, violations, time.perf_counter() - t0, mode,
-                              len(obligations), undecided, notes=list(dict.fromkeys(interp.notes)))
+    notes = list(dict.fromkeys(interp.notes))
+    errors: list[str] = []
+    if pol.warp_specialize and staging is not None:
+        # the policy runs a hand-written Gluon lowering: prove from its source that it keeps the ring discipline
+        # the staging hook assumed (argus_inductor.hopper.rings)
+        from ..hopper import has_lowering, ring_proof
+
+        if has_lowering(ir.name):
+            errors = [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
+            if not errors:
+                notes.append(f"the Gluon lowering's rings are proved at {pol.num_stages} slots (fill, "
+                             "read-after-fill, release-after-retire, release-once)")
+    return VerificationResult(ir.name, not violations and not errors, violations, time.perf_counter() - t0, mode,
+                              len(obligations), undecided, errors=errors, notes=notes)
 
 
 def instantiate_assumes(assumes: list[z3.BoolRef], pids: list[z3.ArithRef], formula: z3.BoolRef

@@ -1,0 +1,433 @@
+"""Prove the staging discipline of a Gluon lowering from its source: the shared-memory rings its loader partition
+fills and its consumer partitions read, the mbarriers that order them, and the asynchronous wgmma that read them.
+
+The partitions are read as Python ASTs (as the DSL's frontend reads kernels) and executed symbolically: the block
+index of the loop (`j`), the number of blocks (`n`) and every scalar derived from them become z3 terms, at each
+ring size the lowering launches with. A slot is named by the block whose tile it holds: `slot = idx % STAGES` (a
+literal 0 is block 0), and the phase of its barriers by `(idx // STAGES) & 1`. Proved, for every block count n >= 1
+and every block index:
+
+- fill: the loader's copy of block idx lands in slot idx % STAGES and signals that slot's ready barrier; before it,
+  the loader waits on the slot's empty barrier at the phase the release of block idx - STAGES completes
+  (((idx // STAGES) & 1) ^ 1: the first pass does not wait); it fills each block 0..n-1 once, in order;
+- read-after-fill: a wgmma reads a slot only after the consumer waited on that slot's ready barrier, at the phase
+  of the block the slot holds ((idx // STAGES) & 1);
+- release-after-retire: a consumer arrives on a slot's empty barrier only when no wgmma it issued that reads the
+  slot is still in flight (warpgroup_mma_wait(k) retires all but the k newest);
+- release-once: each consumer releases each block 0..n-1 of each ring exactly once (the empty barriers count one
+  arrival per consumer).
+
+A failed obligation comes back as a RingViolation with the line, the ring and a concrete counterexample (block
+count, block index, ring size). Ring operations under a runtime condition, or wgmma left in flight across loop
+iterations, are outside what this reads and are reported as such rather than passed.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+
+@dataclass(frozen=True)
+class Ring:
+    """One staged operand: its shared-memory buffers and their ready/empty barrier arrays, by parameter name."""
+    name: str
+    buffers: str
+    ready: str
+    empty: str
+
+
+@dataclass(frozen=True)
+class RingViolation:
+    kind: str       # fill | read-after-fill | release-after-retire | release-once | unsupported
+    ring: str
+    function: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.ring}) in {self.function}, line {self.line}: {self.message}"
+
+
+@dataclass
+class _Access:
+    kind: str                 # wait | arrive | fill | mma | mma_wait
+    line: int
+    array: str = ""           # barrier array (wait/arrive/fill's barrier) or buffer array (mma reads)
+    slot: Any = None          # z3 term
+    idx: Any = None           # the block index the slot expression names, or None
+    phase: Any = None         # z3 term (wait)
+    reads: list[tuple[str, Any, Any]] = field(default_factory=list)  # mma: (buffer array, slot, idx)
+    buffer: str = ""          # fill: the buffer array written
+    buffer_slot: Any = None
+    keep: int = 0             # mma_wait: how many stay in flight
+
+
+@dataclass
+class _Region:
+    accesses: list[_Access]
+    loop_var: Any = None      # z3 term of the loop index, for a loop body
+    lo: Any = None
+    hi: Any = None
+
+
+class _Reader:
+    """Symbolic execution of one partition function: straight-line code and one level of `for ... in range`."""
+
+    def __init__(self, fn: Any, env: dict[str, Any], stages_name: str) -> None:
+        if isinstance(fn, str):  # a partition's source text (its first line is line 1)
+            text, self.first = fn, 1
+        else:
+            lines, self.first = inspect.getsourcelines(getattr(fn, "fn", fn))
+            text = "".join(lines)
+        tree = ast.parse(textwrap.dedent(text))
+        fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+        self.name = fdef.name
+        self.body = fdef.body
+        self.env = dict(env)
+        self.stages_name = stages_name
+        self.regions: list[_Region] = [_Region([])]
+        self.problems: list[tuple[int, str]] = []
+        self.fresh = 0
+
+    def line(self, node: ast.AST) -> int:
+        return self.first + node.lineno - 1
+
+    # ---- expressions: (z3 term or None, block index or None)
+    def value(self, node: ast.AST) -> tuple[Any, Any]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
+            return z3.IntVal(int(node.value)), (z3.IntVal(int(node.value)) if node.value == 0 else None)
+        if isinstance(node, ast.Name):
+            got = self.env.get(node.id)
+            return (got if got is not None else (None, None)) if isinstance(got, tuple) else (got, None)
+        if isinstance(node, ast.BinOp):
+            a, _ = self.value(node.left)
+            b, _ = self.value(node.right)
+            if a is None or b is None:
+                return None, None
+            op = type(node.op)
+            if op is ast.Add:
+                return a + b, None
+            if op is ast.Sub:
+                return a - b, None
+            if op is ast.Mult:
+                return a * b, None
+            if op is ast.FloorDiv:
+                return a / b, None  # z3 integer division floors for a positive divisor
+            if op is ast.Mod:
+                idx = a if isinstance(node.right, ast.Name) and node.right.id == self.stages_name else None
+                return a % b, idx
+            if op is ast.BitAnd and z3.is_int_value(b) and b.as_long() == 1:
+                return a % 2, None
+            if op is ast.BitXor and z3.is_int_value(b) and b.as_long() == 1:
+                return (a + 1) % 2, None
+        return None, None
+
+    # ---- statements
+    def run(self) -> list[_Region]:
+        for stmt in self.body:
+            self.stmt(stmt, in_loop=False, conditional=False)
+        return self.regions
+
+    def stmt(self, node: ast.stmt, in_loop: bool, conditional: bool) -> None:
+        if isinstance(node, ast.Assign):
+            self.calls(node.value, node, conditional)
+            val = self.value(node.value)
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    self.env[t.id] = val if val[0] is not None else None
+                elif isinstance(t, ast.Tuple):
+                    for e in t.elts:
+                        if isinstance(e, ast.Name):
+                            self.env[e.id] = None
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            self.env[node.target.id] = None
+            self.calls(node.value, node, conditional)
+        elif isinstance(node, ast.Expr):
+            self.calls(node.value, node, conditional)
+        elif isinstance(node, ast.If):
+            for s in node.body + node.orelse:
+                self.stmt(s, in_loop, True)
+        elif isinstance(node, ast.For):
+            if in_loop or conditional:
+                self.problems.append((self.line(node), "a loop inside a loop or under a condition"))
+                return
+            self.loop(node)
+        elif isinstance(node, (ast.AnnAssign, ast.Pass, ast.Return)):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                self.env[node.target.id] = None
+
+    def loop(self, node: ast.For) -> None:
+        call = node.iter
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range"
+                and isinstance(node.target, ast.Name) and 1 <= len(call.args) <= 2):
+            self.problems.append((self.line(node), "a loop that is not `for i in range(a[, b])`"))
+            return
+        bounds = [self.value(a)[0] for a in call.args]
+        lo, hi = (z3.IntVal(0), bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
+        if lo is None or hi is None:
+            self.problems.append((self.line(node), "loop bounds the reader cannot follow"))
+            return
+        self.fresh += 1
+        var = z3.Int(f"{node.target.id}#{self.fresh}")
+        self.env[node.target.id] = var
+        self.regions.append(_Region([], var, lo, hi))
+        for s in node.body:
+            self.stmt(s, in_loop=True, conditional=False)
+        self.regions.append(_Region([]))
+
+    def calls(self, expr: ast.AST, stmt: ast.stmt, conditional: bool) -> None:
+        for call in [n for n in ast.walk(expr) if isinstance(n, ast.Call)]:
+            acc = self.access(call)
+            if acc is None:
+                continue
+            acc.line = self.line(stmt)
+            if conditional and acc.kind != "wait" and acc.kind != "arrive":
+                self.problems.append((acc.line, f"a ring {acc.kind} under a runtime condition"))
+            self.regions[-1].accesses.append(acc)
+
+    def indexed(self, node: ast.AST) -> tuple[str, Any, Any] | None:
+        """`name.index(e)` (optionally `.permute(...)`): (name, slot term, block index)."""
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "permute":
+            node = node.func.value
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "index"
+                and isinstance(node.func.value, ast.Name) and node.args):
+            slot, idx = self.value(node.args[0])
+            return node.func.value.id, slot, idx
+        return None
+
+    def access(self, call: ast.Call) -> _Access | None:
+        f = call.func
+        name = f"{f.value.id}.{f.attr}" if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else (
+            f.id if isinstance(f, ast.Name) else "")
+        kw = {k.arg: k.value for k in call.keywords}
+        if name == "mbarrier.wait" and call.args:
+            got = self.indexed(call.args[0])
+            if got is None:
+                return None
+            phase = self.value(call.args[1] if len(call.args) > 1 else kw["phase"])[0]
+            return _Access("wait", 0, got[0], got[1], got[2], phase)
+        if name == "mbarrier.arrive" and call.args:
+            got = self.indexed(call.args[0])
+            return None if got is None else _Access("arrive", 0, got[0], got[1], got[2])
+        if name == "tma.async_copy_global_to_shared" and len(call.args) >= 4:
+            bar, buf = self.indexed(call.args[2]), self.indexed(call.args[3])
+            if bar is None or buf is None:
+                return None
+            return _Access("fill", 0, bar[0], bar[1], bar[2], buffer=buf[0], buffer_slot=buf[1])
+        if name == "warpgroup_mma":
+            reads = [r for r in (self.indexed(a) for a in call.args[:2]) if r is not None]
+            return _Access("mma", 0, reads=reads)
+        if name == "warpgroup_mma_wait":
+            k = kw.get("num_outstanding", call.args[0] if call.args else ast.Constant(0))
+            keep = k.value if isinstance(k, ast.Constant) else None
+            if keep is None:
+                self.problems.append((call.lineno, "warpgroup_mma_wait with a count the reader cannot follow"))
+                keep = 0
+            return _Access("mma_wait", 0, keep=keep)
+        return None
+
+
+class _Prover:
+    def __init__(self, stages: int, n: Any, facts: list[Any]) -> None:
+        self.stages = stages
+        self.n = n
+        self.facts = facts
+
+    def counterexample(self, claim_fails: Any, extra: Sequence[Any] = ()) -> dict[str, int] | None:
+        s = z3.Solver()
+        s.set("timeout", 10_000)
+        s.add(*self.facts, *extra, claim_fails)
+        if s.check() != z3.sat:
+            return None
+        m = s.model()
+        out = {"n": m.eval(self.n, model_completion=True).as_long()}
+        for d in m.decls():
+            if "#" in d.name():
+                out[d.name().split("#")[0]] = m[d].as_long()
+        return out
+
+
+def _where(cex: dict[str, int], stages: int) -> str:
+    return ", ".join([f"{k}={v}" for k, v in cex.items()] + [f"STAGES={stages}"])
+
+
+def check_rings(loader: Any, consumers: Sequence[Any], rings: Sequence[Ring], stages: Sequence[int],
+                blocks: str = "n_blocks", stages_name: str = "STAGES") -> list[RingViolation]:
+    """Prove the ring discipline of `loader` (the partition that fills every ring) against each of `consumers`
+    (a partition function; one entry per consumer partition, the same function twice for two warp groups running
+    it), at each ring size in `stages`. A partition is a (Gluon) function or its source text. Returns the
+    violations; an empty list is the proof."""
+    out: list[RingViolation] = []
+    for s in stages:
+        n = z3.Int("n")
+        env = {blocks: n, stages_name: z3.IntVal(s)}
+        facts = [n >= 1]
+        prover = _Prover(s, n, facts)
+        reader = _Reader(loader, env, stages_name)
+        regions = reader.run()
+        out += [RingViolation("unsupported", "-", reader.name, ln, why) for ln, why in reader.problems]
+        out += _check_loader(reader.name, regions, rings, prover)
+        for fn in dict.fromkeys(consumers):  # each consumer function once: its copies run the same code
+            cr = _Reader(fn, env, stages_name)
+            cregions = cr.run()
+            out += [RingViolation("unsupported", "-", cr.name, ln, why) for ln, why in cr.problems]
+            out += _check_consumer(cr.name, cregions, rings, prover)
+    return _dedupe(out)
+
+
+def _dedupe(vs: list[RingViolation]) -> list[RingViolation]:
+    seen, out = set(), []
+    for v in vs:
+        key = (v.kind, v.ring, v.function, v.line)
+        if key not in seen:
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+def _in_range(region: _Region) -> list[Any]:
+    return [] if region.loop_var is None else [region.loop_var >= region.lo, region.loop_var < region.hi]
+
+
+def _check_loader(fn: str, regions: list[_Region], rings: Sequence[Ring], pv: _Prover) -> list[RingViolation]:
+    out: list[RingViolation] = []
+    s = pv.stages
+    for ring in rings:
+        fills = [(r, i, a) for r in regions for i, a in enumerate(r.accesses) if a.kind == "fill" and a.buffer ==
+                 ring.buffers]
+        if not fills:
+            out.append(RingViolation("fill", ring.name, fn, 0, f"the loader never fills {ring.buffers}"))
+            continue
+        for region, i, a in fills:
+            rng = _in_range(region)
+            where = f"{ring.buffers}.index(...) at line {a.line}"
+            if a.array != ring.ready:
+                out.append(RingViolation("fill", ring.name, fn, a.line, f"{where} signals {a.array}, not {ring.ready}"))
+                continue
+            if region.loop_var is None or a.idx is None:
+                out.append(RingViolation("fill", ring.name, fn, a.line, f"{where}: the filled slot is not "
+                                         f"`block % {s}` of the loop over the blocks"))
+                continue
+            idx = a.idx
+            cex = pv.counterexample(z3.Or(a.slot != a.buffer_slot, idx != region.loop_var), rng)
+            if cex:
+                out.append(RingViolation("fill", ring.name, fn, a.line, f"{where} does not fill the slot of block "
+                                         f"{region.loop_var} that it signals ({_where(cex, s)})"))
+            if not (z3.eq(z3.simplify(region.lo), z3.IntVal(0)) and z3.eq(z3.simplify(region.hi), pv.n)):
+                out.append(RingViolation("fill", ring.name, fn, a.line, "the loader's loop does not run over blocks "
+                                         "0..n-1 once"))
+            wait = next((w for w in reversed(region.accesses[:i]) if w.kind == "wait" and w.array == ring.empty),
+                        None)
+            if wait is None:
+                out.append(RingViolation("fill", ring.name, fn, a.line, f"{where} does not wait on {ring.empty} "
+                                         "first: it may overwrite a slot a consumer still reads"))
+                continue
+            bad = z3.Or(wait.slot != a.slot, wait.phase != ((idx / s) + 1) % 2)
+            cex = pv.counterexample(bad, rng)
+            if cex:
+                out.append(RingViolation("fill", ring.name, fn, wait.line, f"the wait on {ring.empty} at line "
+                                         f"{wait.line} is not the release of block idx - {s} of the slot it refills"
+                                         f" ({_where(cex, s)})"))
+    return out
+
+
+def _check_consumer(fn: str, regions: list[_Region], rings: Sequence[Ring], pv: _Prover) -> list[RingViolation]:
+    out: list[RingViolation] = []
+    s = pv.stages
+    by_buffer = {r.buffers: r for r in rings}
+    by_empty = {r.empty: r for r in rings}
+    in_flight: list[_Access] = []        # issued, not retired wgmma, oldest first
+    waited: dict[str, list[tuple[_Access, _Region]]] = {r.ready: [] for r in rings}
+    releases: dict[str, list[tuple[_Access, _Region]]] = {r.name: [] for r in rings}
+    for region in regions:
+        rng = _in_range(region)
+        if region.loop_var is not None and in_flight:
+            out.append(RingViolation("unsupported", "-", fn, region.accesses[0].line if region.accesses else 0,
+                                     "wgmma in flight when the loop starts"))
+        for a in region.accesses:
+            if a.kind == "wait" and a.array in waited:
+                waited[a.array].append((a, region))
+            elif a.kind == "mma":
+                for buf, slot, idx in a.reads:
+                    ring = by_buffer.get(buf)
+                    if ring is None:
+                        continue
+                    out += _read_after_fill(fn, ring, a, slot, idx, region, waited[ring.ready], pv)
+                in_flight.append(a)
+            elif a.kind == "mma_wait":
+                in_flight = in_flight[len(in_flight) - a.keep:] if a.keep else []
+            elif a.kind == "arrive" and a.array in by_empty:
+                ring = by_empty[a.array]
+                releases[ring.name].append((a, region))
+                for m in in_flight:
+                    for buf, slot, _ in m.reads:
+                        if buf != ring.buffers:
+                            continue
+                        cex = pv.counterexample(a.slot == slot, rng)
+                        if cex:
+                            out.append(RingViolation(
+                                "release-after-retire", ring.name, fn, a.line,
+                                f"the release of {ring.empty} at line {a.line} may come while the wgmma issued at "
+                                f"line {m.line} still reads {ring.buffers} in the same slot ({_where(cex, s)}): "
+                                "the loader may overwrite a tile being read"))
+        if region.loop_var is not None and in_flight:
+            out.append(RingViolation("unsupported", "-", fn, region.accesses[-1].line if region.accesses else 0,
+                                     "wgmma still in flight at the end of a loop iteration"))
+    for ring in rings:
+        out += _release_once(fn, ring, releases[ring.name], pv)
+    return out
+
+
+def _read_after_fill(fn: str, ring: Ring, mma: _Access, slot: Any, idx: Any, region: _Region,
+                     waits: list[tuple[_Access, _Region]], pv: _Prover) -> list[RingViolation]:
+    s = pv.stages
+    rng = _in_range(region)
+    if idx is None:
+        return [RingViolation("read-after-fill", ring.name, fn, mma.line, f"the wgmma reads {ring.buffers} at a slot"
+                              f" that is not `block % {s}`: which block it holds cannot be followed")]
+    # the latest wait on the ring's ready barrier at this slot, in this region or before it
+    for w, wr in reversed(waits):
+        if wr is not region and wr.loop_var is not None:
+            continue  # a wait inside an earlier loop does not cover a read after it
+        if pv.counterexample(w.slot != slot, rng) is None:
+            cex = pv.counterexample(w.phase != (idx / s) % 2, rng)
+            if cex:
+                return [RingViolation("read-after-fill", ring.name, fn, w.line,
+                                      f"the wait on {ring.ready} at line {w.line} expects the wrong phase for the "
+                                      f"block its slot holds ({_where(cex, s)}): the wgmma at line {mma.line} may "
+                                      "read a tile before it lands or hang")]
+            return []
+    return [RingViolation("read-after-fill", ring.name, fn, mma.line, f"the wgmma at line {mma.line} reads "
+                          f"{ring.buffers} without waiting on {ring.ready} for that slot")]
+
+
+def _release_once(fn: str, ring: Ring, releases: list[tuple[_Access, _Region]], pv: _Prover) -> list[RingViolation]:
+    s = pv.stages
+    x = z3.Int("block#0")
+    count: Any = z3.IntVal(0)
+    for a, region in releases:
+        if a.idx is None:
+            return [RingViolation("release-once", ring.name, fn, a.line, f"the release at line {a.line} names a "
+                                  f"slot that is not `block % {s}`")]
+        if region.loop_var is None:
+            count = count + z3.If(a.idx == x, 1, 0)
+        else:  # the loop releases block idx(j) for each j in [lo, hi): x is released iff some j maps to it
+            j = region.loop_var
+            hit = z3.Exists([j], z3.And(j >= region.lo, j < region.hi, a.idx == x))
+            count = count + z3.If(hit, 1, 0)
+    line = releases[0][0].line if releases else 0
+    times = z3.Int("times#0")
+    cex = pv.counterexample(times != 1, [x >= 0, x < pv.n, times == count])
+    if cex:
+        got = cex.pop("times", None)
+        block = cex.pop("block", "?")
+        how = "never" if got == 0 else f"{got} times"
+        return [RingViolation("release-once", ring.name, fn, line, f"this consumer releases block {block} of ring "
+                              f"{ring.name} {how}, not once ({_where(cex, s)})")]
+    return []
