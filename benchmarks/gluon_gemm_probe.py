@@ -39,6 +39,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import triton
 from triton.experimental import gluon
@@ -50,6 +51,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from argus_inductor.dsl.precompile import _resource_usage  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------------
 # Kernel
@@ -84,15 +88,19 @@ def _split_n(x, FACTOR: gl.constexpr):
 
 
 @gluon.jit
+def _tile_counts(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr):
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    return num_pid_m, num_pid_n, num_pid_m * num_pid_n, gl.cdiv(K, BK)
+
+
+@gluon.jit
 def _load_partition(a_desc, w_desc, a_bufs, w_bufs, ready_bars, empty_bars, M, N, K,
                     BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
                     NUM_STAGES: gl.constexpr):
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    num_tiles = num_pid_m * num_pid_n
-    k_tiles = gl.cdiv(K, BK)
+    num_pid_m, num_pid_n, num_tiles, k_tiles = _tile_counts(M, N, K, BM, BN, BK)
     nbytes: gl.constexpr = a_desc.block_type.nbytes + w_desc.block_type.nbytes
 
     index = 0
@@ -119,10 +127,7 @@ def _mma_partition(c_desc, a_bufs, w_bufs, ready_bars, empty_bars, M, N, K,
                    NUM_STAGES: gl.constexpr, EPI_N: gl.constexpr, NUM_CONSUMER_WARPS: gl.constexpr):
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    num_tiles = num_pid_m * num_pid_n
-    k_tiles = gl.cdiv(K, BK)
+    num_pid_m, num_pid_n, num_tiles, k_tiles = _tile_counts(M, N, K, BM, BN, BK)
 
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_CONSUMER_WARPS, 1],
                                                          instr_shape=[16, BN, 16])
@@ -284,21 +289,6 @@ def gemm(a, w, config=None, out=None):
 # --------------------------------------------------------------------------------------------------------------
 # Offline compile (no GPU)
 # --------------------------------------------------------------------------------------------------------------
-
-
-def _resource_usage(cubin):
-    import re
-    import subprocess
-    import tempfile
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not cubin or not os.path.exists(tool):
-        return None, None
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, timeout=60).stdout
-    m = re.search(r"REG:(\d+).*LOCAL:(\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
 def compile_config(name, M=4096, N=4096, K=4096, dump=None):
