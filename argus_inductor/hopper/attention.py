@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
-from .rings import Ring, RingViolation, check_rings
+from .rings import Ring, RingViolation, check_kernel
 
 BLOCK_M = 128        # query rows a program
 BLOCK_N = 128        # keys a block
@@ -235,9 +235,9 @@ RINGS = (Ring("K", "k_bufs", "k_ready", "k_empty"), Ring("V", "v_bufs", "v_ready
 
 @functools.cache
 def prove_rings(stages: int) -> tuple[RingViolation, ...]:
-    """The ring discipline of this kernel's loader and (two copies of the) consumer partition, proved from their
-    source at `stages` slots: every violation found, empty when proved."""
-    return tuple(check_rings(_loader, [_consumer, _consumer], RINGS, (stages,)))
+    """The ring discipline of this kernel (its loader and two consumer partitions, and its barrier counts), proved
+    from its source at `stages` slots: every violation found, empty when proved."""
+    return tuple(check_kernel(attention_fwd_ws, RINGS, (stages,)))
 
 
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, causal: bool,

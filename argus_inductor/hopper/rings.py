@@ -44,7 +44,7 @@ class Ring:
 
 @dataclass(frozen=True)
 class RingViolation:
-    kind: str       # fill | read-after-fill | release-after-retire | release-once | unsupported
+    kind: str       # fill | read-after-fill | release-after-retire | release-once | barrier-count | unsupported
     ring: str
     function: str
     line: int
@@ -279,6 +279,70 @@ def check_rings(loader: Any, consumers: Sequence[Any], rings: Sequence[Ring], st
             out += [RingViolation("unsupported", "-", cr.name, ln, why) for ln, why in cr.problems]
             out += _check_consumer(cr.name, cregions, rings, prover)
     return _dedupe(out)
+
+
+def check_kernel(kernel: Any, rings: Sequence[Ring], stages: Sequence[int], partitions: dict[str, Any] | None = None,
+                 blocks: str = "n_blocks", stages_name: str = "STAGES") -> list[RingViolation]:
+    """Prove the ring discipline of a warp-specialized Gluon kernel: its `gl.warp_specialize` call names the
+    partitions (resolved in `partitions`, by default the kernel's module globals); the one that fills the rings is
+    the loader, the ones whose wgmma read them are consumers (a function listed twice is two consumers). Besides
+    `check_rings`, the barrier counts: each ring's empty barrier is initialised to the number of consumers (each
+    releases a block once: fewer and the loader refills a slot another consumer still reads, more and it waits
+    forever), its ready barrier to 1 (the loader's one expect-arrive a fill)."""
+    fn = getattr(kernel, "fn", kernel)
+    if isinstance(fn, str):
+        text, first, env = fn, 1, {}
+    else:
+        lines, first = inspect.getsourcelines(fn)
+        text, env = "".join(lines), fn.__globals__
+    names = dict(env if partitions is None else partitions)
+    tree = ast.parse(textwrap.dedent(text))
+    fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    inits: dict[str, tuple[int | None, int]] = {}
+    entries: list[tuple[str, int]] = []
+    for node in ast.walk(fdef):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
+        if (owner, node.func.attr) == ("mbarrier", "init") and node.args:
+            target = node.args[0]
+            if isinstance(target, ast.Call) and isinstance(target.func, ast.Attribute) and \
+                    isinstance(target.func.value, ast.Name):
+                count = next((k.value for k in node.keywords if k.arg == "count"), None)
+                inits[target.func.value.id] = (count.value if isinstance(count, ast.Constant) else None,
+                                               first + node.lineno - 1)
+        if (owner, node.func.attr) == ("gl", "warp_specialize") and node.args and isinstance(node.args[0], ast.List):
+            for e in node.args[0].elts:
+                if isinstance(e, ast.Tuple) and e.elts and isinstance(e.elts[0], ast.Name):
+                    entries.append((e.elts[0].id, first + e.lineno - 1))
+    kname = fdef.name
+    if not entries:
+        return [RingViolation("unsupported", "-", kname, first, "no gl.warp_specialize([...]) call to read")]
+    loaders, consumers = [], []
+    for name, line in entries:
+        part = names.get(name)
+        if part is None:
+            return [RingViolation("unsupported", "-", kname, line, f"partition {name} cannot be resolved")]
+        probe_env = {blocks: z3.Int("n"), stages_name: z3.IntVal(max(stages))}
+        accesses = [a for r in _Reader(part, probe_env, stages_name).run() for a in r.accesses]
+        buffers = {r.buffers for r in rings}
+        if any(a.kind == "fill" and a.buffer in buffers for a in accesses):
+            loaders.append(part)
+        elif any(a.kind == "mma" and any(b in buffers for b, _, _ in a.reads) for a in accesses):
+            consumers.append(part)
+    if len(loaders) != 1 or not consumers:
+        return [RingViolation("unsupported", "-", kname, entries[0][1], f"{len(loaders)} loader partition(s) and "
+                              f"{len(consumers)} consumer partition(s); the proof reads one loader and consumers")]
+    out: list[RingViolation] = []
+    for ring in rings:
+        for barrier, want, why in ((ring.empty, len(consumers), "one release from each consumer"),
+                                   (ring.ready, 1, "the loader's one expect-arrive a fill")):
+            got, line = inits.get(barrier, (None, first))
+            if got != want:
+                out.append(RingViolation("barrier-count", ring.name, kname, line, f"{barrier} is initialised to "
+                                         f"count={got}, but it takes {want} arrival(s) a phase ({why}, "
+                                         f"{len(consumers)} consumer partition(s))"))
+    return out + check_rings(loaders[0], consumers, rings, stages, blocks, stages_name)
 
 
 def _dedupe(vs: list[RingViolation]) -> list[RingViolation]:

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from argus_inductor.hopper import attention as gluon_attention
-from argus_inductor.hopper.rings import Ring, check_rings
+from argus_inductor.hopper.rings import Ring, check_kernel, check_rings
 
 RINGS = gluon_attention.RINGS
 LOADER = inspect.getsource(gluon_attention._loader.fn)
@@ -99,3 +99,28 @@ def test_verify_reports_a_lowering_whose_rings_fail(monkeypatch: pytest.MonkeyPa
                         lambda stages: tuple(check_rings(LOADER, [bad_consumer], RINGS, (stages,))))
     bad = verify(attention_fwd, pol, shapes)
     assert not bad.ok and bad.errors and "Gluon lowering: read-after-fill (K)" in bad.errors[0]
+
+
+KERNEL = inspect.getsource(gluon_attention.attention_fwd_ws.fn)
+PARTITIONS = {"_loader": gluon_attention._loader, "_consumer": gluon_attention._consumer}
+
+
+def test_the_kernel_is_read_from_its_warp_specialize_call() -> None:
+    """check_kernel finds the loader and the two consumer partitions in the kernel's gl.warp_specialize call and
+    proves the rings and the barrier counts (what prove_rings runs)."""
+    assert check_kernel(KERNEL, RINGS, (2, 3), partitions=PARTITIONS) == []
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_an_empty_barrier_counting_the_wrong_number_of_consumers_is_caught(count: int) -> None:
+    """count=1 with two consumers: the first release completes the phase and the loader refills a slot the other
+    warp group still reads; count=3: the phase never completes and the loader hangs."""
+    bad = edited(KERNEL, "mbarrier.init(v_empty.index(i), count=2)", f"mbarrier.init(v_empty.index(i), count={count})")
+    (v,) = check_kernel(bad, RINGS, (2,), partitions=PARTITIONS)
+    assert (v.kind, v.ring, v.line) == ("barrier-count", "V", line_of(bad, "mbarrier.init(v_empty.index(i)"))
+    assert f"count={count}" in v.message and "takes 2 arrival(s)" in v.message
+
+
+def test_a_partition_it_cannot_resolve_is_reported() -> None:
+    (v,) = check_kernel(KERNEL, RINGS, (2,), partitions={"_loader": gluon_attention._loader})
+    assert v.kind == "unsupported" and "_consumer cannot be resolved" in v.message
