@@ -24,9 +24,11 @@ def test_attention_tiles_fit_shared_memory_with_and_without_a_mask():
     """A mask tensor adds a BM x BN tile to every pipeline stage: the 128x128, 3-stage head-dim-128 template (192 KB
     of K/V stages) ran out of shared memory with one on the H100 (Llama prefill), so a masked signature takes 64x64
     tiles, and fit_attention counts the mask when shrinking a policy."""
-    plain = attention_policy(4096, 128, "cuda")
-    assert (plain.const("BM"), plain.const("BN"), plain.num_stages, plain.tma) == (128, 128, 3, True)
-    assert fit_attention(plain, 128, 2) == plain
+    plain = attention_policy(4096, 128, "cuda")  # the Gluon lowering's ring: two slots up to 4096 queries
+    assert (plain.const("BM"), plain.const("BN"), plain.num_stages, plain.tma) == (128, 128, 2, True)
+    assert plain.warp_specialize and fit_attention(plain, 128, 2) == plain
+    long = attention_policy(16384, 128, "cuda")  # three slots (224 KB with the Q tile) still fit
+    assert long.num_stages == 3 and fit_attention(long, 128, 2) == long
     masked = attention_policy(4096, 128, "cuda", has_mask=True)
     assert masked.const("BM") * masked.const("BN") <= 64 * 64 and not masked.tma
     assert fit_attention(masked, 128, 2, has_mask=True) == masked
