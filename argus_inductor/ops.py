@@ -54,6 +54,7 @@ from .kernels.launch import pow2
 from .kernels.moe import gate_up_rows, gather_policy, gathers_rows, moe_align, moe_down, moe_gate_up, moe_gather
 from .kernels.pointwise import broadcasts_to
 from .policies import (
+    attention_fallbacks,
     attention_policy,
     fit_attention,
     fit_shared_memory,
@@ -279,6 +280,32 @@ def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     return p.as_dict()
 
 
+def _attention_dims(sig: Signature) -> dict[str, int]:
+    return {k: v for k, v in sig.dims().items() if k in ("Z", "H", "HK", "S", "T", "D")}
+
+
+def _attention_fallbacks(sig: Signature, policies: dict[str, Policy]) -> dict[str, Policy]:
+    """A Gluon attention plan's Triton fallbacks (policies.attention_fallbacks), by the name verify_plan reports."""
+    p = policies.get("attention_fwd")
+    if p is None or not p.warp_specialize:
+        return {}
+    fbs = attention_fallbacks(p, _ELEM_BYTES.get(sig.dtypes[0], 4))
+    return {f"attention_fwd (Triton fallback {f.const('BM')}x{f.const('BN')}, {f.num_stages} stages)": f for f in fbs}
+
+
+def _attention_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[dict[str, int], list[str]]]:
+    names = ["attention_fwd", "attention_decode", *_attention_fallbacks(sig, policies)]
+    return {n: (_attention_dims(sig), []) for n in names}
+
+
+def _attention_host_kernels(sig: Signature, policies: dict[str, Policy],
+                            target: str | None) -> dict[str, tuple[Kernel, Policy]]:
+    """The Triton policies a Gluon attention plan falls back to for launches the Gluon kernel cannot take."""
+    if target not in (None, "cuda"):
+        return {}
+    return {n: (attention_fwd, p) for n, p in _attention_fallbacks(sig, policies).items()}
+
+
 def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
     d = sig.dims()["D"]
     return {"attention_fwd": {"BD": builtins.max(16, pow2(d)),
@@ -367,9 +394,8 @@ SPECS: dict[str, OpSpec] = {
     "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},
                   lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}, presplit=("bmm_kernel",)),
     "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,
-                        lambda s: {n: {k: v for k, v in s.dims().items() if k in ("Z", "H", "HK", "S", "T", "D")}
-                                   for n in ("attention_fwd", "attention_decode")},
-                        _attention_select),
+                        lambda s: {n: _attention_dims(s) for n in ("attention_fwd", "attention_decode")},
+                        _attention_select, checks=_attention_checks, host_kernels=_attention_host_kernels),
     "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
                   lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
                              "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}},

@@ -43,18 +43,18 @@ def presplit_gemm_policy(m: int, n: int, k: int) -> Policy:
     return Policy.make(BM=128, BN=256, BK=32, num_warps=8, num_stages=3)
 
 
-def attention_policy(s: int, d: int, target: str, has_mask: bool = False) -> Policy:
+def attention_policy(s: int, d: int, target: str, has_mask: bool = False, gluon: bool = True) -> Policy:
     """From benchmarks/results/sweep-attention-2026-11-23.json (H100, bf16). Long sequences at head dim 128 take
     128x128 tiles whose K/V blocks stream through tensor descriptors (0.83-0.95x cuDNN there; pointer loads of
     the same tiles 0.76-0.81x); sequences of 1024 and head dim 64 are fastest with pointer loads. A mask tensor
     adds a BM x BN tile to every stage (and is broadcast, so no descriptor reads it): 64x64 tiles."""
     if target == "interpret":
         return Policy.make(BM=16, BN=16)
-    if target == "cuda" and not has_mask and d in (64, 128) and s >= 1024:
+    if gluon and target == "cuda" and not has_mask and d in (64, 128) and s >= 1024:
         # the Gluon lowering (argus_inductor.hopper.attention): 1.035x the faster SDPA backend over ops.py's seven
         # attention shapes on the H100 (Triton lowering: 0.877x); a ring of two slots up to 4096 queries, three
         # taking turns beyond (gluon-attention-probe-h100-2026-11-23.json). Launches it cannot take (ragged lengths,
-        # float32) run the Triton lowering of these tiles.
+        # head-transposed or other non-contiguous operands, float32) run attention_fallback's Triton policy.
         return Policy.make(BM=128, BN=128, num_warps=8, num_stages=3 if s >= 8192 else 2, tma=True,
                            warp_specialize=True)
     if s <= 16:
@@ -68,6 +68,27 @@ def attention_policy(s: int, d: int, target: str, has_mask: bool = False) -> Pol
     if s >= 2048:
         return Policy.make(BM=128, BN=128, num_warps=8, num_stages=3, tma=target == "cuda")
     return Policy.make(BM=64, BN=64, num_warps=4, num_stages=3)
+
+
+def attention_fallback(policy: Policy, s: int, elem_bytes: int) -> Policy:
+    """The Triton policy of an attention_fwd launch whose policy asks for the Gluon lowering but which that
+    lowering cannot take: the Triton template for its query length (attention_policy without the Gluon lowering),
+    fitted to shared memory for its element size, with the policy's constexprs (BD, CAUSAL, HAS_MASK)."""
+    d = policy.const("BD", 128)
+    has_mask = bool(policy.const("HAS_MASK", 0))
+    p = fit_attention(attention_policy(s, d, "cuda", has_mask, gluon=False), d, elem_bytes, has_mask=has_mask)
+    return p.with_consts(**{k: v for k, v in policy.consts if k not in ("BM", "BN")})
+
+
+def attention_fallbacks(policy: Policy, elem_bytes: int) -> list[Policy]:
+    """Every policy attention_fallback can give for `policy`, whatever the query length (what the checker proves
+    beside the Gluon plan)."""
+    out: list[Policy] = []
+    for s in (1024, 2048, 8192):
+        p = attention_fallback(policy, s, elem_bytes)
+        if p not in out:
+            out.append(p)
+    return out
 
 
 def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Policy, Policy]:

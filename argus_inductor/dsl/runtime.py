@@ -456,23 +456,26 @@ class Kernel:
         if target is None:
             dev = next((a.device for a in list(args) + list(kwargs.values()) if hasattr(a, "device")), None)
             target = default_target(dev)
-        if policy is not None and policy.warp_specialize and target == "cuda" and self._hopper(policy, args, kwargs):
-            return
+        if policy is not None and policy.warp_specialize and target == "cuda":
+            policy = self._hopper(policy, args, kwargs)
+            if policy is None:
+                return
         self.compile(policy, target)(*args, **kwargs)
 
-    def _hopper(self, policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Run the kernel's Gluon lowering (argus_inductor.hopper) if it has one that takes this launch."""
+    def _hopper(self, policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Policy | None:
+        """Run the kernel's Gluon lowering (argus_inductor.hopper) if it takes this launch (None: it ran); else the
+        policy the Triton lowering runs the launch with (the lowering's fallback for it)."""
         from ..hopper import lowering_for
 
-        run = lowering_for(self.name)
-        if run is None or kwargs:
-            return False
-        if not run(policy, *args):
-            return False
+        lowering = lowering_for(self.name)
+        if lowering is None or kwargs:
+            return policy
+        if not lowering.launch(policy, *args):
+            return lowering.fallback(policy, *args)
         opaque = getattr(_OBSERVER, "opaque", None)
         if opaque is not None:  # a recording of this call would miss the launch: it must not replay
             opaque(f"{self.name} ran its hand-written Gluon lowering, which launch recording cannot see")
-        return True
+        return None
 
 
 def _parse_function(tree: ast.FunctionDef, source: str, filename: str, first_line: int,

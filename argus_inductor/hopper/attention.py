@@ -17,7 +17,8 @@ O goes back through the Q tile with a TMA store.
 The policy (`policy_fits`): 128x128 tiles, num_warps 8, num_stages 2 or 3 (the ring's slots; 3 adds the turns).
 Preconditions (`supported`): bf16 or fp16, head dim 64 or 128, sequence lengths multiples of 128 (the 2-D
 (rows, D) descriptors would let a ragged tile read the next head's rows), causal only with S == T, contiguous
-operands, no mask tensor, a compute capability 9.0 device. Anything else runs the Triton lowering.
+operands, no mask tensor, a compute capability 9.0 device. Anything else runs the Triton lowering at the Triton
+template for its shape (`fallback`: transformers' attention passes head-transposed q, k, v, which take it).
 
 Measured on the H100 (benchmarks/results/ops-attention-gluon-2026-11-23.md, `python benchmarks/ops.py --ops attention`):
 1.035x the faster SDPA backend over ops.py's seven attention shapes, where the Triton lowering reached 0.877x; the
@@ -296,6 +297,14 @@ def launch(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, Ma
     return True
 
 
+def fallback(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, Mask: torch.Tensor, O: torch.Tensor,
+             scale: float) -> Policy:
+    """The Triton policy of a launch `launch` declined (policies.attention_fallback)."""
+    from ..policies import attention_fallback
+
+    return attention_fallback(policy, Q.shape[2], Q.element_size())
+
+
 def compile_for_sm90(d: int, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16) -> Any:
     """Compile the kernel for sm_90 without a GPU (Triton ships ptxas); returns Triton's compiled kernel. Needs a
     process that does not interpret Triton kernels (TRITON_INTERPRET, or ARGUS_INTERPRET, which sets it)."""
@@ -320,4 +329,4 @@ def compile_for_sm90(d: int, causal: bool, stages: int = 2, dtype: torch.dtype =
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=LAUNCH_REGS))
 
 
-__all__ = ["launch", "supported", "policy_fits", "prove_rings", "compile_for_sm90", "attention_fwd_ws"]
+__all__ = ["launch", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90", "attention_fwd_ws"]

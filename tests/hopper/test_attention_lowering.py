@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,7 +115,9 @@ def test_a_recording_of_a_call_that_ran_a_gluon_lowering_is_refused(monkeypatch:
     from argus_inductor.replay import record
 
     ran = []
-    monkeypatch.setattr(hopper, "lowering_for", lambda name: (lambda policy, *args: ran.append(name) or True))
+    fake = types.SimpleNamespace(launch=lambda policy, *args: ran.append("attention_fwd") or True,
+                                 fallback=lambda policy, *args: pytest.fail("the fake lowering took the launch"))
+    monkeypatch.setattr(hopper, "lowering_for", lambda name: fake)
     q = torch.randn(1, 2, 128, 64)
     out = torch.empty_like(q)
     m = mask_operand(None, q, q)
@@ -144,3 +147,34 @@ def test_on_the_h100_it_matches_sdpa(z: int, h: int, hk: int, s: int, d: int, ca
     got = attention(ragged, ragged, ragged, causal, policy=attention_policy(s, d, "cuda"))
     want = F.scaled_dot_product_attention(ragged.float(), ragged.float(), ragged.float(), is_causal=causal)
     assert ((got.float() - want).abs().max() / want.abs().max()).item() < 2e-2
+
+
+def test_a_launch_the_gluon_kernel_declines_runs_the_triton_template_for_its_shape() -> None:
+    """transformers passes head-transposed q, k, v (and CPU tensors here are no sm_90 launch): the Gluon kernel
+    declines, and the runtime runs the Triton lowering at the Triton template for the launch's query length and
+    element size, with the policy's constexprs, not at the Gluon ring's tiles."""
+    from argus_inductor.policies import attention_fallback, fit_attention
+
+    pol = ws_policy(2, 1, 128)
+    q = torch.randn(1, 4, 2048, 128, dtype=torch.bfloat16)
+    args = (q, q, q, mask_operand(None, q, q), torch.empty_like(q), 0.1)
+    got = attention_fwd._hopper(pol, args, {})
+    want = attention_policy(2048, 128, "cuda", gluon=False)
+    assert got == want.with_consts(BD=128, CAUSAL=1, HAS_MASK=0) and got.num_stages == 3 and not got.warp_specialize
+    assert attention_fallback(pol, 1024, 2).const("BM") == 64  # the short-sequence template
+    assert attention_fallback(ws_policy(2, 0, 64), 4096, 2).const("BN") == 64
+    f32 = attention_fallback(pol, 4096, 4)  # float32 tiles are fitted to shared memory
+    assert f32 == fit_attention(want, 128, 4).with_consts(BD=128, CAUSAL=1, HAS_MASK=0) and f32 != got
+
+
+def test_a_gluon_attention_entry_proves_the_plan_its_rings_and_its_triton_fallbacks() -> None:
+    from argus_inductor import ops
+    from argus_inductor.agent.opspecs import Problem, signature_for
+
+    sig = signature_for(Problem("attention", "causal,gqa4", dict(H=32, HK=8, D=128, Z=1, S=4096, T=4096),
+                                "bfloat16", (), "cpu"), "sm_90")
+    entry = ops.make_entry(sig)
+    v = entry.verification
+    assert entry.policy["warp_specialize"] is True and v["status"] == "verified", v
+    fallbacks = [n for n in v["kernels"] if n.startswith("attention_fwd (Triton fallback")]
+    assert len(fallbacks) == 2 and all(v["kernels"][n]["ok"] for n in fallbacks)  # 64x64 and 128x128 templates
