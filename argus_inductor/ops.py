@@ -273,7 +273,9 @@ def _bias_consts(sig: Signature) -> dict[str, int]:
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
     parts = _epi_parts(sig)
-    p = attention_policy(d["S"], d["D"], target, "mask" in parts)
+    # the Gluon lowering reads bf16 and fp16 operands only: other dtypes take the Triton template
+    gluon = sig.dtypes[0] in ("bfloat16", "float16")
+    p = attention_policy(d["S"], d["D"], target, "mask" in parts, gluon=gluon)
     if target != "interpret":
         p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4),
                           has_mask="mask" in parts, target=target)

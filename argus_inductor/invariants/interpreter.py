@@ -119,7 +119,7 @@ def warp_specialized_staging(policy: Policy, loop: Op, load: Op) -> Staging | No
     slot as soon as it is released, so at iteration it it may have issued the load of iteration
     it + num_stages - 1 - readers."""
     rank = mma_rank(loop, load)
-    if rank is None:
+    if rank is None or policy.num_stages < 2:  # a Gluon ring has two slots or more; one slot pipelines nothing
         return None
     readers = 1 if rank > 0 else 0
     return Staging(buffers=policy.num_stages, distance=policy.num_stages - 1 - readers, readers=readers)

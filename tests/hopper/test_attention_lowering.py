@@ -178,3 +178,16 @@ def test_a_gluon_attention_entry_proves_the_plan_its_rings_and_its_triton_fallba
     assert entry.policy["warp_specialize"] is True and v["status"] == "verified", v
     fallbacks = [n for n in v["kernels"] if n.startswith("attention_fwd (Triton fallback")]
     assert len(fallbacks) == 2 and all(v["kernels"][n]["ok"] for n in fallbacks)  # 64x64 and 128x128 templates
+
+
+def test_only_signatures_the_gluon_kernel_reads_get_its_template() -> None:
+    from argus_inductor import ops
+    from argus_inductor.agent.opspecs import Problem, signature_for
+
+    def template(dtype: str, epi: str = "causal") -> dict:
+        sig = signature_for(Problem("attention", epi, dict(H=8, HK=8, D=128, Z=1, S=4096, T=4096), dtype, (), "cpu"),
+                            "sm_90")
+        return ops.SPECS["attention"].template(sig, "cuda")
+
+    assert template("bfloat16")["warp_specialize"] and template("float16")["warp_specialize"]
+    assert not template("float32")["warp_specialize"] and not template("bfloat16", "causal,mask")["warp_specialize"]
