@@ -1085,6 +1085,16 @@ def _(a, b, node_id):
     return a.new_empty(a.shape[0], a.shape[1], b.shape[2])
 
 
+def _lowering_note(policy: Policy, q: Tensor, k: Tensor, v: Tensor, out: Tensor, scale: float) -> str:
+    """Which lowering a warp-specialized attention plan's call takes, for the report."""
+    from .hopper import lowering_for
+
+    gluon = lowering_for("attention_fwd")
+    why = "no Gluon in this Triton" if gluon is None else gluon.declines(policy, q, k, v, out, scale)
+    return ("attention_fwd: the Gluon lowering (TMA loader warp, two wgmma consumer warp groups)" if why is None
+            else f"attention_fwd: the Triton lowering at the Triton template (the Gluon kernel declines: {why})")
+
+
 def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, node_id: str,
                    fallback: Callable[[], Tensor], mask: Tensor | None = None) -> Tensor:
     z, h, s, d = q.shape
@@ -1100,7 +1110,10 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # contiguous, as the fake says
         name = "attention_decode" if "attention_decode" in plan.policies else "attention_fwd"
         qs, scs = nonnegative_scale(q, sc)
-        plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=plan.policies[name], target=target)
+        pol = plan.policies[name]
+        if pol.warp_specialize and target == "cuda":
+            _report.note(node_id, _lowering_note(pol, qs, k, v, out, scs))
+        plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=pol, target=target)
         return out
 
     def fallback_contiguous() -> Tensor:  # SDPA returns q's layout; the op's fake (and the kernels) a contiguous one

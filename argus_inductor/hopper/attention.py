@@ -279,13 +279,21 @@ def _descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
             TensorDescriptor.from_tensor(o.view(z * h * s, d), [BLOCK_M // CONSUMERS, d], rows_q))
 
 
+def declines(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
+             scale: float) -> str | None:
+    """Why this lowering does not take attention_fwd's launch under `policy`, or None when it does."""
+    if scale < 0:
+        return "a negative scale"
+    return policy_fits(policy) or supported(Q, K, V, O, bool(policy.const("CAUSAL", 0)),
+                                            bool(policy.const("HAS_MASK", 0)))
+
+
 def launch(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, Mask: torch.Tensor,
            O: torch.Tensor, scale: float) -> bool:
-    """Run attention_fwd's arguments through the Gluon kernel if `supported`; False (nothing launched) if not."""
-    causal = bool(policy.const("CAUSAL", 0))
-    if scale < 0 or policy_fits(policy) is not None or supported(
-            Q, K, V, O, causal, bool(policy.const("HAS_MASK", 0))) is not None:
+    """Run attention_fwd's arguments through the Gluon kernel unless it `declines`; False (nothing launched) if so."""
+    if declines(policy, Q, K, V, O, scale) is not None:
         return False
+    causal = bool(policy.const("CAUSAL", 0))
     z, h, s, d = Q.shape
     hk, t = K.shape[1], K.shape[2]
     stages, pingpong = policy.num_stages, policy.num_stages >= 3
@@ -329,4 +337,5 @@ def compile_for_sm90(d: int, causal: bool, stages: int = 2, dtype: torch.dtype =
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=LAUNCH_REGS))
 
 
-__all__ = ["launch", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90", "attention_fwd_ws"]
+__all__ = ["launch", "declines", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90",
+           "attention_fwd_ws"]
