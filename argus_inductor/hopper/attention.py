@@ -16,9 +16,10 @@ O goes back through the Q tile with a TMA store.
 
 The policy (`policy_fits`): 128x128 tiles, num_warps 8, num_stages 2 or 3 (the ring's slots; 3 adds the turns).
 Preconditions (`supported`): bf16 or fp16, head dim 64 or 128, sequence lengths multiples of 128 (the 2-D
-(rows, D) descriptors would let a ragged tile read the next head's rows), causal only with S == T, contiguous
-operands, no mask tensor, a compute capability 9.0 device. Anything else runs the Triton lowering at the Triton
-template for its shape (`fallback`: transformers' attention passes head-transposed q, k, v, which take it).
+descriptors would let a ragged tile read the next head's rows), causal only with S == T, each operand contiguous or
+head-transposed (contiguous (Z, L, H, D) memory, as transformers passes q, k and v: read through the (Z*L, H*D)
+view, a head's tile at column h*D), no mask tensor, a compute capability 9.0 device. Anything else runs the Triton
+lowering at the Triton template for its shape (`fallback`).
 
 Measured on the H100 (benchmarks/results/ops-attention-gluon-2026-11-23.md, `python benchmarks/ops.py --ops attention`):
 1.035x the faster SDPA backend over ops.py's seven attention shapes, where the Triton lowering reached 0.877x; the
@@ -68,7 +69,7 @@ def policy_fits(policy: Policy) -> str | None:
 
 
 @gluon.jit
-def _loader(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, kv_row0, n_blocks,
+def _loader(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, kv_row0, kv_col, n_blocks,
             BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
     for j in range(n_blocks):
         slot = j % STAGES
@@ -77,10 +78,10 @@ def _loader(k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, 
         # a barrier starts with phase "1 complete", so the first pass over the ring does not wait
         mbarrier.wait(k_empty.index(slot), ph ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row, 0], k_ready.index(slot), k_bufs.index(slot))
+        tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot), k_bufs.index(slot))
         mbarrier.wait(v_empty.index(slot), ph ^ 1)
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [row, 0], v_ready.index(slot), v_bufs.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot), v_bufs.index(slot))
 
 
 @gluon.jit
@@ -96,7 +97,7 @@ def _softmax_block(s, m_i, l_i, rows, cols, qk_scale, MASK: gl.constexpr):
 
 @gluon.jit
 def _consumer(q_desc, o_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, turn_bars,
-              q_row, q_pos0, n_blocks, qk_scale,
+              q_row, q_col, o_row, o_col, q_pos0, n_blocks, qk_scale,
               WG: gl.constexpr, CW: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
               BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr):
     BM_C: gl.constexpr = q_smem.type.shape[0]
@@ -111,7 +112,7 @@ def _consumer(q_desc, o_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, k_empty, v
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem)
+    tma.async_copy_global_to_shared(q_desc, [q_row, q_col], q_bar, q_smem)
     s_zero = gl.zeros([BM_C, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([BM_C, HEAD_D], gl.float32, o_layout)
     m_i = gl.full([BM_C], -float("inf"), gl.float32, row_s)
@@ -169,12 +170,13 @@ def _consumer(q_desc, o_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, k_empty, v
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, row_o), 1)
     q_smem.store(acc.to(dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row, 0], q_smem)
+    tma.async_copy_shared_to_global(o_desc, [o_row, o_col], q_smem)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def attention_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, H, HK, S, T, n_m_blocks,
+                     q_rz, q_rh, q_ch, kv_rz, kv_rh, kv_ch, o_rz, o_rh, o_ch,
                      HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                      LOADER_REGS: gl.constexpr):
@@ -191,8 +193,13 @@ def attention_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, H, HK, S, T, n_m_
     h = pid_zh % H
     hk = h // (H // HK)
     q_pos0 = m_blk * BLOCK_M
-    q_row0 = pid_zh * S + q_pos0
-    kv_row0 = (z * HK + hk) * T
+    # a tensor's 2-D view: (batch, head, position) is row z*rz + h*rh + position, column h*ch (see _views)
+    q_row0 = z * q_rz + h * q_rh + q_pos0
+    q_col = h * q_ch
+    o_row0 = z * o_rz + h * o_rh + q_pos0
+    o_col = h * o_ch
+    kv_row0 = z * kv_rz + hk * kv_rh
+    kv_col = hk * kv_ch
     if CAUSAL:
         n_blocks = (q_pos0 + BLOCK_M + BLOCK_N - 1) // BLOCK_N
     else:
@@ -221,13 +228,13 @@ def attention_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, H, HK, S, T, n_m_
 
     gl.warp_specialize([
         (_consumer, (q_desc, o_desc, q_smem.index(0), q_bars.index(0), k_bufs, v_bufs, k_ready, k_empty, v_ready,
-                     v_empty, turn_bars, q_row0, q_pos0, n_blocks, qk_scale, 0, CW, CAUSAL, PINGPONG, BLOCK_N,
-                     HEAD_D, STAGES)),
-        (_consumer, (q_desc, o_desc, q_smem.index(1), q_bars.index(1), k_bufs, v_bufs, k_ready, k_empty, v_ready,
-                     v_empty, turn_bars, q_row0 + BM_C, q_pos0 + BM_C, n_blocks, qk_scale, 1, CW, CAUSAL,
+                     v_empty, turn_bars, q_row0, q_col, o_row0, o_col, q_pos0, n_blocks, qk_scale, 0, CW, CAUSAL,
                      PINGPONG, BLOCK_N, HEAD_D, STAGES)),
-        (_loader, (k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, kv_row0, n_blocks, BLOCK_N,
-                   STAGES)),
+        (_consumer, (q_desc, o_desc, q_smem.index(1), q_bars.index(1), k_bufs, v_bufs, k_ready, k_empty, v_ready,
+                     v_empty, turn_bars, q_row0 + BM_C, q_col, o_row0 + BM_C, o_col, q_pos0 + BM_C, n_blocks,
+                     qk_scale, 1, CW, CAUSAL, PINGPONG, BLOCK_N, HEAD_D, STAGES)),
+        (_loader, (k_desc, v_desc, k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty, kv_row0, kv_col, n_blocks,
+                   BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -239,6 +246,25 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
     """The ring discipline of this kernel (its loader and two consumer partitions, and its barrier counts), proved
     from its source at `stages` slots: every violation found, empty when proved."""
     return tuple(check_kernel(attention_fwd_ws, RINGS, (stages,)))
+
+
+def _layout(x: torch.Tensor) -> str | None:
+    """'heads' for a contiguous (Z, H, L, D) tensor, 'positions' for a head-transposed one (contiguous (Z, L, H, D)
+    memory viewed as (Z, H, L, D), as transformers' attention passes q, k and v), None otherwise."""
+    if x.is_contiguous():
+        return "heads"
+    if x.transpose(1, 2).is_contiguous():
+        return "positions"
+    return None
+
+
+def _view(x: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
+    """The 2-D view a descriptor reads `x` (Z, H, L, D) through, and where (batch z, head h, position l) is in it:
+    row z*rz + h*rh + l, columns h*ch .. h*ch + D - 1."""
+    z, h, length, d = x.shape
+    if _layout(x) == "heads":
+        return x.view(z * h * length, d), h * length, length, 0
+    return x.transpose(1, 2).reshape(z * length, h * d), length, 0, d  # a view: that memory is contiguous
 
 
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, causal: bool,
@@ -260,23 +286,25 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
         return "causal with S != T"
     if h % hk or k.shape != v.shape or k.shape[0] != z or o.shape != q.shape:
         return "shapes"
-    if not all(x.is_contiguous() for x in (q, k, v, o)):
-        return "non-contiguous operands"
+    if any(_layout(x) is None for x in (q, k, v, o)) or _layout(k) != _layout(v):
+        return "operand layouts (each contiguous, or head-transposed as transformers passes them; k and v alike)"
     return None
 
 
 def _descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> tuple[Any, ...]:
+    """The four tensor descriptors, and the nine (rz, rh, ch) placement numbers of q, k and v, and o (see _view)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    z, h, s, d = q.shape
-    hk, t = k.shape[1], k.shape[2]
+    d = q.shape[-1]
     gdt = _GL_DTYPES[q.dtype]
     rows_q = gl.NVMMASharedLayout.get_default_for([BLOCK_M // CONSUMERS, d], gdt)
     rows_kv = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], gdt)
-    return (TensorDescriptor.from_tensor(q.view(z * h * s, d), [BLOCK_M // CONSUMERS, d], rows_q),
-            TensorDescriptor.from_tensor(k.view(z * hk * t, d), [BLOCK_N, d], rows_kv),
-            TensorDescriptor.from_tensor(v.view(z * hk * t, d), [BLOCK_N, d], rows_kv),
-            TensorDescriptor.from_tensor(o.view(z * h * s, d), [BLOCK_M // CONSUMERS, d], rows_q))
+    (q2, *qp), (k2, *kp), (v2, *_), (o2, *op) = _view(q), _view(k), _view(v), _view(o)
+    descs = (TensorDescriptor.from_tensor(q2, [BLOCK_M // CONSUMERS, d], rows_q),
+             TensorDescriptor.from_tensor(k2, [BLOCK_N, d], rows_kv),
+             TensorDescriptor.from_tensor(v2, [BLOCK_N, d], rows_kv),
+             TensorDescriptor.from_tensor(o2, [BLOCK_M // CONSUMERS, d], rows_q))
+    return descs, (*qp, *kp, *op)
 
 
 def declines(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, O: torch.Tensor,
@@ -298,7 +326,8 @@ def launch(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, Ma
     hk, t = K.shape[1], K.shape[2]
     stages, pingpong = policy.num_stages, policy.num_stages >= 3
     n_m = s // BLOCK_M
-    attention_fwd_ws[(n_m, z * h)](*_descriptors(Q, K, V, O), scale * LOG2E, h, hk, s, t, n_m,
+    descs, places = _descriptors(Q, K, V, O)
+    attention_fwd_ws[(n_m, z * h)](*descs, scale * LOG2E, h, hk, s, t, n_m, *places,
                                    HEAD_D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal,
                                    PINGPONG=pingpong, CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
                                    num_warps=4, maxnreg=LAUNCH_REGS)
@@ -326,11 +355,12 @@ def compile_for_sm90(d: int, causal: bool, stages: int = 2, dtype: torch.dtype =
     from triton.runtime.jit import mangle_type
 
     q = torch.empty(1, 2, 1024, d, dtype=dtype)
-    descs = _descriptors(q, q, q, q)
+    descs, _ = _descriptors(q, q, q, q)
     consts = dict(HEAD_D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal, PINGPONG=stages >= 3,
                   CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
     sig: dict[str, str] = dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), map(mangle_type, descs)))
     sig.update(qk_scale="fp32", H="i32", HK="i32", S="i32", T="i32", n_m_blocks="i32")
+    sig.update({n: "i32" for n in ("q_rz", "q_rh", "q_ch", "kv_rz", "kv_rh", "kv_ch", "o_rz", "o_rh", "o_ch")})
     sig.update({n: "constexpr" for n in consts})
     fn = attention_fwd_ws
     src = GluonASTSource(fn, {n: sig[n] for n in fn.arg_names}, constexprs=consts)

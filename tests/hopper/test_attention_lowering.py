@@ -126,16 +126,41 @@ def test_a_recording_of_a_call_that_ran_a_gluon_lowering_is_refused(monkeypatch:
     assert ran == ["attention_fwd"] and rec is None and "Gluon lowering" in why
 
 
+@pytest.mark.parametrize("layout", ["heads", "positions"])
+def test_each_layouts_view_places_every_row_where_the_kernel_reads_it(layout: str) -> None:
+    """The kernel reads (batch z, head h, position l) at row z*rz + h*rh + l, columns h*ch.. of the view _view
+    builds: checked here element for element, for contiguous and head-transposed tensors."""
+    from argus_inductor.hopper.attention import _layout, _view
+
+    z, h, length, d = 2, 3, 5, 4
+    x = torch.randn(z, h, length, d) if layout == "heads" else torch.randn(z, length, h, d).transpose(1, 2)
+    assert _layout(x) == layout
+    view, rz, rh, ch = _view(x)
+    assert view.data_ptr() == x.data_ptr() and view.is_contiguous()
+    for zi in range(z):
+        for hi in range(h):
+            for li in range(length):
+                assert torch.equal(view[zi * rz + hi * rh + li, hi * ch:hi * ch + d], x[zi, hi, li])
+    assert _layout(torch.randn(2, 3, 8, 4)[:, :, ::2]) is None
+
+
 @pytest.mark.skipif(not GPU, reason="needs the H100 (ARGUS_TEST_DEVICE=cuda)")
-@pytest.mark.parametrize("z,h,hk,s,d,causal,dtype,stages", [
-    (2, 4, 4, 512, 128, True, torch.bfloat16, 2), (1, 4, 2, 1024, 64, False, torch.bfloat16, 2),
-    (2, 8, 2, 768, 128, True, torch.float16, 3), (1, 2, 2, 2048, 128, False, torch.bfloat16, 3)])
+@pytest.mark.parametrize("z,h,hk,s,d,causal,dtype,stages,layout", [
+    (2, 4, 4, 512, 128, True, torch.bfloat16, 2, "heads"), (1, 4, 2, 1024, 64, False, torch.bfloat16, 2, "heads"),
+    (2, 8, 2, 768, 128, True, torch.float16, 3, "heads"), (1, 2, 2, 2048, 128, False, torch.bfloat16, 3, "heads"),
+    (2, 8, 2, 512, 128, True, torch.bfloat16, 2, "positions"), (1, 4, 4, 1024, 64, False, torch.float16, 3,
+                                                                "positions")])
 def test_on_the_h100_it_matches_sdpa(z: int, h: int, hk: int, s: int, d: int, causal: bool, dtype: torch.dtype,
-                                     stages: int) -> None:
+                                     stages: int, layout: str) -> None:
+    """Contiguous operands, and head-transposed ones as transformers passes them (the output then too)."""
     from argus_inductor.hopper.attention import launch
 
-    q = torch.randn(z, h, s, d, device="cuda", dtype=dtype)
-    k, v = (torch.randn(z, hk, s, d, device="cuda", dtype=dtype) for _ in range(2))
+    def make(heads: int) -> torch.Tensor:
+        if layout == "heads":
+            return torch.randn(z, heads, s, d, device="cuda", dtype=dtype)
+        return torch.randn(z, s, heads, d, device="cuda", dtype=dtype).transpose(1, 2)
+
+    q, k, v = make(h), make(hk), make(hk)
     out = torch.full_like(q, float("nan"))
     assert launch(ws_policy(stages, int(causal), d), q, k, v, mask_operand(None, q, k), out, d ** -0.5)
     ref = F.scaled_dot_product_attention(q.float(), k.repeat_interleave(h // hk, 1).float(),
