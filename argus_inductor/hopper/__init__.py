@@ -18,17 +18,24 @@ def has_lowering(kernel_name: str) -> bool:
     return kernel_name in _LOWERINGS
 
 
+_LOADED: dict[str, Any] = {}
+
+
 def lowering_for(kernel_name: str) -> Any:
     """The module of `kernel_name`'s Gluon lowering, or None where it has none (or this Triton has no Gluon)."""
+    if kernel_name in _LOADED:  # the launch path asks on every call
+        return _LOADED[kernel_name]
     module = _LOWERINGS.get(kernel_name)
-    if module is None:
-        return None
-    try:
-        import importlib
+    mod = None
+    if module is not None:
+        try:
+            import importlib
 
-        return importlib.import_module(f"{__name__}.{module}")
-    except ImportError:  # a Triton without triton.experimental.gluon
-        return None
+            mod = importlib.import_module(f"{__name__}.{module}")
+        except ImportError:  # a Triton without triton.experimental.gluon
+            mod = None
+    _LOADED[kernel_name] = mod
+    return mod
 
 
 def ring_proof(kernel_name: str, stages: int) -> list[str]:

@@ -248,6 +248,19 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
     return tuple(check_kernel(attention_fwd_ws, RINGS, (stages,)))
 
 
+@functools.cache
+def _capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+@functools.cache
+def _smem_layouts(dtype: torch.dtype, d: int) -> tuple[Any, Any]:
+    """The shared-memory layouts of a (64-row) Q/O tile and a K/V tile."""
+    gdt = _GL_DTYPES[dtype]
+    return (gl.NVMMASharedLayout.get_default_for([BLOCK_M // CONSUMERS, d], gdt),
+            gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], gdt))
+
+
 def _layout(x: torch.Tensor) -> str | None:
     """'heads' for a contiguous (Z, H, L, D) tensor, 'positions' for a head-transposed one (contiguous (Z, L, H, D)
     memory viewed as (Z, H, L, D), as transformers' attention passes q, k and v), None otherwise."""
@@ -274,7 +287,7 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
         return "a mask tensor"
     if q.dtype not in _GL_DTYPES or not (q.dtype == k.dtype == v.dtype == o.dtype):
         return f"dtype {q.dtype} (bf16 or fp16 operands and output)"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+    if not q.is_cuda or _capability(q.device) != (9, 0):
         return "not a compute capability 9.0 device"
     z, h, s, d = q.shape
     hk, t = k.shape[1], k.shape[2]
@@ -296,9 +309,7 @@ def _descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     d = q.shape[-1]
-    gdt = _GL_DTYPES[q.dtype]
-    rows_q = gl.NVMMASharedLayout.get_default_for([BLOCK_M // CONSUMERS, d], gdt)
-    rows_kv = gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], gdt)
+    rows_q, rows_kv = _smem_layouts(q.dtype, d)
     (q2, *qp), (k2, *kp), (v2, *_), (o2, *op) = _view(q), _view(k), _view(v), _view(o)
     descs = (TensorDescriptor.from_tensor(q2, [BLOCK_M // CONSUMERS, d], rows_q),
              TensorDescriptor.from_tensor(k2, [BLOCK_N, d], rows_kv),
