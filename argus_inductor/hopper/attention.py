@@ -28,6 +28,7 @@ ring sizes come from the probe's sweep (gluon-attention-probe-h100-2026-11-23.js
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -347,7 +348,11 @@ def launch(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, Ma
 
 def fallback(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, Mask: torch.Tensor, O: torch.Tensor,
              scale: float) -> Policy:
-    """The Triton policy of a launch `launch` declined (policies.attention_fallback)."""
+    """The Triton policy of a launch `launch` declined: the policy itself where its tiles are not this lowering's
+    (an explicit choice, e.g. a tuning candidate's, is kept), else the Triton template for the launch's shape
+    (policies.attention_fallback)."""
+    if policy_fits(policy) is not None:
+        return replace(policy, warp_specialize=False)
     from ..policies import attention_fallback
 
     return attention_fallback(policy, Q.shape[2], Q.element_size())

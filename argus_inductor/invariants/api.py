@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import z3
@@ -67,6 +67,18 @@ def as_policy(policy: Policy | Mapping[str, Any] | None) -> Policy:
     return Policy.make(**dict(policy))
 
 
+def _as_run(kernel_name: str, policy: Policy) -> Policy:
+    """The policy as it runs: a warp_specialize request whose tiles the kernel's Gluon lowering does not take runs
+    the Triton lowering at those tiles (and is proved so); one it takes is proved under the lowering's ring."""
+    if not policy.warp_specialize:
+        return policy
+    from ..hopper import lowering_for
+
+    gluon = lowering_for(kernel_name)
+    return policy if gluon is not None and gluon.policy_fits(policy) is None else replace(policy,
+                                                                                         warp_specialize=False)
+
+
 def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None = None,
            shapes: Mapping[str, int] | None = None, *, assumptions: Sequence[str] = (),
            staging: StagingHook | None = default_staging, timeout_ms: int | None = None) -> VerificationResult:
@@ -78,7 +90,7 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     "0 <= block_expert < E". staging: how pipelined loops stage their loads (None: no pipelining check).
     """
     ir = kernel.ir if isinstance(kernel, Kernel) else kernel
-    pol = as_policy(policy)
+    pol = _as_run(ir.name, as_policy(policy))
     t0 = time.perf_counter()
     shapes = dict(shapes or {})
     unknown = sorted(set(shapes) - set(ir.symbols))

@@ -228,3 +228,18 @@ def test_the_report_says_which_lowering_a_call_takes() -> None:
                     "compute capability 9.0 device)")
     assert declines(ws_policy(2, 0, 64), q, q, q, q, -0.1) == "a negative scale"
     assert "num_stages=4" in declines(replace(ws_policy(2, 0, 64), num_stages=4), q, q, q, q, 0.1)
+
+
+def test_a_policy_whose_tiles_are_not_the_gluon_kernels_runs_and_is_proved_as_it_is() -> None:
+    """A tuning candidate (or a user) asking for warp_specialize with other tiles gets the Triton lowering at those
+    tiles, not the template: the runtime keeps them, the checker proves them under Triton's pipelining (no ring
+    proof), and the plan lists no template fallbacks."""
+    from argus_inductor import ops
+
+    cand = replace(ws_policy(2, 1, 128), num_warps=4).with_consts(BM=64, BN=64)
+    q = torch.randn(1, 4, 2048, 128, dtype=torch.bfloat16)
+    got = attention_fwd._hopper(cand, (q, q, q, mask_operand(None, q, q), torch.empty_like(q), 0.1), {})
+    assert got == replace(cand, warp_specialize=False)
+    res = verify(attention_fwd, cand, dict(Z=1, H=4, HK=4, S=2048, T=2048, D=128))
+    assert res.ok and not any("rings are proved" in n for n in res.notes)
+    assert ops._attention_fallbacks(None, {"attention_fwd": cand}) == {}
