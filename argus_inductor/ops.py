@@ -288,20 +288,13 @@ def _attention_dims(sig: Signature) -> dict[str, int]:
 
 def _attention_fallbacks(sig: Signature, policies: dict[str, Policy]) -> dict[str, Policy]:
     """A Gluon attention plan's Triton fallbacks (policies.attention_fallbacks), by the name verify_plan reports."""
+    from .hopper import takes
+
     p = policies.get("attention_fwd")
-    if p is None or not p.warp_specialize or not _gluon_fits(p):
+    if p is None or not p.warp_specialize or not takes("attention_fwd", p):
         return {}
     fbs = attention_fallbacks(p, _ELEM_BYTES.get(sig.dtypes[0], 4))
     return {f"attention_fwd (Triton fallback {f.const('BM')}x{f.const('BN')}, {f.num_stages} stages)": f for f in fbs}
-
-
-def _gluon_fits(policy: Policy) -> bool:
-    """Whether attention_fwd's Gluon lowering runs with `policy`'s tiles and ring (else the Triton lowering runs the
-    policy as it is)."""
-    from .hopper import lowering_for
-
-    gluon = lowering_for("attention_fwd")
-    return gluon is not None and gluon.policy_fits(policy) is None
 
 
 def _attention_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[dict[str, int], list[str]]]:

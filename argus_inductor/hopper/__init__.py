@@ -38,6 +38,13 @@ def lowering_for(kernel_name: str) -> Any:
     return mod
 
 
+def takes(kernel_name: str, policy: Any) -> bool:
+    """Whether `kernel_name`'s Gluon lowering runs with `policy`'s tiles and ring (its launches may still decline
+    operands); where not, a warp_specialize request runs the Triton lowering at the policy as it is."""
+    mod = lowering_for(kernel_name)
+    return mod is not None and mod.policy_fits(policy) is None
+
+
 def ring_proof(kernel_name: str, stages: int) -> list[str]:
     """The ring-discipline violations of `kernel_name`'s Gluon lowering at `stages` slots (argus_inductor.hopper.rings),
     as text; empty when proved, or when the kernel has no such lowering."""

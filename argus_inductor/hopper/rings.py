@@ -76,17 +76,24 @@ class _Region:
     hi: Any = None
 
 
+def _function_ast(fn: Any) -> tuple[ast.FunctionDef, int, dict[str, Any]]:
+    """A (Gluon) function's definition as an AST, the line its source starts at, and its module globals; `fn` may
+    also be source text (starting at line 1, no globals)."""
+    if isinstance(fn, str):
+        text, first, env = fn, 1, {}
+    else:
+        py = getattr(fn, "fn", fn)
+        lines, first = inspect.getsourcelines(py)
+        text, env = "".join(lines), py.__globals__
+    tree = ast.parse(textwrap.dedent(text))
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef)), first, env
+
+
 class _Reader:
     """Symbolic execution of one partition function: straight-line code and one level of `for ... in range`."""
 
     def __init__(self, fn: Any, env: dict[str, Any], stages_name: str) -> None:
-        if isinstance(fn, str):  # a partition's source text (its first line is line 1)
-            text, self.first = fn, 1
-        else:
-            lines, self.first = inspect.getsourcelines(getattr(fn, "fn", fn))
-            text = "".join(lines)
-        tree = ast.parse(textwrap.dedent(text))
-        fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+        fdef, self.first, _ = _function_ast(fn)
         self.name = fdef.name
         self.body = fdef.body
         self.env = dict(env)
@@ -104,7 +111,7 @@ class _Reader:
             return z3.IntVal(int(node.value)), (z3.IntVal(int(node.value)) if node.value == 0 else None)
         if isinstance(node, ast.Name):
             got = self.env.get(node.id)
-            return (got if got is not None else (None, None)) if isinstance(got, tuple) else (got, None)
+            return got if isinstance(got, tuple) else (got, None)
         if isinstance(node, ast.BinOp):
             a, _ = self.value(node.left)
             b, _ = self.value(node.right)
@@ -289,15 +296,8 @@ def check_kernel(kernel: Any, rings: Sequence[Ring], stages: Sequence[int], part
     `check_rings`, the barrier counts: each ring's empty barrier is initialised to the number of consumers (each
     releases a block once: fewer and the loader refills a slot another consumer still reads, more and it waits
     forever), its ready barrier to 1 (the loader's one expect-arrive a fill)."""
-    fn = getattr(kernel, "fn", kernel)
-    if isinstance(fn, str):
-        text, first, env = fn, 1, {}
-    else:
-        lines, first = inspect.getsourcelines(fn)
-        text, env = "".join(lines), fn.__globals__
+    fdef, first, env = _function_ast(kernel)
     names = dict(env if partitions is None else partitions)
-    tree = ast.parse(textwrap.dedent(text))
-    fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
     inits: dict[str, tuple[int | None, int]] = {}
     entries: list[tuple[str, int]] = []
     for node in ast.walk(fdef):

@@ -72,11 +72,9 @@ def _as_run(kernel_name: str, policy: Policy) -> Policy:
     the Triton lowering at those tiles (and is proved so); one it takes is proved under the lowering's ring."""
     if not policy.warp_specialize:
         return policy
-    from ..hopper import lowering_for
+    from ..hopper import takes
 
-    gluon = lowering_for(kernel_name)
-    return policy if gluon is not None and gluon.policy_fits(policy) is None else replace(policy,
-                                                                                         warp_specialize=False)
+    return policy if takes(kernel_name, policy) else replace(policy, warp_specialize=False)
 
 
 def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None = None,
@@ -138,15 +136,14 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     notes = list(dict.fromkeys(interp.notes))
     errors: list[str] = []
     if pol.warp_specialize and staging is not None:
-        # the policy runs a hand-written Gluon lowering: prove from its source that it keeps the ring discipline
-        # the staging hook assumed (argus_inductor.hopper.rings)
-        from ..hopper import has_lowering, ring_proof
+        # the policy runs a hand-written Gluon lowering (_as_run kept the request): prove from its source that it
+        # keeps the ring discipline the staging hook assumed (argus_inductor.hopper.rings)
+        from ..hopper import ring_proof
 
-        if has_lowering(ir.name):
-            errors = [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
-            if not errors:
-                notes.append(f"the Gluon lowering's rings are proved at {pol.num_stages} slots (fill, "
-                             "read-after-fill, release-after-retire, release-once)")
+        errors = [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
+        if not errors:
+            notes.append(f"the Gluon lowering's rings are proved at {pol.num_stages} slots (fill, "
+                         "read-after-fill, release-after-retire, release-once)")
     return VerificationResult(ir.name, not violations and not errors, violations, time.perf_counter() - t0, mode,
                               len(obligations), undecided, errors=errors, notes=notes)
 
