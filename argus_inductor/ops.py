@@ -58,6 +58,7 @@ from .policies import (
     attention_policy,
     fit_attention,
     fit_shared_memory,
+    gemm_fallbacks,
     gemm_policy,
     moe_policies,
     presplit_gemm_policy,
@@ -221,7 +222,9 @@ def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
     split = _presplit_template(sig, target)
     if split is not None:
         return split.as_dict()
-    return _for_dtype(gemm_policy(d.get("M", 1), d["N"], d["K"], target), sig, target).as_dict()
+    # the Gluon lowering reads bf16 and fp16 operands only (its tiles are sized for them): others take Triton's
+    p = gemm_policy(d.get("M", 1), d["N"], d["K"], target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
+    return (p if p.warp_specialize else _for_dtype(p, sig, target)).as_dict()
 
 
 def _unsplit(p: Policy) -> Policy:
@@ -268,6 +271,32 @@ def _gemm_shapes(sig: Signature) -> dict[str, int]:
 
 def _bias_consts(sig: Signature) -> dict[str, int]:
     return {"HAS_BIAS": int("bias" in _epi_parts(sig)), "ACT": _act_of(sig)}
+
+
+def _gemm_fallbacks(sig: Signature, policies: dict[str, Policy]) -> dict[str, Policy]:
+    """A Gluon GEMM plan's Triton fallbacks (policies.gemm_fallbacks), by the name verify_plan reports."""
+    from .hopper import takes
+
+    p = policies.get("gemm_epilogue")
+    if p is None or not p.warp_specialize or not takes("gemm_epilogue", p):
+        return {}
+    d = sig.dims()
+    fbs = gemm_fallbacks(p, d["N"], d["K"], _ELEM_BYTES.get(sig.dtypes[0], 4))
+    return {f"gemm_epilogue (Triton fallback {f.const('BM')}x{f.const('BN')}x{f.const('BK')}, {f.num_stages} "
+            "stages)": f for f in fbs}
+
+
+def _gemm_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[dict[str, int], list[str]]]:
+    names = ["gemm_epilogue", "gemm_splitk", "bias_act_cast", *_gemm_fallbacks(sig, policies)]
+    return {n: (_gemm_shapes(sig), []) for n in names}
+
+
+def _gemm_host_kernels(sig: Signature, policies: dict[str, Policy],
+                       target: str | None) -> dict[str, tuple[Kernel, Policy]]:
+    """The Triton policies a Gluon GEMM plan falls back to for launches the Gluon kernel cannot take."""
+    if target not in (None, "cuda"):
+        return {}
+    return {n: (gemm_epilogue, p) for n, p in _gemm_fallbacks(sig, policies).items()}
 
 
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -387,7 +416,7 @@ SPECS: dict[str, OpSpec] = {
     "gemm": OpSpec("gemm", (gemm_epilogue, gemm_splitk, bias_act_cast), _gemm_template,
                    lambda s: {"gemm_epilogue": _bias_consts(s)},
                    lambda s: {n: _gemm_shapes(s) for n in ("gemm_epilogue", "gemm_splitk", "bias_act_cast")},
-                   _gemm_select, presplit=("gemm_epilogue",)),
+                   _gemm_select, presplit=("gemm_epilogue",), checks=_gemm_checks, host_kernels=_gemm_host_kernels),
     "gemm_residual": OpSpec("gemm_residual", (gemm_residual,), _gemm_fused_template,
                             lambda s: {"gemm_residual": _bias_consts(s)},
                             lambda s: {"gemm_residual": _gemm_shapes(s)},
@@ -986,7 +1015,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
             plan.kernels["bias_act_cast"](part, b, out, policy=plan.policies["bias_act_cast"], target=target)
         else:
             a, w = _presplit(plan, target, x2, weight.t())
-            plan.kernels["gemm_epilogue"](a, w, b, out, policy=plan.policies["gemm_epilogue"], target=target)
+            pol = plan.policies["gemm_epilogue"]
+            if pol.warp_specialize and target == "cuda":
+                _report.note(node_id, _lowering_note("gemm_epilogue", pol, a, w, b, out))
+            plan.kernels["gemm_epilogue"](a, w, b, out, policy=pol, target=target)
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
@@ -1087,14 +1119,19 @@ def _(a, b, node_id):
     return a.new_empty(a.shape[0], a.shape[1], b.shape[2])
 
 
-def _lowering_note(policy: Policy, q: Tensor, k: Tensor, v: Tensor, out: Tensor, scale: float) -> str:
-    """Which lowering a warp-specialized attention plan's call takes, for the report."""
+_GLUON_LOWERINGS = {"attention_fwd": "TMA loader warp, two wgmma consumer warp groups",
+                    "gemm_epilogue": "TMA loader warp, wgmma consumer warp groups, one tile a program"}
+
+
+def _lowering_note(name: str, policy: Policy, *operands: Any) -> str:
+    """Which lowering a warp-specialized plan's call of kernel `name` takes, for the report (`operands`: what the
+    lowering's `declines` takes after the policy)."""
     from .hopper import lowering_for
 
-    gluon = lowering_for("attention_fwd")
-    why = "no Gluon in this Triton" if gluon is None else gluon.declines(policy, q, k, v, out, scale)
-    return ("attention_fwd: the Gluon lowering (TMA loader warp, two wgmma consumer warp groups)" if why is None
-            else f"attention_fwd: the Triton lowering at the Triton template (the Gluon kernel declines: {why})")
+    gluon = lowering_for(name)
+    why = "no Gluon in this Triton" if gluon is None else gluon.declines(policy, *operands)
+    return (f"{name}: the Gluon lowering ({_GLUON_LOWERINGS[name]})" if why is None
+            else f"{name}: the Triton lowering at the Triton template (the Gluon kernel declines: {why})")
 
 
 def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, node_id: str,
@@ -1114,7 +1151,7 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
         qs, scs = nonnegative_scale(q, sc)
         pol = plan.policies[name]
         if pol.warp_specialize and target == "cuda":
-            _report.note(node_id, _lowering_note(pol, qs, k, v, out, scs))
+            _report.note(node_id, _lowering_note(name, pol, qs, k, v, out, scs))
         plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=pol, target=target)
         return out
 

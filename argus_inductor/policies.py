@@ -6,10 +6,15 @@ from dataclasses import replace
 from .dsl import Policy
 
 
-def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
-    """Regimes from benchmarks/results/sweep-gemm-2026-11-22.json (H100, bf16, CUDA-graph timing)."""
+def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Policy:
+    """Regimes from benchmarks/results/sweep-gemm-2026-11-22.json (H100, bf16, CUDA-graph timing). `gluon`: the
+    caller runs gemm_epilogue on 2-byte operands, so few-wave shapes may take its Gluon lowering (gemm_ws_policy)."""
     if target == "interpret":
         return Policy.make(BM=16, BN=32, BK=32)
+    if gluon and target == "cuda":
+        ws = gemm_ws_policy(m, n, k)
+        if ws is not None:
+            return ws
     if n <= 16 and m > 16:  # matrix-vector shapes (x @ a vector): narrow N tiles and enough programs to stream A
         # (not yet timed on the H100: the BN=256 prefill tile it replaces wasted 255/256 of each tile at N=1)
         return Policy.make(BM=32, BN=16, BK=128, num_warps=4, num_stages=4)
@@ -34,6 +39,56 @@ def gemm_policy(m: int, n: int, k: int, target: str) -> Policy:
     # (sweep-gemm-kmajor-tma-2026-11-23.json, nn.Linear weights: K-contiguous B)
     return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
                        persistent=True, tma=target == "cuda")
+
+
+GLUON_GEMM_SMS = 132  # the H100 SXM's SMs: the Gluon GEMM's tiles are sized to fill one wave of them
+GLUON_SMEM_BYTES = 227 * 1024  # an sm_90 program's shared memory
+
+
+def gluon_gemm_smem(bm: int, bn: int, bk: int, stages: int, elem: int = 2) -> int:
+    """Shared memory the Gluon GEMM allocates: the ring's A and B slots, the C tile, the barriers."""
+    return stages * (bm + bn) * bk * elem + bm * bn * elem + 2 * stages * 8
+
+
+def gemm_ws_policy(m: int, n: int, k: int, sms: int = GLUON_GEMM_SMS) -> Policy | None:
+    """The Gluon lowering of gemm_epilogue (argus_inductor.hopper.gemm) for 64 <= M <= 128, else None. The tile is
+    the smallest of 64x64, 64x128, 128x128 (M > 64 only), 64x256 and 128x256 whose output tiles fit one wave of
+    `sms` programs, so each SM streams one tile's K loop with the loader running ahead; the K step is 128 where
+    three ring slots of it fit shared memory beside the C tile, else 64, with as many slots as fit (at most 8).
+    Row pitches must be whole 16 bytes (TMA): K and N multiples of 8. From the H100 sweep of the lowering
+    (benchmarks/results/sweep-gemm-gluon-2026-11-23.json): the rule picks the fastest tile at all eight M = 64 and
+    128 shapes of ops.py (0.96-1.19x cuBLAS; Triton's tile-level lowering 0.86-1.05x)."""
+    if not 64 <= m <= 128 or n % 8 or k % 8:
+        return None
+    tiles = [(64, 64), (64, 128), (128, 128), (64, 256), (128, 256)]
+    tiles = [(bm, bn) for bm, bn in tiles if bm == 64 or m > 64]
+    bm, bn = next(((bm, bn) for bm, bn in tiles if -(-m // bm) * -(-n // bn) <= sms), tiles[-1])
+    for bk in (128, 64):
+        stages = 8
+        while stages > 2 and gluon_gemm_smem(bm, bn, bk, stages) > GLUON_SMEM_BYTES:
+            stages -= 1
+        if stages >= 3 or bk == 64:
+            return Policy.make(BM=bm, BN=bn, BK=bk, num_warps=bm // 16, num_stages=stages, warp_specialize=True)
+    return None
+
+
+def gemm_fallback(policy: Policy, m: int, n: int, k: int, elem_bytes: int) -> Policy:
+    """The Triton policy of a gemm_epilogue launch whose policy asks for the Gluon lowering but which that lowering
+    cannot take: the Triton template for its shape (gemm_policy without the Gluon lowering, the whole K loop),
+    fitted to shared memory for its element size, with the policy's epilogue constexprs."""
+    p = fit_shared_memory(gemm_policy(m, n, k, "cuda").without_consts("SPLIT_K"), elem_bytes)
+    return p.with_consts(**{c: v for c, v in policy.consts if c not in ("BM", "BN", "BK")})
+
+
+def gemm_fallbacks(policy: Policy, n: int, k: int, elem_bytes: int) -> list[Policy]:
+    """Every policy gemm_fallback can give for `policy` at N and K, whatever M (what the checker proves beside
+    the Gluon plan)."""
+    out: list[Policy] = []
+    for m in (1, 16, 128, 4096):
+        p = gemm_fallback(policy, m, n, k, elem_bytes)
+        if p not in out:
+            out.append(p)
+    return out
 
 
 def presplit_gemm_policy(m: int, n: int, k: int) -> Policy:

@@ -77,6 +77,21 @@ def gemm_candidates(m: int) -> list[Policy]:
     return out
 
 
+def gluon_gemm_candidates(m: int, n: int, k: int) -> list[Policy]:
+    """The Gluon lowering's tiles (argus_inductor.hopper.gemm) for 64 <= M <= 128: 64- or 128-row tiles, widths
+    64-256, K steps 64 and 128, with as many ring slots as fit shared memory and one fewer."""
+    from argus_inductor.hopper.gemm import policy_fits
+
+    out = []
+    for bm, bn, bk in itertools.product((64, 128), (64, 128, 256), (64, 128)):
+        fits = [st for st in range(2, 9) if policy_fits(Policy.make(
+            BM=bm, BN=bn, BK=bk, num_warps=bm // 16, num_stages=st, warp_specialize=True)) is None]
+        for st in sorted(fits)[-2:]:
+            out.append(Policy.make(BM=bm, BN=bn, BK=bk, num_warps=bm // 16, num_stages=st, warp_specialize=True))
+    template = gemm_policy(m, n, k, "cuda", gluon=True)
+    return out + ([template] if template not in out else [])
+
+
 def _weight(n: int, k: int, major: str) -> torch.Tensor:
     """A (K, N) operand: the transpose of an (N, K) nn.Linear weight ("k": K-contiguous) or row-major ("n")."""
     if major == "k":
@@ -84,8 +99,12 @@ def _weight(n: int, k: int, major: str) -> torch.Tensor:
     return torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
 
 
-def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: str = "k") -> None:
-    for m in [m for m in GEMM_M + [8192] if min_m <= m <= max_m]:
+def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: str = "k",
+               gluon: bool = False) -> None:
+    """`gluon`: the Gluon lowering's candidates at M = 64 and 128 (with the Triton template beside them)."""
+    from argus_inductor.hopper.gemm import declines
+
+    for m in [m for m in (([64, 128] if gluon else GEMM_M) + [8192]) if min_m <= m <= max_m]:
         for n, k in (GEMM_NK if m != 8192 else [(8192, 8192)]):
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             b = _weight(n, k, b_major)
@@ -98,8 +117,12 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
             best = None
             default = gemm_policy(m, n, k, "cuda")
             cands = gemm_candidates(m) + [default, replace(default, tma=not default.tma)]
+            if gluon:
+                cands = gluon_gemm_candidates(m, n, k) + [default]
             for pol in cands:
                 try:
+                    if pol.warp_specialize and (why := declines(pol, a, b, out, out)) is not None:
+                        raise RuntimeError(f"the Gluon kernel declines: {why}")  # it would time the fallback
                     out.fill_(float("nan"))
                     gemm(a, b, out=out, policy=pol)
                     err = rel(out, ref)
@@ -288,6 +311,8 @@ def main() -> None:
                     help="MoE prefill: the template's launch setting with three gate-up tiles, each reading the routed "
                          "rows by token id and gathered into expert order first (moe_gather); 6 policies a shape")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
+    ap.add_argument("--gluon", action="store_true",
+                    help="GEMM: the Gluon lowering's tile candidates at M = 64 and 128 against the Triton template")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -295,7 +320,7 @@ def main() -> None:
     rows: list[dict] = []
     for op in args.ops.split(","):
         if op.strip() == "gemm":
-            sweep_gemm(rows, args.max_m, args.min_m, args.b_major)
+            sweep_gemm(rows, args.max_m, args.min_m, args.b_major, args.gluon)
         elif op.strip() == "moe":
             sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
                       args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather)
@@ -307,7 +332,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 date=datetime.datetime.now().isoformat(timespec="seconds"), timing="do_bench_cudagraph median")
-    (out / f"sweep-{args.ops.replace(',', '-')}-{datetime.date.today()}.json").write_text(
+    tag = args.ops.replace(",", "-") + ("-gluon" if args.gluon else "")
+    (out / f"sweep-{tag}-{datetime.date.today()}.json").write_text(
         json.dumps(dict(meta=meta, rows=rows), indent=1))
 
 

@@ -30,7 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import z3
+try:  # the proofs need z3; the lowerings' launch path (which imports Ring) must not
+    import z3
+except ImportError:  # pragma: no cover - z3-solver is a dependency of argus_inductor
+    z3 = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -227,8 +230,8 @@ class _Reader:
             if bar is None or buf is None:
                 return None
             return _Access("fill", 0, bar[0], bar[1], bar[2], buffer=buf[0], buffer_slot=buf[1])
-        if name == "warpgroup_mma":
-            reads = [r for r in (self.indexed(a) for a in call.args[:2]) if r is not None]
+        if name == "warpgroup_mma":  # every buffer slot inside an operand (a view helper's argument too)
+            reads = [r for a in call.args[:2] for node in ast.walk(a) if (r := self.indexed(node)) is not None]
             return _Access("mma", 0, reads=reads)
         if name == "warpgroup_mma_wait":
             k = kw.get("num_outstanding", call.args[0] if call.args else ast.Constant(0))
@@ -270,6 +273,8 @@ def check_rings(loader: Any, consumers: Sequence[Any], rings: Sequence[Ring], st
     (a partition function; one entry per consumer partition, the same function twice for two warp groups running
     it), at each ring size in `stages`. A partition is a (Gluon) function or its source text. Returns the
     violations; an empty list is the proof."""
+    if z3 is None:
+        raise ImportError("proving a Gluon lowering's rings needs z3 (pip install z3-solver)")
     out: list[RingViolation] = []
     for s in stages:
         n = z3.Int("n")
@@ -296,6 +301,8 @@ def check_kernel(kernel: Any, rings: Sequence[Ring], stages: Sequence[int], part
     `check_rings`, the barrier counts: each ring's empty barrier is initialised to the number of consumers (each
     releases a block once: fewer and the loader refills a slot another consumer still reads, more and it waits
     forever), its ready barrier to 1 (the loader's one expect-arrive a fill)."""
+    if z3 is None:
+        raise ImportError("proving a Gluon lowering's rings needs z3 (pip install z3-solver)")
     fdef, first, env = _function_ast(kernel)
     names = dict(env if partitions is None else partitions)
     inits: dict[str, tuple[int | None, int]] = {}
@@ -401,51 +408,92 @@ def _check_loader(fn: str, regions: list[_Region], rings: Sequence[Ring], pv: _P
     return out
 
 
+_Flight = list[tuple[Any, _Access, list[tuple[str, Any, Any]]]]  # one wgmma in flight: (guard, issue, its reads)
+
+
+def _shifted(entry: _Flight, var: Any, to: Any, guard: Any) -> _Flight:
+    """An in-flight wgmma of a loop body's iteration `var`, seen at iteration `to` (its slots rewritten), under
+    `guard`."""
+    return [(z3.And(guard, z3.substitute(g, (var, to))), a,
+             [(b, z3.substitute(sl, (var, to)), None if ix is None else z3.substitute(ix, (var, to)))
+              for b, sl, ix in reads]) for g, a, reads in entry]
+
+
 def _check_consumer(fn: str, regions: list[_Region], rings: Sequence[Ring], pv: _Prover) -> list[RingViolation]:
+    """Follow one consumer's regions (straight code and loop bodies) in order. A wgmma may stay in flight from one
+    loop iteration into the next (a GEMM keeps one running while it issues the next): the body is followed once
+    to learn which of its wgmma are in flight at its end, then with those of iteration j - 1 (those before the
+    loop for its first iteration) in flight at its start."""
     out: list[RingViolation] = []
-    s = pv.stages
     by_buffer = {r.buffers: r for r in rings}
-    by_empty = {r.empty: r for r in rings}
-    in_flight: list[_Access] = []        # issued, not retired wgmma, oldest first
     waited: dict[str, list[tuple[_Access, _Region]]] = {r.ready: [] for r in rings}
     releases: dict[str, list[tuple[_Access, _Region]]] = {r.name: [] for r in rings}
-    for region in regions:
+    in_flight: list[_Flight] = []        # issued, not retired wgmma, oldest first
+
+    def follow(region: _Region, flight: list[_Flight], check: bool) -> list[_Flight]:
         rng = _in_range(region)
-        if region.loop_var is not None and in_flight:
-            out.append(RingViolation("unsupported", "-", fn, region.accesses[0].line if region.accesses else 0,
-                                     "wgmma in flight when the loop starts"))
         for a in region.accesses:
-            if a.kind == "wait" and a.array in waited:
+            if a.kind == "wait" and a.array in waited and check:
                 waited[a.array].append((a, region))
             elif a.kind == "mma":
-                for buf, slot, idx in a.reads:
-                    ring = by_buffer.get(buf)
-                    if ring is None:
-                        continue
-                    out += _read_after_fill(fn, ring, a, slot, idx, region, waited[ring.ready], pv)
-                in_flight.append(a)
+                if check:
+                    for buf, slot, idx in a.reads:
+                        ring = by_buffer.get(buf)
+                        if ring is not None:
+                            out.extend(_read_after_fill(fn, ring, a, slot, idx, region, waited[ring.ready], pv))
+                flight = flight + [[(z3.BoolVal(True), a, a.reads)]]
             elif a.kind == "mma_wait":
-                in_flight = in_flight[len(in_flight) - a.keep:] if a.keep else []
-            elif a.kind == "arrive" and a.array in by_empty:
-                ring = by_empty[a.array]
-                releases[ring.name].append((a, region))
-                for m in in_flight:
-                    for buf, slot, _ in m.reads:
-                        if buf != ring.buffers:
-                            continue
-                        cex = pv.counterexample(a.slot == slot, rng)
-                        if cex:
-                            out.append(RingViolation(
-                                "release-after-retire", ring.name, fn, a.line,
-                                f"the release of {ring.empty} at line {a.line} may come while the wgmma issued at "
-                                f"line {m.line} still reads {ring.buffers} in the same slot ({_where(cex, s)}): "
-                                "the loader may overwrite a tile being read"))
-        if region.loop_var is not None and in_flight:
-            out.append(RingViolation("unsupported", "-", fn, region.accesses[-1].line if region.accesses else 0,
-                                     "wgmma still in flight at the end of a loop iteration"))
+                flight = flight[len(flight) - a.keep:] if a.keep else []
+            elif a.kind == "arrive" and check:
+                for ring in (r for r in rings if r.empty == a.array):
+                    releases[ring.name].append((a, region))
+                    out.extend(_release_after_retire(fn, ring, a, flight, rng, pv))
+        return flight
+
+    for region in regions:
+        if region.loop_var is None:
+            in_flight = follow(region, in_flight, True)
+            continue
+        j, lo, hi = region.loop_var, region.lo, region.hi
+        # the body alone, with placeholders for the wgmma in flight when an iteration starts
+        end = follow(region, [[(z3.BoolVal(False), _Access("mma", 0), [])] for _ in in_flight], False)
+        line = region.accesses[0].line if region.accesses else 0
+        if any(alt[1].line == 0 and not alt[2] for e in end for alt in e):
+            out.append(RingViolation("unsupported", "-", fn, line, "a wgmma stays in flight for two loop iterations"))
+            in_flight = []
+            continue
+        if len(end) != len(in_flight):
+            out.append(RingViolation("unsupported", "-", fn, line, f"{len(in_flight)} wgmma in flight when the loop "
+                                     f"starts but {len(end)} at the end of an iteration: the reader follows a loop "
+                                     "that keeps the same number in flight from one iteration to the next"))
+            in_flight = []
+            continue
+        carried = [[(z3.And(g, j == lo), a, r) for g, a, r in pre] + _shifted(e, j, j - 1, j > lo)
+                   for pre, e in zip(in_flight, end)]
+        follow(region, carried, True)
+        # after the loop: its last iteration's, or where it ran no iteration those from before it
+        in_flight = [_shifted(e, j, hi - 1, hi > lo) + [(z3.And(g, hi <= lo), a, r) for g, a, r in pre]
+                     for pre, e in zip(in_flight, end)]
     for ring in rings:
         out += _release_once(fn, ring, releases[ring.name], pv)
     return out
+
+
+def _release_after_retire(fn: str, ring: Ring, release: _Access, flight: list[_Flight], rng: list[Any],
+                          pv: _Prover) -> list[RingViolation]:
+    for entry in flight:
+        for guard, m, reads in entry:
+            for buf, slot, _ in reads:
+                if buf != ring.buffers:
+                    continue
+                cex = pv.counterexample(z3.And(guard, release.slot == slot), rng)
+                if cex:
+                    return [RingViolation(
+                        "release-after-retire", ring.name, fn, release.line,
+                        f"the release of {ring.empty} at line {release.line} may come while the wgmma issued at "
+                        f"line {m.line} still reads {ring.buffers} in the same slot ({_where(cex, pv.stages)}): "
+                        "the loader may overwrite a tile being read")]
+    return []
 
 
 def _read_after_fill(fn: str, ring: Ring, mma: _Access, slot: Any, idx: Any, region: _Region,

@@ -56,7 +56,7 @@ class VerificationResult:
         return {"kernel": self.kernel, "ok": self.ok, "proved": self.proved, "mode": self.mode,
                 "seconds": round(self.seconds, 4), "obligations": self.obligations,
                 "violations": [v.to_json() for v in self.violations], "errors": self.errors,
-                "undecided": self.undecided}
+                "undecided": self.undecided, **({"notes": self.notes} if self.notes else {})}
 
 
 def as_policy(policy: Policy | Mapping[str, Any] | None) -> Policy:

@@ -113,15 +113,17 @@ def mma_rank(loop: Op, load: Op) -> int | None:
 def warp_specialized_staging(policy: Policy, loop: Op, load: Op) -> Staging | None:
     """The ring of the Hopper lowerings (argus_inductor.hopper): a loader warp fills `num_stages` slots ahead of the
     consumers, each slot guarded by an "empty" barrier that every consumer arrives on once the wgmma reading the
-    slot has retired. The consumers issue the first mma of iteration j together with the later mma of iteration
-    j - 1 (attention: Q K_j^T with P_{j-1} V_{j-1}), so a tile read by the loop's first mma is released in its
-    own iteration and one read by a later mma only in the next: `readers` = 1 for those. The loader may refill a
-    slot as soon as it is released, so at iteration it it may have issued the load of iteration
+    slot has retired. The loop's last mma only accumulates, so the consumers leave it in flight while they issue
+    the next iteration's first one (attention: Q K_j^T together with P_{j-1} V_{j-1}; a GEMM: block j's product
+    while block j - 1's finishes): a tile read by the last mma is released only in the next iteration (`readers`
+    = 1), one read by an earlier mma, whose result the iteration needs, in its own. The loader may refill a slot as
+    soon as it is released, so at iteration it it may have issued the load of iteration
     it + num_stages - 1 - readers."""
     rank = mma_rank(loop, load)
     if rank is None or policy.num_stages < 2:  # a Gluon ring has two slots or more; one slot pipelines nothing
         return None
-    readers = 1 if rank > 0 else 0
+    last = sum(op.kind == "mma" for op in loop.blocks[0].ops) - 1
+    readers = 1 if rank == last else 0
     return Staging(buffers=policy.num_stages, distance=policy.num_stages - 1 - readers, readers=readers)
 
 

@@ -100,13 +100,17 @@ def k(X: Tensor("N"), Y: Tensor("N"), ACT: constexpr = 0, B: constexpr = 16):
 def test_warp_specialize_needs_a_hand_written_lowering():
     """warp_specialize asks for a kernel's Gluon lowering (argus_inductor.hopper), never Triton's automatic pass
     (which gave NaN for the DSL's GEMM loop on the H100: kb/warp-specialization.md). A kernel without one refuses
-    the policy when lowered, naming the kernel; attention_fwd, which has one, lowers launches the Gluon kernel
-    cannot take to the same Triton source as without the request; a non-bool is refused where it is made."""
+    the policy when lowered, naming the kernel; attention_fwd and gemm_epilogue, which have one, lower launches the
+    Gluon kernel cannot take to the same Triton source as without the request; a non-bool is refused where it is
+    made."""
     from argus_inductor.dsl.errors import DSLError
 
+    up = Policy.make(BM=16, BN=64, BK=64, TOPK=2)
+    with pytest.raises(DSLError, match="'moe_gate_up' has no warp-specialized \\(Gluon\\) lowering"):
+        moe_gate_up.triton_source(replace(up, warp_specialize=True), "cuda")
     gemm = Policy.make(BM=64, BN=64, BK=32, persistent=True)
-    with pytest.raises(DSLError, match="'gemm_epilogue' has no warp-specialized \\(Gluon\\) lowering"):
-        gemm_epilogue.triton_source(replace(gemm, warp_specialize=True), "cuda")
+    assert gemm_epilogue.triton_source(replace(gemm, warp_specialize=True), "cuda") == \
+        gemm_epilogue.triton_source(gemm, "cuda")
     with pytest.raises(ValueError, match="warp_specialize must be True or False"):
         Policy.make(BM=64, warp_specialize=1)
     attn = Policy.make(BM=128, BN=128, BD=64, CAUSAL=1, num_warps=8, num_stages=2)
