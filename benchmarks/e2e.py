@@ -227,10 +227,14 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
             refs[f"decode b={b}"] = dec.step(model, 0)
         # Argus and its comparison first: what the time box cuts, if anything, is plain Inductor.
         order = sorted(backends, key=lambda b: ("eager", "argus", "max-autotune", "inductor").index(b))
+        broken = ""
         for backend in order:
             left = deadline - time.perf_counter()
             row: dict[str, Any] = {}
             res["results"][backend] = row
+            if broken:  # a device-side assert poisons the process's CUDA context: nothing more can run in it
+                row["skipped"] = broken
+                continue
             if left < NEEDS[backend]:
                 row["skipped"] = f"time box ({left:.0f}s left of the budget, needs ~{NEEDS[backend]}s)"
                 log(f"{name} {backend}: {row['skipped']}")
@@ -273,11 +277,18 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
                 row["error"] = f"{type(e).__name__}: {e}"
                 row["traceback"] = traceback.format_exc(limit=8)
                 log(f"{name} {backend}: FAILED {row['error']}")
+                if "device-side assert" in str(e):
+                    broken = f"not run: {backend}'s device-side assert left the CUDA context unusable"
+                    res["notes"].append(f"{backend} hit a device-side assert; the backends after it were not run")
             finally:
                 torch._dynamo.reset()
     del model, decoders
     if device == "cuda":
-        torch.cuda.empty_cache()
+        try:
+            torch.cuda.empty_cache()
+        except Exception as e:  # a broken CUDA context (see above): keep what was measured before it broke
+            res["notes"].append(f"the CUDA context is unusable after this model ({type(e).__name__}); later "
+                                "models in this process cannot run")
     return res
 
 
