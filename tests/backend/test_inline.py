@@ -160,3 +160,35 @@ def test_the_backend_falls_back_to_ops_when_inductor_cannot_take_the_launches(fr
     assert "could not compile the inlined Argus launches" in caplog.text
     fresh = _fresh(args[0])
     torch.testing.assert_close(compiled(fresh), fn(fresh))
+
+
+def test_a_restart_dynamo_asks_for_is_not_taken_for_a_failure_to_inline(fresh_cache, monkeypatch, caplog) -> None:
+    """Inductor raises TensorifyScalarRestartAnalysis to have Dynamo trace again with a Python float specialized.
+    That is not a launch Inductor cannot compile: the backend lets it through, Dynamo retraces and calls the backend
+    again, and the launches are inlined then (taken for a failure, Llama's decode step lost its inlining on the
+    H200). Here the first compile of the inlined graph asks for the restart."""
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+
+    monkeypatch.setattr(backend, "INLINE_TARGETS", {"cuda", "hip", "interpret"})
+    monkeypatch.setattr(inline, "GPUS", CPU)
+    import importlib
+
+    fx_module = importlib.import_module("torch._inductor.compile_fx")  # the backend imports compile_fx from it
+    calls = []
+    real = fx_module.compile_fx
+
+    def compile_fx(*a, **kw):  # Inductor calls it again from inside, with more keywords
+        calls.append(a[0])
+        if len(calls) == 1:
+            raise TensorifyScalarRestartAnalysis
+        return real(*a, **kw)
+
+    monkeypatch.setattr(fx_module, "compile_fx", compile_fx)
+    fn, args, _ = CHAINS["standalone_swish_scale"]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="argus", options={"ops": "pointwise", "inline": True, "cudagraphs": False})
+    with caplog.at_level(logging.WARNING, logger="argus_inductor"):
+        out = compiled(*args)
+    torch.testing.assert_close(out, fn(*args))
+    assert len(calls) >= 2, "Dynamo traced again and called the backend again"
+    assert "could not compile the inlined Argus launches" not in caplog.text
