@@ -126,6 +126,19 @@ class Decoder:
         self.tokens = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
         self.positions = [torch.tensor([CONTEXT + i], device=device) for i in range(DECODE_STEPS)]
 
+    def rewind(self) -> None:
+        """Put the cache's write position back at 0. transformers 5's static layers write each step's keys at a
+        counter of their own (cumulative_length), whatever cache_position says, and the cache holds
+        CONTEXT + DECODE_STEPS + 8 positions: one backend's steps (at most 265) fit, four backends' did not, and
+        the fourth indexed past the cache (a device-side assert in Inductor's bounds check; unchecked, a write out
+        of bounds). Called before each backend's decode steps, outside the timed region."""
+        for layer in getattr(self.cache, "layers", []):
+            count = getattr(layer, "cumulative_length", None)
+            if isinstance(count, torch.Tensor):
+                count.zero_()
+            elif isinstance(count, int):
+                layer.cumulative_length = 0
+
     def step(self, fn: Callable, i: int) -> torch.Tensor:
         pos = self.positions[i % DECODE_STEPS]
         return fn(input_ids=self.tokens, past_key_values=self.cache, cache_position=pos, position_ids=pos[None],
@@ -258,6 +271,7 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
                         f"rel err {err['rel_err']:.2e}{_offs(err)}")
                 for b, dec in decoders.items():
                     key = f"decode b={b}"
+                    dec.rewind()
                     if time.perf_counter() > deadline:
                         row[key] = {"skipped": "time box"}
                         continue
