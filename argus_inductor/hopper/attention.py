@@ -32,7 +32,6 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -44,6 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
+from .device import capability, compile_sm90
 from .rings import Ring, RingViolation, check_kernel
 
 BLOCK_M = 128        # query rows a program
@@ -250,11 +250,6 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
 
 
 @functools.cache
-def _capability(device: torch.device) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device)
-
-
-@functools.cache
 def _smem_layouts(dtype: torch.dtype, d: int) -> tuple[Any, Any]:
     """The shared-memory layouts of a (64-row) Q/O tile and a K/V tile."""
     gdt = _GL_DTYPES[dtype]
@@ -288,7 +283,7 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
         return "a mask tensor"
     if q.dtype not in _GL_DTYPES or not (q.dtype == k.dtype == v.dtype == o.dtype):
         return f"dtype {q.dtype} (bf16 or fp16 operands and output)"
-    if not q.is_cuda or _capability(q.device) != (9, 0):
+    if not q.is_cuda or capability(q.device) != (9, 0):
         return "not a compute capability 9.0 device"
     z, h, s, d = q.shape
     hk, t = k.shape[1], k.shape[2]
@@ -359,28 +354,15 @@ def fallback(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
 
 
 def compile_for_sm90(d: int, causal: bool, stages: int = 2, dtype: torch.dtype = torch.bfloat16) -> Any:
-    """Compile the kernel for sm_90 without a GPU (Triton ships ptxas); returns Triton's compiled kernel. Needs a
-    process that does not interpret Triton kernels (TRITON_INTERPRET, or ARGUS_INTERPRET, which sets it)."""
-    import os
-
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        raise RuntimeError("this process interprets Triton kernels (TRITON_INTERPRET=1, set by ARGUS_INTERPRET=1): "
-                           "compile the Gluon kernel in a process without either")
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
+    """Compile the kernel for sm_90 without a GPU (hopper.device.compile_sm90); returns Triton's compiled kernel."""
     q = torch.empty(1, 2, 1024, d, dtype=dtype)
     descs, _ = _descriptors(q, q, q, q)
     consts = dict(HEAD_D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal, PINGPONG=stages >= 3,
                   CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
-    sig: dict[str, str] = dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), map(mangle_type, descs)))
-    sig.update(qk_scale="fp32", H="i32", HK="i32", S="i32", T="i32", n_m_blocks="i32")
-    sig.update({n: "i32" for n in ("q_rz", "q_rh", "q_ch", "kv_rz", "kv_rh", "kv_ch", "o_rz", "o_rh", "o_ch")})
-    sig.update({n: "constexpr" for n in consts})
-    fn = attention_fwd_ws
-    src = GluonASTSource(fn, {n: sig[n] for n in fn.arg_names}, constexprs=consts)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=LAUNCH_REGS))
+    scalars = dict(qk_scale="fp32", H="i32", HK="i32", S="i32", T="i32", n_m_blocks="i32")
+    scalars.update({n: "i32" for n in ("q_rz", "q_rh", "q_ch", "kv_rz", "kv_rh", "kv_ch", "o_rz", "o_rh", "o_ch")})
+    return compile_sm90(attention_fwd_ws, dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), descs)), scalars,
+                        consts, num_warps=4, maxnreg=LAUNCH_REGS)
 
 
 __all__ = ["launch", "declines", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90",

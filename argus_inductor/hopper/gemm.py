@@ -43,6 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..dsl.policy import Policy
 from ..policies import GLUON_SMEM_BYTES, gemm_fallback, gluon_gemm_smem
+from .device import capability, compile_sm90
 from .rings import Ring, RingViolation, check_kernel
 
 LOADER_REGS = 24     # registers a loader thread keeps (setmaxnreg)
@@ -183,11 +184,6 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
     return tuple(check_kernel(gemm_epilogue_ws, RINGS, (stages,)))
 
 
-@functools.cache
-def _capability(device: torch.device) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device)
-
-
 def _rows_ok(x: torch.Tensor) -> bool:
     """A 2-D operand TMA can read as row-major tiles: unit column stride, a row pitch of whole 16 bytes."""
     return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
@@ -207,7 +203,7 @@ def supported(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> str | None:
     """Why this lowering cannot take the launch, or None when it can."""
     if a.dtype not in _GL_DTYPES or not (a.dtype == b.dtype == c.dtype):
         return f"dtypes {a.dtype}, {b.dtype} -> {c.dtype} (bf16 or fp16 operands and output alike)"
-    if not a.is_cuda or _capability(a.device) != (9, 0):
+    if not a.is_cuda or capability(a.device) != (9, 0):
         return "not a compute capability 9.0 device"
     if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or a.shape[1] != b.shape[0] or \
             tuple(c.shape) != (a.shape[0], b.shape[1]) or min(*a.shape, b.shape[1]) < 1:
@@ -271,17 +267,7 @@ def fallback(policy: Policy, A: torch.Tensor, B: torch.Tensor, bias: torch.Tenso
 
 
 def compile_for_sm90(policy: Policy, kmajor: bool = True, dtype: torch.dtype = torch.bfloat16) -> Any:
-    """Compile the kernel for sm_90 without a GPU (Triton ships ptxas); returns Triton's compiled kernel. Needs a
-    process that does not interpret Triton kernels (TRITON_INTERPRET, or ARGUS_INTERPRET, which sets it)."""
-    import os
-
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        raise RuntimeError("this process interprets Triton kernels (TRITON_INTERPRET=1, set by ARGUS_INTERPRET=1): "
-                           "compile the Gluon kernel in a process without either")
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
+    """Compile the kernel for sm_90 without a GPU (hopper.device.compile_sm90); returns Triton's compiled kernel."""
     bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
     a = torch.empty(256, 512, dtype=dtype)
     b = torch.empty(1024, 512, dtype=dtype).t() if kmajor else torch.empty(512, 1024, dtype=dtype)
@@ -289,12 +275,9 @@ def compile_for_sm90(policy: Policy, kmajor: bool = True, dtype: torch.dtype = t
     descs = _descriptors(a, b, c, bm, bn, bk, kmajor)
     consts = dict(BM=bm, BN=bn, BK=bk, STAGES=policy.num_stages, B_KMAJOR=int(kmajor),
                   HAS_BIAS=int(policy.const("HAS_BIAS", 0)), ACT=int(policy.const("ACT", 0)), LOADER_REGS=LOADER_REGS)
-    sig: dict[str, str] = dict(zip(("a_desc", "b_desc", "c_desc"), map(mangle_type, descs)))
-    sig.update(bias_ptr="*bf16" if dtype == torch.bfloat16 else "*fp16", M="i32", N="i32", K="i32")
-    sig.update({n: "constexpr" for n in consts})
-    fn = gemm_epilogue_ws
-    src = GluonASTSource(fn, {n: sig[n] for n in fn.arg_names}, constexprs=consts)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=bm // 16))
+    scalars = dict(bias_ptr="*bf16" if dtype == torch.bfloat16 else "*fp16", M="i32", N="i32", K="i32")
+    return compile_sm90(gemm_epilogue_ws, dict(zip(("a_desc", "b_desc", "c_desc"), descs)), scalars, consts,
+                        num_warps=bm // 16)
 
 
 __all__ = ["launch", "declines", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90",
