@@ -273,30 +273,24 @@ def _bias_consts(sig: Signature) -> dict[str, int]:
     return {"HAS_BIAS": int("bias" in _epi_parts(sig)), "ACT": _act_of(sig)}
 
 
-def _gemm_fallbacks(sig: Signature, policies: dict[str, Policy]) -> dict[str, Policy]:
-    """A Gluon GEMM plan's Triton fallbacks (policies.gemm_fallbacks), by the name verify_plan reports."""
-    from .hopper import takes
+def _gluon_fallbacks(kernel: Kernel, fallbacks: Callable[[Signature, Policy, int], list[Policy]]) \
+        -> Callable[[Signature, dict[str, Policy], str | None], dict[str, tuple[Kernel, Policy]]]:
+    """OpSpec.host_kernels for a kernel with a Gluon lowering: where the plan's policy runs that lowering (on
+    NVIDIA), the Triton policies its declined launches run (`fallbacks(sig, policy, element size)`), by the name
+    verify_plan reports; verify_plan proves them at the kernel's own shapes."""
+    def host_kernels(sig: Signature, policies: dict[str, Policy],
+                     target: str | None) -> dict[str, tuple[Kernel, Policy]]:
+        from .hopper import takes
 
-    p = policies.get("gemm_epilogue")
-    if p is None or not p.warp_specialize or not takes("gemm_epilogue", p):
-        return {}
-    d = sig.dims()
-    fbs = gemm_fallbacks(p, d["N"], d["K"], _ELEM_BYTES.get(sig.dtypes[0], 4))
-    return {f"gemm_epilogue (Triton fallback {f.const('BM')}x{f.const('BN')}x{f.const('BK')}, {f.num_stages} "
-            "stages)": f for f in fbs}
-
-
-def _gemm_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[dict[str, int], list[str]]]:
-    names = ["gemm_epilogue", "gemm_splitk", "bias_act_cast", *_gemm_fallbacks(sig, policies)]
-    return {n: (_gemm_shapes(sig), []) for n in names}
-
-
-def _gemm_host_kernels(sig: Signature, policies: dict[str, Policy],
-                       target: str | None) -> dict[str, tuple[Kernel, Policy]]:
-    """The Triton policies a Gluon GEMM plan falls back to for launches the Gluon kernel cannot take."""
-    if target not in (None, "cuda"):
-        return {}
-    return {n: (gemm_epilogue, p) for n, p in _gemm_fallbacks(sig, policies).items()}
+        p = policies.get(kernel.name)
+        if target not in (None, "cuda") or p is None or not p.warp_specialize or not takes(kernel.name, p):
+            return {}
+        out = {}
+        for f in fallbacks(sig, p, _ELEM_BYTES.get(sig.dtypes[0], 4)):
+            tiles = "x".join(str(f.const(c)) for c in ("BM", "BN", "BK") if f.const(c) is not None)
+            out[f"{kernel.name} (Triton fallback {tiles}, {f.num_stages} stages)"] = (kernel, f)
+        return out
+    return host_kernels
 
 
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -313,30 +307,6 @@ def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
 
 def _attention_dims(sig: Signature) -> dict[str, int]:
     return {k: v for k, v in sig.dims().items() if k in ("Z", "H", "HK", "S", "T", "D")}
-
-
-def _attention_fallbacks(sig: Signature, policies: dict[str, Policy]) -> dict[str, Policy]:
-    """A Gluon attention plan's Triton fallbacks (policies.attention_fallbacks), by the name verify_plan reports."""
-    from .hopper import takes
-
-    p = policies.get("attention_fwd")
-    if p is None or not p.warp_specialize or not takes("attention_fwd", p):
-        return {}
-    fbs = attention_fallbacks(p, _ELEM_BYTES.get(sig.dtypes[0], 4))
-    return {f"attention_fwd (Triton fallback {f.const('BM')}x{f.const('BN')}, {f.num_stages} stages)": f for f in fbs}
-
-
-def _attention_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[dict[str, int], list[str]]]:
-    names = ["attention_fwd", "attention_decode", *_attention_fallbacks(sig, policies)]
-    return {n: (_attention_dims(sig), []) for n in names}
-
-
-def _attention_host_kernels(sig: Signature, policies: dict[str, Policy],
-                            target: str | None) -> dict[str, tuple[Kernel, Policy]]:
-    """The Triton policies a Gluon attention plan falls back to for launches the Gluon kernel cannot take."""
-    if target not in (None, "cuda"):
-        return {}
-    return {n: (attention_fwd, p) for n, p in _attention_fallbacks(sig, policies).items()}
 
 
 def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
@@ -416,7 +386,8 @@ SPECS: dict[str, OpSpec] = {
     "gemm": OpSpec("gemm", (gemm_epilogue, gemm_splitk, bias_act_cast), _gemm_template,
                    lambda s: {"gemm_epilogue": _bias_consts(s)},
                    lambda s: {n: _gemm_shapes(s) for n in ("gemm_epilogue", "gemm_splitk", "bias_act_cast")},
-                   _gemm_select, presplit=("gemm_epilogue",), checks=_gemm_checks, host_kernels=_gemm_host_kernels),
+                   _gemm_select, presplit=("gemm_epilogue",), host_kernels=_gluon_fallbacks(
+                       gemm_epilogue, lambda s, p, elem: gemm_fallbacks(p, s.dims()["N"], s.dims()["K"], elem))),
     "gemm_residual": OpSpec("gemm_residual", (gemm_residual,), _gemm_fused_template,
                             lambda s: {"gemm_residual": _bias_consts(s)},
                             lambda s: {"gemm_residual": _gemm_shapes(s)},
@@ -428,7 +399,8 @@ SPECS: dict[str, OpSpec] = {
                   lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}, presplit=("bmm_kernel",)),
     "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,
                         lambda s: {n: _attention_dims(s) for n in ("attention_fwd", "attention_decode")},
-                        _attention_select, checks=_attention_checks, host_kernels=_attention_host_kernels),
+                        _attention_select, host_kernels=_gluon_fallbacks(
+                            attention_fwd, lambda s, p, elem: attention_fallbacks(p, elem))),
     "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
                   lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
                              "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}},
@@ -568,7 +540,8 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
     if spec.host_kernels is not None:
         runs.update(spec.host_kernels(sig, policies, target))
     for name, (k, pol) in runs.items():
-        shapes, assumptions = checks.get(name, ({}, []))
+        # a host kernel of the plan's own (a Gluon lowering's Triton fallback) is proved at that kernel's shapes
+        shapes, assumptions = checks.get(name) or checks.get(k.ir.name, ({}, []))
         want = {s: v for s, v in shapes.items() if s in k.ir.symbols}
         try:
             r = fn(k, pol, want, assumptions=assumptions) if assumptions else fn(k, pol, want)

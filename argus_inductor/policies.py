@@ -83,12 +83,7 @@ def gemm_fallback(policy: Policy, m: int, n: int, k: int, elem_bytes: int) -> Po
 def gemm_fallbacks(policy: Policy, n: int, k: int, elem_bytes: int) -> list[Policy]:
     """Every policy gemm_fallback can give for `policy` at N and K, whatever M (what the checker proves beside
     the Gluon plan)."""
-    out: list[Policy] = []
-    for m in (1, 16, 128, 4096):
-        p = gemm_fallback(policy, m, n, k, elem_bytes)
-        if p not in out:
-            out.append(p)
-    return out
+    return list(dict.fromkeys(gemm_fallback(policy, m, n, k, elem_bytes) for m in (1, 16, 128, 4096)))
 
 
 def presplit_gemm_policy(m: int, n: int, k: int) -> Policy:
@@ -138,12 +133,7 @@ def attention_fallback(policy: Policy, s: int, elem_bytes: int) -> Policy:
 def attention_fallbacks(policy: Policy, elem_bytes: int) -> list[Policy]:
     """Every policy attention_fallback can give for `policy`, whatever the query length (what the checker proves
     beside the Gluon plan)."""
-    out: list[Policy] = []
-    for s in (1024, 2048, 8192):
-        p = attention_fallback(policy, s, elem_bytes)
-        if p not in out:
-            out.append(p)
-    return out
+    return list(dict.fromkeys(attention_fallback(policy, s, elem_bytes) for s in (1024, 2048, 8192)))
 
 
 def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Policy, Policy]:

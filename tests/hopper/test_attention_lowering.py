@@ -242,4 +242,4 @@ def test_a_policy_whose_tiles_are_not_the_gluon_kernels_runs_and_is_proved_as_it
     assert got == replace(cand, warp_specialize=False)
     res = verify(attention_fwd, cand, dict(Z=1, H=4, HK=4, S=2048, T=2048, D=128))
     assert res.ok and not any("rings are proved" in n for n in res.notes)
-    assert ops._attention_fallbacks(None, {"attention_fwd": cand}) == {}
+    assert ops.SPECS["attention"].host_kernels(None, {"attention_fwd": cand}, "cuda") == {}
