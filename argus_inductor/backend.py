@@ -101,6 +101,8 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
             config["max_autotune"] = True
         elif mode == "reduce-overhead":
             config["triton.cudagraphs"] = True
+        log.info("argus: a graph of %d Argus op(s), %d inlined: CUDA graphs %s", argus_ops, inlined,
+                 "on" if config["triton.cudagraphs"] else "off")
         return config
 
     try:

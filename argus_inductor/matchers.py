@@ -89,6 +89,10 @@ def _same_shape(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _int(x: Any) -> int | None:
+    """x as an int: an int, or a SymInt the shape environment has pinned to one (transformers' static cache
+    traces its key/value sizes as SymInts that guards fix to constants), else None."""
+    if isinstance(x, torch.SymInt):
+        x = x.node.maybe_as_int()
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
@@ -401,8 +405,8 @@ def _strip_repeat(n: Any) -> tuple[Any, int]:
     sv, ev, nv = _val(src), _val(e), _val(n)
     if src is None or sv is None or ev is None or nv is None or sv.dim() != 4 or ev.dim() != 5 or nv.dim() != 4:
         return n, 1
-    rep = ev.shape[2]
-    if not isinstance(rep, int) or not _known_eq(ev.shape[1], sv.shape[1]) or not _known_eq(nv.shape[1],
+    rep = _int(ev.shape[2])
+    if rep is None or not _known_eq(ev.shape[1], sv.shape[1]) or not _known_eq(nv.shape[1],
                                                                                              sv.shape[1] * rep):
         return n, 1
     if not all(_known_eq(ev.shape[i], sv.shape[j]) for i, j in ((0, 0), (3, 2), (4, 3))):
@@ -415,8 +419,8 @@ def _qkv_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
         return False
     if not _same_shape(k, v) or not _known_eq(q.shape[-1], k.shape[-1]) or not _known_eq(q.shape[0], k.shape[0]):
         return False
-    h, hk = q.shape[1], k.shape[1]
-    return isinstance(h, int) and isinstance(hk, int) and hk > 0 and h % hk == 0
+    h, hk = _int(q.shape[1]), _int(k.shape[1])
+    return h is not None and hk is not None and hk > 0 and h % hk == 0
 
 
 def _emit_attention(g: fx.Graph, anchor: fx.Node, q: Any, k: Any, v: Any, mask: Any, causal: bool,
