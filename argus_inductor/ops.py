@@ -60,6 +60,7 @@ from .policies import (
     fit_shared_memory,
     gemm_fallbacks,
     gemm_policy,
+    gemv_policy,
     moe_policies,
     presplit_gemm_policy,
 )
@@ -223,7 +224,8 @@ def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
     if split is not None:
         return split.as_dict()
     # the Gluon lowering reads bf16 and fp16 operands only (its tiles are sized for them): others take Triton's
-    p = gemm_policy(d.get("M", 1), d["N"], d["K"], target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
+    p = gemv_policy(d.get("M", 1), d["N"], target) or \
+        gemm_policy(d.get("M", 1), d["N"], d["K"], target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
     return (p if p.warp_specialize else _for_dtype(p, sig, target)).as_dict()
 
 
@@ -237,12 +239,14 @@ def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
     split = _presplit_template(sig, target)
     if split is not None:
         return split.as_dict()
-    return _for_dtype(_unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target)), sig, target).as_dict()
+    p = (gemv_policy(d.get("M", 1), d["N"], target) if sig.op != "bmm" else None) or \
+        _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target))
+    return _for_dtype(p, sig, target).as_dict()
 
 
 def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    p = _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target))
+    p = gemv_policy(d.get("M", 1), d["N"], target) or _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target))
     if target != "interpret" and p.const("BN", 64) > 128:  # two accumulators: half the tile width
         p = p.with_consts(BN=p.const("BN") // 2)
     return _for_dtype(p, sig, target, b_tiles=2).as_dict()

@@ -41,6 +41,17 @@ def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Pol
                        persistent=True, tma=target == "cuda")
 
 
+def gemv_policy(m: int, n: int, target: str) -> Policy | None:
+    """The CUDA-core path (GEMV=1) of gemm_epilogue, gemm_residual and gemm_gate_up for one row of A against a very
+    wide weight (an LM head), else None. From the H100 sweeps of M = 1 with K-contiguous weights: at N = 128256,
+    K = 4096 it streams 3.07 TB/s (0.342 ms; sweep-gemv-lmhead-2026-11-23.json) against 2.95 for the tensor-core
+    template and 2.79 for cuBLAS; at N <= 14336 the template was as fast or faster (sweep-gemv-2026-11-23.json, an
+    earlier form of the path that summed after the K loop), so only wide weights take it."""
+    if m != 1 or n < 65536 or target != "cuda":
+        return None
+    return Policy.make(BM=1, BN=32, BK=256, num_warps=8, num_stages=3, GEMV=1)
+
+
 GLUON_GEMM_SMS = 132  # the H100 SXM's SMs: the Gluon GEMM's tiles are sized to fill one wave of them
 GLUON_SMEM_BYTES = 227 * 1024  # an sm_90 program's shared memory
 

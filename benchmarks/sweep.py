@@ -143,6 +143,76 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
                       f"{peer / best[0]:.2f}x  {best[1].key()}", flush=True)
 
 
+GEMV_NK = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (128256, 4096)]
+
+
+def gemv_candidates() -> list[Policy]:
+    """gemm_epilogue's CUDA-core path (GEMV=1, one row a program): tile widths 8-64, K steps 128-1024, at most
+    16K float32 partial sums a program."""
+    return [Policy.make(BM=1, BN=bn, BK=bk, num_warps=w, num_stages=st, GEMV=1)
+            for bn, bk, w, st in itertools.product((8, 16, 32, 64), (128, 256, 512, 1024), (4, 8), (1, 3))
+            if 2048 <= bn * bk <= 16384]
+
+
+def sweep_gemv(rows: list[dict], only_n: set[int] | None = None) -> None:
+    """M = 1 (decode at batch 1) at the linears of Llama-3-8B: the GEMV path's tiles against the template's tensor-core
+    tile and cuBLAS; then the gate*up and residual kernels with the three fastest GEMV tiles of their shape."""
+    from argus_inductor.kernels.gemm_residual import gate_up as gate_up_fn
+    from argus_inductor.kernels.gemm_residual import gemm_add
+
+    for n, k in [(n, k) for n, k in GEMV_NK if not only_n or n in only_n]:
+        a = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        b = _weight(n, k, "k")
+        ref = a.float() @ b.float()
+        out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+        ncopy = min(7, math.ceil(100 * 2**20 / (2 * n * k)))
+        extra = [(torch.randn_like(a), _weight(n, k, "k"), torch.empty_like(out)) for _ in range(ncopy)]
+        peer = bench(lambda: torch.matmul(a, b), [lambda x=x: torch.matmul(x[0], x[1]) for x in extra])
+        gb = 2 * n * k / 1e9
+        timed = []
+        for pol in gemv_candidates() + [gemm_policy(1, n, k, "cuda")]:
+            try:
+                out.fill_(float("nan"))
+                gemm(a, b, out=out, policy=pol)
+                err = rel(out, ref)
+                if not err < 1e-2:
+                    rows.append(dict(op="gemv", n=n, k=k, policy=pol.as_dict(), error=f"rel err {err}"))
+                    continue
+                t = bench(lambda: gemm(a, b, out=out, policy=pol),
+                          [lambda x=x: gemm(x[0], x[1], out=x[2], policy=pol) for x in extra])
+            except Exception as e:
+                rows.append(dict(op="gemv", n=n, k=k, policy=pol.as_dict(), error=str(e)[:200]))
+                continue
+            rows.append(dict(op="gemv", m=1, n=n, k=k, policy=pol.as_dict(), ms=t, peer_ms=peer, rel_err=err,
+                             tb_s=gb / t))
+            timed.append((t, pol))
+        timed.sort(key=lambda tp: tp[0])
+        tmpl = next((t for t, p in timed if not p.const("GEMV")), math.nan)
+        print(f"gemv N={n} K={k}: best {timed[0][0]:.4f} ms ({gb / timed[0][0]:.2f} TB/s) {timed[0][1].key()}; "
+              f"tensor-core template {tmpl:.4f} ms; cuBLAS {peer:.4f} ms = {peer / timed[0][0]:.2f}x", flush=True)
+        if (n, k) not in ((14336, 4096), (4096, 14336), (4096, 4096)):
+            continue
+        fused = "gate_up" if n == 14336 else "residual"
+        b2, r = _weight(n, k, "k"), torch.randn(1, n, device="cuda", dtype=torch.bfloat16)
+        fref = F.silu(ref) * (a.float() @ b2.float()) if fused == "gate_up" else ref + r.float()
+
+        def call(pol, a=a, b=b, b2=b2, r=r, out=out, fused=fused):
+            if fused == "gate_up":
+                return gate_up_fn(a, b, b2, out=out, policy=pol)
+            return gemm_add(a, b, r, out=out, policy=pol)
+        cands = [p for _, p in timed if p.const("GEMV")][:3] + [gemm_policy(1, n, k, "cuda")]
+        for pol in cands:
+            try:
+                err = rel(call(pol), fref)
+                t = bench(lambda pol=pol: call(pol))
+            except Exception as e:
+                rows.append(dict(op=fused, n=n, k=k, policy=pol.as_dict(), error=str(e)[:200]))
+                continue
+            nb = (2 if fused == "gate_up" else 1) * gb
+            rows.append(dict(op=fused, m=1, n=n, k=k, policy=pol.as_dict(), ms=t, rel_err=err, tb_s=nb / t))
+            print(f"  {fused} N={n} K={k}: {t:.4f} ms ({nb / t:.2f} TB/s), rel err {err:.1e}  {pol.key()}", flush=True)
+
+
 def attn_candidates(s: int, d: int) -> list[Policy]:
     if s == 1:
         return [Policy.make(BN=bn, num_warps=w, num_stages=st, tma=tma) for bn, w, st, tma in
@@ -295,7 +365,8 @@ def sweep_route(rows: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ops", default="gemm,attention", help="comma-separated: gemm, attention, moe, route")
+    ap.add_argument("--ops", default="gemm,attention",
+                    help="comma-separated: gemm, attention, moe, route, gemv (M = 1 on the CUDA cores)")
     ap.add_argument("--max-m", type=int, default=1 << 30, help="only GEMM shapes with M <= this")
     ap.add_argument("--min-m", type=int, default=0, help="only GEMM shapes with M >= this")
     ap.add_argument("--b-major", choices=("k", "n"), default="k",
@@ -313,6 +384,7 @@ def main() -> None:
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
     ap.add_argument("--gluon", action="store_true",
                     help="GEMM: the Gluon lowering's tile candidates at M = 64 and 128 against the Triton template")
+    ap.add_argument("--gemv-n", help="gemv: only the shapes with these N (comma-separated)")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -326,6 +398,8 @@ def main() -> None:
                       args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather)
         elif op.strip() == "route":
             sweep_route(rows)
+        elif op.strip() == "gemv":
+            sweep_gemv(rows, {int(n) for n in args.gemv_n.split(",")} if args.gemv_n else None)
         else:
             sweep_attention(rows)
     out = Path(args.out)

@@ -429,6 +429,9 @@ class Frontend:
             self.blocks.pop()
             branch_envs.append(self.env)
         self.env = outer
+        # a name both branches only use inside loops of their own (a loop variable, a temporary) stays loop-local
+        results[:] = [n for n in results if isinstance(outer.get(n), Value)
+                      or not all(isinstance(e.get(n), LoopLocal) for e in branch_envs)]
         for n in results:
             vals = [e.get(n) for e in branch_envs]
             for v in vals:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import keyword
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .errors import DSLError
+from .errors import DSLError, LaunchError
 from .evaluate import eval_scalar
 from .ir import Block, KernelIR, Op, ScalarParam, TensorParam, Value
 from .lang import ACTIVATION_KINDS
@@ -64,8 +65,23 @@ def resolve_consts(ir: KernelIR, policy: Policy) -> dict[str, Any]:
     return out
 
 
+def _live_ops(block: Block, consts: dict[str, Any]) -> Iterator[Op]:
+    """The block's ops and those nested in them, without the branch a static if never takes for these constexprs
+    (an mma the policy switches off need not fit the tensor cores)."""
+    for op in block.ops:
+        yield op
+        blocks = op.blocks
+        if op.kind == "if" and op.attrs.get("static"):
+            try:
+                blocks = [op.blocks[0 if eval_scalar(op.args[0], consts) else 1]]
+            except LaunchError:
+                pass
+        for b in blocks:
+            yield from _live_ops(b, consts)
+
+
 def _check_extents(ir: KernelIR, consts: dict[str, Any]) -> None:
-    for op in ir.walk():
+    for op in _live_ops(ir.body, consts):
         if op.ghost:
             continue
         for r in op.results:

@@ -24,8 +24,11 @@ from ..dsl.lang import (
     load,
     minimum,
     mma,
+    static_range,
     store,
+    sum,
     tile_grid,
+    where,
     zeros,
 )
 from ..dsl.runtime import kernel
@@ -40,15 +43,25 @@ ACTIVATION_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 @kernel
 def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), C: Tensor("M", "N"),
                   BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32,
-                  HAS_BIAS: constexpr = 0, ACT: constexpr = 0):
-    """C = act(A @ B + bias); A and B in any layout (strides), fp32 accumulation."""
+                  HAS_BIAS: constexpr = 0, ACT: constexpr = 0, GEMV: constexpr = 0):
+    """C = act(A @ B + bias); A and B in any layout (strides), fp32 accumulation. GEMV=1: no tensor cores, each of
+    the tile's rows multiplied into B's tile and summed (decode's memory-bound M = 1, with BM = 1)."""
     pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
     rm = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
     acc = zeros((BM, BN), float32)
-    for k in range(0, K, BK):
-        rk = k + arange(BK)
-        acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
+    if GEMV == 1:  # each row of the tile in turn, multiplied into B's tile and summed on the CUDA cores
+        for r in static_range(BM):
+            row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
+            dots = zeros((BN,), float32)
+            for k in range(0, K, BK):
+                rk = k + arange(BK)
+                dots = dots + sum(load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32), 0)
+            acc = where((arange(BM) == r)[:, None], dots[None, :], acc)
+    else:
+        for k in range(0, K, BK):
+            rk = k + arange(BK)
+            acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[rn]).to(float32)[None, :]
     acc = activation(acc, ACT)

@@ -13,9 +13,13 @@ from ..dsl.lang import (
     constexpr,
     float32,
     load,
+    minimum,
     mma,
+    static_range,
     store,
+    sum,
     tile_grid,
+    where,
     zeros,
 )
 from ..dsl.runtime import kernel
@@ -25,15 +29,25 @@ from .gemm import ACTIVATIONS
 @kernel
 def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), R: Tensor("M", "N"),
                   C: Tensor("M", "N"), BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32,
-                  HAS_BIAS: constexpr = 0, ACT: constexpr = 0):
-    """C = R + act(A @ B + bias); fp32 accumulation, the residual added before the one rounding."""
+                  HAS_BIAS: constexpr = 0, ACT: constexpr = 0, GEMV: constexpr = 0):
+    """C = R + act(A @ B + bias); fp32 accumulation, the residual added before the one rounding. GEMV=1: on the
+    CUDA cores, row by row (as gemm_epilogue's)."""
     pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
     rm = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
     acc = zeros((BM, BN), float32)
-    for k in range(0, K, BK):
-        rk = k + arange(BK)
-        acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
+    if GEMV == 1:
+        for r in static_range(BM):
+            row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
+            dots = zeros((BN,), float32)
+            for k in range(0, K, BK):
+                rk = k + arange(BK)
+                dots = dots + sum(load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32), 0)
+            acc = where((arange(BM) == r)[:, None], dots[None, :], acc)
+    else:
+        for k in range(0, K, BK):
+            rk = k + arange(BK)
+            acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[rn]).to(float32)[None, :]
     acc = activation(acc, ACT)
@@ -43,18 +57,33 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
 
 @kernel
 def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N"), C: Tensor("M", "N"),
-                 BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32, ACT: constexpr = 3):
-    """C = act(A @ BG) * (A @ BU): two GEMMs over one load of each A tile (the MLP's gate and up)."""
+                 BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32, ACT: constexpr = 3,
+                 GEMV: constexpr = 0):
+    """C = act(A @ BG) * (A @ BU): two GEMMs over one load of each A tile (the MLP's gate and up). GEMV=1: on the
+    CUDA cores, row by row (as gemm_epilogue's)."""
     pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
     rm = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
     gate = zeros((BM, BN), float32)
     up = zeros((BM, BN), float32)
-    for k in range(0, K, BK):
-        rk = k + arange(BK)
-        a = load(A[rm, rk])
-        gate = mma(a, load(BG[rk, rn]), gate)
-        up = mma(a, load(BU[rk, rn]), up)
+    if GEMV == 1:
+        for r in static_range(BM):
+            row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
+            dots_g = zeros((BN,), float32)
+            dots_u = zeros((BN,), float32)
+            for k in range(0, K, BK):
+                rk = k + arange(BK)
+                a = load(A[row, rk]).to(float32)[:, None]
+                dots_g = dots_g + sum(a * load(BG[rk, rn]).to(float32), 0)
+                dots_u = dots_u + sum(a * load(BU[rk, rn]).to(float32), 0)
+            gate = where((arange(BM) == r)[:, None], dots_g[None, :], gate)
+            up = where((arange(BM) == r)[:, None], dots_u[None, :], up)
+    else:
+        for k in range(0, K, BK):
+            rk = k + arange(BK)
+            a = load(A[rm, rk])
+            gate = mma(a, load(BG[rk, rn]), gate)
+            up = mma(a, load(BU[rk, rn]), up)
     gate = activation(gate, ACT)
     store(C[rm, rn], gate * up)
 

@@ -132,8 +132,9 @@ def test_cached_agent_written_dsl_runs_and_unusable_entries_are_misses(fresh_cac
     sig = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
     entry = ops.make_entry(sig, verify=False)
     # The agent's kernel: the library's parameters, its own body (here: the same maths, written anew).
-    entry.dsl_source = entry.dsl_source.replace("acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)",
-                                                "a = load(A[rm, rk])\n        acc = mma(a, load(B[rk, rn]), acc)")
+    line = next(x for x in entry.dsl_source.splitlines() if x.strip() == "acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)")
+    pad = line[:len(line) - len(line.lstrip())]
+    entry.dsl_source = entry.dsl_source.replace(line, f"{pad}a = load(A[rm, rk])\n{pad}acc = mma(a, load(B[rk, rn]), acc)")
     assert "a = load(A[rm, rk])" in entry.dsl_source
     ops.kernel_cache().put(sig.key(), entry)
     _use()

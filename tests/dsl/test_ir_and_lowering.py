@@ -29,13 +29,18 @@ def scaled_copy(X: Tensor("R", "C"), Y: Tensor("R", "C"), alpha: float, BR: cons
 def test_ir_records_types_lines_and_loop_carried_values():
     ir = gemm_epilogue.ir
     loops = [op for op in walk_block(ir.body) if op.kind == "for"]
-    assert len(loops) == 1 and loops[0].attrs["carried"] == ["acc"]
-    (acc,) = loops[0].results
+    mma_loop = next(op for op in loops if any(o.kind == "mma" for o in walk_block(op.blocks[0])))
+    assert mma_loop.attrs["carried"] == ["acc"]
+    (acc,) = mma_loop.results
     assert str(acc.type) == "tile[BM, BN]<float32>"
+    # the GEMV=1 branch: a static loop over the tile's rows around the K loop carrying one row of dot products
+    rows = next(op for op in loops if op.attrs["static"])
+    (k_loop,) = [op for op in walk_block(rows.blocks[0]) if op.kind == "for"]
+    assert k_loop.attrs["carried"] == ["dots"] and str(k_loop.results[0].type) == "tile[BN]<float32>"
     mma = next(op for op in walk_block(ir.body) if op.kind == "mma")
     src_line = ir.source.splitlines()[mma.line - ir.first_line]
     assert "mma(" in src_line
-    assert [p.name for p in ir.constexprs] == ["BM", "BN", "BK", "HAS_BIAS", "ACT"]
+    assert [p.name for p in ir.constexprs] == ["BM", "BN", "BK", "HAS_BIAS", "ACT", "GEMV"]
     assert ir.symbols == {"M": ("A", 0), "K": ("A", 1), "N": ("B", 1), "NB": ("bias", 0)}
     assert "for(" in ir.dump() and "# line" in ir.dump()
 
@@ -144,6 +149,34 @@ def test_in_process_cache_reuses_compiled_kernels():
     assert len(_COMPILED) >= 2
 
 
+def test_names_both_branches_use_only_inside_their_loops_stay_loop_local():
+    """Each branch of a static if with a loop of its own over the same variable names (`k`, `rk`): the names are
+    loop-local after the if, not results the branches must agree on."""
+    src = SRC + '''
+
+@kernel
+def two_ways(X: Tensor("R", "C"), Y: Tensor("R"), BR: constexpr = 4, BC: constexpr = 16, WAY: constexpr = 0):
+    (pr,) = tile_grid(cdiv(R, BR))
+    rr = pr * BR + arange(BR)
+    total = zeros((BR,), float32)
+    if WAY == 1:
+        for k in range(0, C, BC):
+            rk = k + arange(BC)
+            total = total + sum(load(X[rr, rk]).to(float32), 1)
+    else:
+        for k in range(0, C, BC):
+            rk = k + arange(BC)
+            total = sum(load(X[rr, rk]).to(float32), 1) + total
+    store(Y[rr], total)
+'''
+    k = kernels_from_source(src)["two_ways"]
+    x = torch.randn(7, 37)
+    for way in (0, 1):
+        y = torch.empty(7)
+        k(x, y, policy=Policy.make(BR=4, BC=16, WAY=way), target="interpret")
+        torch.testing.assert_close(y, x.sum(1), rtol=1e-5, atol=1e-5)
+
+
 def test_policy_errors_are_clear():
     from argus_inductor.dsl import DSLError
 
@@ -151,6 +184,10 @@ def test_policy_errors_are_clear():
         gemm_epilogue.triton_source(Policy.make(BM=48, BN=64, BK=32))
     with pytest.raises(DSLError, match="below the tensor-core minimum"):
         gemm_epilogue.triton_source(Policy.make(BM=8, BN=64, BK=32))
+    # an mma in the branch a static if never takes for the policy (GEMV=1 reads one row on the CUDA cores) does
+    # not constrain the tiles; the branch taken holds no mma
+    src = gemm_epilogue.triton_source(Policy.make(BM=1, BN=64, BK=32, GEMV=1))
+    assert "tl.dot" not in src and "tl.sum" in src
     with pytest.raises(DSLError, match="does not declare"):
         gemm_epilogue.triton_source(Policy.make(BM=64, BN=64, BK=32, BX=1))
     with pytest.raises(DSLError, match="constexpr .BR. has no value"):

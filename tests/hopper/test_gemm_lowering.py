@@ -58,7 +58,7 @@ def test_it_compiles_for_sm90_with_the_hopper_instructions_it_is_written_with() 
 def test_the_ring_keeps_the_only_mmas_tiles_one_iteration_longer() -> None:
     """gemm_epilogue's loop has one mma, whose result only accumulates: the lowering keeps it in flight into the
     next iteration, so its A and B tiles are staged with one reader and the loader one slot less ahead."""
-    loop = next(op for op in gemm_epilogue.ir.walk() if op.kind == "for")
+    loop = next(op for op in gemm_epilogue.ir.walk() if op.kind == "for" and any(o.kind == "mma" for o in op.blocks[0].ops))
     loads = [op for op in loop.blocks[0].ops if op.kind == "load"]
     assert len(loads) == 2
     for load in loads:

@@ -119,6 +119,37 @@ def test_split_k_gemm_with_epilogue(dtype, split):
         check(out, ref, dtype, seed, f"split-k {split} gemm {m}x{n}x{k} act={act}")
 
 
+GEMV_POLICY = Policy.make(BM=1, BN=32, BK=256, num_warps=8, num_stages=3, GEMV=1) if ON_GPU else \
+    Policy.make(BM=1, BN=16, BK=32, GEMV=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bm", [1, 2])
+def test_gemm_gemv_path_with_epilogues(dtype, bm):
+    """GEMV=1 (CUDA cores, no mma) for decode rows: gemm_epilogue with bias and activations, gemm_residual and
+    gemm_gate_up, against float64; with BM=2 at odd M the last tile's second row lies past M (clamped, not stored)."""
+    from argus_inductor.kernels.gemm_residual import gate_up, gemm_add
+
+    policy = GEMV_POLICY.with_consts(BM=bm)
+    shapes = [(1, 128256, 4096), (3, 4101, 4099)] if ON_GPU else [(1, 45, 70), (3, 33, 53)]
+    for i, (m, n, k) in enumerate(shapes):
+        seed = fresh_seed()
+        act = ACTS[(i + bm) % len(ACTS)]
+        a, b, b2 = randn(m, k, dtype=dtype), _operand(k, n, True, dtype), _operand(k, n, i % 2 == 1, dtype)
+        bias, res = randn(n, dtype=dtype), randn(m, n, dtype=dtype)
+        ref = a.double() @ b.double() + bias.double()
+        ref = {"none": ref, "relu": F.relu(ref), "gelu": F.gelu(ref), "silu": F.silu(ref),
+               "gelu_tanh": F.gelu(ref, approximate="tanh")}[act]
+        out = poisoned(m, n, dtype=dtype)
+        check(gemm(a, b, bias, act, out=out, policy=policy), ref, dtype, seed, f"gemv {m}x{n}x{k} act={act}")
+        out = poisoned(m, n, dtype=dtype)
+        check(gemm_add(a, b, res, out=out, policy=policy), a.double() @ b.double() + res.double(), dtype, seed,
+              f"gemv residual {m}x{n}x{k}")
+        out = poisoned(m, n, dtype=dtype)
+        check(gate_up(a, b, b2, out=out, policy=policy), F.silu(a.double() @ b.double()) * (a.double() @ b2.double()),
+              dtype, seed, f"gemv gate*up {m}x{n}x{k}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gemm_without_bias(dtype):
     m, n, k = GEMM_SHAPES[0]

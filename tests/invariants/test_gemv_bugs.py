@@ -1,0 +1,49 @@
+"""The CUDA-core path of the GEMM kernels (GEMV=1: each row of the tile multiplied into B's tile and summed) proves
+for every shape, at one row a program and at two; bugs planted in it are rejected at their line with a concrete
+program and element: a row index read without the clamp (a scalar index is not masked, so the second row of the
+last tile reads past M), and a K step that skips every other block (the sum then misses half of K)."""
+from __future__ import annotations
+
+import pytest
+
+from argus_inductor.dsl import Policy, kernels_from_source
+from argus_inductor.invariants import verify
+from argus_inductor.kernels.gemm import gemm_epilogue
+from argus_inductor.kernels.gemm_residual import gemm_gate_up, gemm_residual
+
+from .planted import assert_flags_one_of, lines_with
+
+SHAPES = {"M": 3, "N": 45, "K": 70, "NB": 45}  # odd M: with BM=2 the last tile's second row is past M
+
+
+@pytest.mark.parametrize("kernel", [gemm_epilogue, gemm_residual, gemm_gate_up], ids=lambda k: k.name)
+@pytest.mark.parametrize("bm", [1, 2])
+def test_gemv_path_proves_symbolically_and_at_odd_shapes(kernel, bm):
+    pol = Policy.make(BM=bm, BN=16, BK=32, GEMV=1)
+    for shapes in ({}, {k: v for k, v in SHAPES.items() if kernel is not gemm_gate_up or k != "NB"}):
+        res = verify(kernel, pol, shapes)
+        assert res.ok, res.text()
+
+
+BUGS = [
+    ("unclamped row index", "row = minimum(pm * BM + r, M - 1)", "row = pm * BM + r", "bounds"),
+    ("every other K block", "for k in range(0, K, BK):\n                rk = k + arange(BK)\n                dots =",
+     "for k in range(0, K, 2 * BK):\n                rk = k + arange(BK)\n                dots =", None),
+]
+
+
+@pytest.mark.parametrize("name,old,new,kind", BUGS, ids=[b[0] for b in BUGS])
+def test_planted_gemv_bug_is_rejected_at_its_line(name, old, new, kind):
+    src = gemm_epilogue.ir.source
+    assert old in src, name
+    text = "from argus_inductor.dsl import *\n" + src.replace(old, new)
+    k = kernels_from_source(text)["gemm_epilogue"]
+    res = verify(k, Policy.make(BM=2, BN=16, BK=32, GEMV=1), SHAPES)
+    assert not res.ok, name
+    v = res.violations[0]
+    assert v.executions or v.values, f"a counterexample names the program and element\n{res.text()}"
+    if kind == "bounds":
+        assert v.kind in ("out-of-bounds", "bounds"), res.text()
+        assert_flags_one_of(res, lines_with(text, "load(A[row, rk])"))
+    else:  # the sum misses K blocks: a coverage violation where the result is stored
+        assert_flags_one_of(res, lines_with(text, "store(C[rm, rn], acc)") | lines_with(text, "range(0, K, 2 * BK)"))
