@@ -470,7 +470,17 @@ def _match_sdpa(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
         return None
     if qv.shape[1] != kv.shape[1] and not a.get("enable_gqa", False) and rk == 1:
         return None  # aten would refuse it; so do we
-    return _emit_attention(g, node, q, k, v, mask, bool(a.get("is_causal", False)),
+    causal = bool(a.get("is_causal", False))
+    if mask is not None and _val(mask) is not None and _val(mask).dtype == torch.bool:
+        from .causal_mask import why_not_causal
+
+        why = why_not_causal(mask, qv.shape[-2], kv.shape[-2])
+        if why is None:  # built in the graph from sizes alone, and causal at every size
+            log.info("argus: the mask of %s is proved causal at every size; it runs as is_causal", node.name)
+            mask, causal = None, True
+        else:
+            log.info("argus: the mask of %s stays a mask: not proved causal (%s)", node.name, str(why)[:300])
+    return _emit_attention(g, node, q, k, v, mask, causal,
                            None if scale is None else float(scale), gid, [node.name], squeeze)
 
 
