@@ -360,6 +360,17 @@ def table(results: list[dict[str, Any]], backends: list[str]) -> str:
     return "\n".join(lines)
 
 
+def versions() -> dict[str, str | None]:
+    """The transformers and Triton versions of this run (None where one is not installed)."""
+    out: dict[str, str | None] = {}
+    for name in ("transformers", "triton"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            out[name] = None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="llama,mixtral")
@@ -404,18 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "python": platform.python_version(), "argus_inductor": argus_inductor.__version__,
             "wall_s": round(time.perf_counter() - start, 1), "tolerance_rel": TOL, "decode_context": CONTEXT}
-    try:
-        import transformers
-
-        meta["transformers"] = transformers.__version__
-    except ImportError:
-        meta["transformers"] = None
-    try:
-        import triton
-
-        meta["triton"] = triton.__version__
-    except ImportError:
-        pass
+    meta.update(versions())
     md = (f"# End to end: eager, Inductor, max-autotune, Argus ({meta['gpu']}, {stamp})\n\n"
           f"torch {meta['torch']}, transformers {meta['transformers']}, random bf16 weights; median ms per call "
           f"(prefill, last-token logits) or per token (decode, {CONTEXT}-token static KV cache); ratios are "

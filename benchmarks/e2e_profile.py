@@ -164,13 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             torch._dynamo.reset()
     meta = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "model": args.model, "layers": args.layers, "built_with": how,
-            "calls_profiled": CALLS}
-    try:
-        import triton
-
-        meta["triton"] = triton.__version__
-    except ImportError:
-        pass
+            "calls_profiled": CALLS, **e2e.versions()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"e2e-profile-{args.model}-{meta['date']}.json"
