@@ -37,15 +37,40 @@ class SymTensor:
     f: Fn              # element indices -> z3 value (Int or Bool)
 
 
-def _z3() -> Any:
-    import z3
+def _size_symbol(n: fx.Node) -> torch.SymInt | None:
+    """The SymInt a placeholder stands for (a size of the graph), else None."""
+    ev = n.meta.get("example_value", n.meta.get("val"))
+    return ev if n.op == "placeholder" and isinstance(ev, torch.SymInt) else None
 
-    return z3
+
+def _is_one(z3: Any, s: Expr) -> bool:
+    """A size that is the literal 1 (a broadcast dimension)."""
+    return z3.is_int_value(s) and s.as_long() == 1
+
+
+# element-wise ops by name, for functions (operator.eq, torch.eq) and methods (x.eq(y), x.__eq__(y)) alike;
+# `b` turns an operand into a z3 Bool
+_BINARY: dict[str, Callable[[Any, Callable, Expr, Expr], Expr]] = {
+    "add": lambda z3, b, x, y: x + y, "sub": lambda z3, b, x, y: x - y, "mul": lambda z3, b, x, y: x * y,
+    "eq": lambda z3, b, x, y: x == y, "ne": lambda z3, b, x, y: x != y, "le": lambda z3, b, x, y: x <= y,
+    "lt": lambda z3, b, x, y: x < y, "ge": lambda z3, b, x, y: x >= y, "gt": lambda z3, b, x, y: x > y,
+    "and": lambda z3, b, x, y: z3.And(b(x), b(y)), "or": lambda z3, b, x, y: z3.Or(b(x), b(y)),
+}
+_BINARY_NAMES = {"logical_and": "and", "bitwise_and": "and", "logical_or": "or", "bitwise_or": "or"}
+_FUNCTIONS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", torch.add: "add", torch.sub: "sub",
+              operator.eq: "eq", operator.ne: "ne", operator.le: "le", operator.lt: "lt", operator.ge: "ge",
+              operator.gt: "gt", torch.eq: "eq", torch.ne: "ne", torch.le: "le", torch.lt: "lt", torch.ge: "ge",
+              torch.gt: "gt", operator.and_: "and", torch.logical_and: "and", torch.bitwise_and: "and",
+              operator.or_: "or", torch.logical_or: "or", torch.bitwise_or: "or"}
+_NOT = {operator.invert, torch.logical_not, torch.bitwise_not}
+_NOT_METHODS = {"invert", "logical_not", "bitwise_not"}
 
 
 class _Eval:
     def __init__(self) -> None:
-        self.z3 = _z3()
+        import z3
+
+        self.z3 = z3
         self.env: dict[fx.Node, Any] = {}
         self.facts: list[Expr] = []        # what the traced graph guarantees (broadcast sizes agree, sizes >= 1)
         self.obligations: list[Expr] = []  # what must be proved of the element being read (gathers in bounds)
@@ -88,7 +113,7 @@ class _Eval:
         shape: list[Expr] = []
         for d in range(rank):
             dims = [t.shape[d - (rank - len(t.shape))] for t in ts if d - (rank - len(t.shape)) >= 0]
-            wide = [s for s in dims if not (z3.is_int_value(s) and s.as_long() == 1)]
+            wide = [s for s in dims if not _is_one(z3, s)]
             out = wide[0] if wide else z3.IntVal(1)
             for s in wide[1:]:
                 self.facts.append(s == out)  # broadcasting sizes agree, or the graph would not have traced
@@ -98,13 +123,14 @@ class _Eval:
             off = rank - len(t.shape)
 
             def f(idx: list[Expr]) -> Expr:
-                own = []
-                for d, s in enumerate(t.shape):
-                    one = z3.is_int_value(s) and s.as_long() == 1
-                    own.append(z3.IntVal(0) if one else idx[d + off])
-                return t.f(own)
+                return t.f([z3.IntVal(0) if _is_one(z3, s) else idx[d + off] for d, s in enumerate(t.shape)])
             return f
         return shape, [reader(t) for t in ts]
+
+    def binary(self, name: str, args: tuple) -> Any:
+        """The element-wise op `name` of _BINARY (or its alias) on two operands."""
+        fn = _BINARY[_BINARY_NAMES.get(name, name)]
+        return self.elementwise(list(args), lambda x, y: fn(self.z3, self.as_bool, x, y))
 
     def elementwise(self, args: list[Any], op: Callable[..., Expr]) -> Any:
         if not any(isinstance(self.value(a), SymTensor) for a in args if isinstance(a, fx.Node)):
@@ -117,12 +143,11 @@ class _Eval:
     def node(self, n: fx.Node) -> Any:
         z3 = self.z3
         if n.op == "placeholder":
-            ev = n.meta.get("example_value", n.meta.get("val"))
-            if isinstance(ev, torch.SymInt):
-                s = z3.Int(n.name)
-                self.facts.append(s >= 1)
-                return s
-            raise Unknown(f"input {n.name} is not a size")
+            if _size_symbol(n) is None:
+                raise Unknown(f"input {n.name} is not a size")
+            s = z3.Int(n.name)
+            self.facts.append(s >= 1)
+            return s
         if n.op == "call_method":
             return self.method(n)
         if n.op != "call_function":
@@ -134,21 +159,9 @@ class _Eval:
                 raise Unknown("arange form")
             start, stop = (z3.IntVal(0), self.size(a[0])) if len(a) == 1 else (self.size(a[0]), self.size(a[1]))
             return SymTensor([z3.simplify(stop - start)], lambda idx: idx[0] + start)
-        arith = {operator.add: lambda x, y: x + y, operator.sub: lambda x, y: x - y,
-                 operator.mul: lambda x, y: x * y, torch.add: lambda x, y: x + y, torch.sub: lambda x, y: x - y}
-        if t in arith and len(a) == 2 and not kw:
-            return self.elementwise(list(a), arith[t])
-        cmp = {operator.eq: lambda x, y: x == y, operator.ne: lambda x, y: x != y, operator.le: lambda x, y: x <= y,
-               operator.lt: lambda x, y: x < y, operator.ge: lambda x, y: x >= y, operator.gt: lambda x, y: x > y,
-               torch.eq: lambda x, y: x == y, torch.ne: lambda x, y: x != y, torch.le: lambda x, y: x <= y,
-               torch.lt: lambda x, y: x < y, torch.ge: lambda x, y: x >= y, torch.gt: lambda x, y: x > y}
-        if t in cmp and len(a) == 2 and not kw:
-            return self.elementwise(list(a), cmp[t])
-        logic = {operator.and_: z3.And, torch.logical_and: z3.And, torch.bitwise_and: z3.And,
-                 operator.or_: z3.Or, torch.logical_or: z3.Or, torch.bitwise_or: z3.Or}
-        if t in logic and len(a) == 2 and not kw:
-            return self.elementwise(list(a), lambda x, y: logic[t](self.as_bool(x), self.as_bool(y)))
-        if t in (operator.invert, torch.logical_not, torch.bitwise_not) and len(a) == 1:
+        if t in _FUNCTIONS and len(a) == 2 and not kw:
+            return self.binary(_FUNCTIONS[t], a)
+        if t in _NOT and len(a) == 1:
             return self.elementwise(list(a), lambda x: z3.Not(self.as_bool(x)))
         if t is operator.getitem:
             return self.getitem(self.value(a[0]), a[1])
@@ -157,7 +170,7 @@ class _Eval:
                              kw.get("n", a[1] if len(a) > 1 else 1))
         if t is torch.cumsum:
             return self.cumsum(a[0], kw.get("dim", a[1] if len(a) > 1 else None))
-        if t in (torch.unsqueeze,):
+        if t is torch.unsqueeze:
             return self.unsqueeze(self.tensor(a[0]), a[1])
         raise Unknown(f"op {t}")
 
@@ -174,10 +187,9 @@ class _Eval:
             for d, s in enumerate(sizes):
                 own = src.shape[d - off] if d >= off else None
                 shape.append(own if isinstance(s, int) and s == -1 else self.size(s))
-                if own is not None and not (isinstance(s, int) and s == -1) and \
-                        not (z3.is_int_value(own) and own.as_long() == 1):
+                if own is not None and not (isinstance(s, int) and s == -1) and not _is_one(z3, own):
                     self.facts.append(own == shape[-1])
-            ones = [d for d in range(len(src.shape)) if z3.is_int_value(src.shape[d]) and src.shape[d].as_long() == 1]
+            ones = [d for d in range(len(src.shape)) if _is_one(z3, src.shape[d])]
 
             def f(idx: list[Expr]) -> Expr:
                 return src.f([z3.IntVal(0) if d in ones else idx[d + off] for d in range(len(src.shape))])
@@ -196,21 +208,12 @@ class _Eval:
             return SymTensor(v.shape, lambda idx: self.as_bool(v.f(idx))) if dtypes else v
         if name == "size" and len(a) == 2 and isinstance(a[1], int):
             return self.tensor(a[0]).shape[a[1]]
-        if name in ("cumsum",):
+        if name == "cumsum":
             return self.cumsum(a[0], a[1] if len(a) > 1 else kw.get("dim"))
-        binary = {"eq": lambda x, y: x == y, "ne": lambda x, y: x != y, "le": lambda x, y: x <= y,
-                  "lt": lambda x, y: x < y, "ge": lambda x, y: x >= y, "gt": lambda x, y: x > y,
-                  "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
-                  "and": lambda x, y: z3.And(self.as_bool(x), self.as_bool(y)),
-                  "logical_and": lambda x, y: z3.And(self.as_bool(x), self.as_bool(y)),
-                  "bitwise_and": lambda x, y: z3.And(self.as_bool(x), self.as_bool(y)),
-                  "or": lambda x, y: z3.Or(self.as_bool(x), self.as_bool(y)),
-                  "logical_or": lambda x, y: z3.Or(self.as_bool(x), self.as_bool(y)),
-                  "bitwise_or": lambda x, y: z3.Or(self.as_bool(x), self.as_bool(y))}
         bare = name.strip("_")  # x.eq(y), x.__eq__(y), x.__and__(y) ...
-        if bare in binary and len(a) == 2 and not kw:
-            return self.elementwise(list(a), binary[bare])
-        if bare in ("invert", "logical_not", "bitwise_not") and len(a) == 1:
+        if _BINARY_NAMES.get(bare, bare) in _BINARY and len(a) == 2 and not kw:
+            return self.binary(bare, a)
+        if bare in _NOT_METHODS and len(a) == 1:
             return self.elementwise(list(a), lambda x: z3.Not(self.as_bool(x)))
         raise Unknown(f"method {name}")
 
@@ -267,12 +270,11 @@ class _Eval:
                 if i.step not in (None, 1) or d >= len(src.shape):
                     raise Unknown("slice form")
                 n = src.shape[d]
-                start = z3.IntVal(0) if i.start is None else self.size(i.start)
+                if not (i.start is None or isinstance(i.start, int) and i.start >= 0) or \
+                        isinstance(i.stop, int) and i.stop < 0:
+                    raise Unknown("a negative or symbolic slice start, or a negative stop")
+                start = z3.IntVal(i.start or 0)
                 stop = n if i.stop is None else self.size(i.stop)
-                if i.start is not None and not z3.is_int_value(start) or \
-                        i.start is not None and start.as_long() < 0 or \
-                        i.stop is not None and z3.is_int_value(stop) and stop.as_long() < 0:
-                    raise Unknown("negative or symbolic slice start")
                 stop = stop if self.provable(stop <= n) else z3.If(stop < n, stop, n)
                 out_shape.append(z3.simplify(stop - start))
                 plan.append(("slice", start))
@@ -309,13 +311,11 @@ class _Eval:
         p = self.tensor(prepend)
         if len(p.shape) != len(t.shape) or not self.provable(p.shape[-1] == 1):
             raise Unknown("diff prepend shape")
-        shape = t.shape[:-1] + [t.shape[-1]]
-
         def f(idx: list[Expr]) -> Expr:
             j = idx[-1]
             prev = z3.If(j == 0, p.f(idx[:-1] + [z3.IntVal(0)]), t.f(idx[:-1] + [j - 1]))
             return t.f(idx) - prev
-        return SymTensor(shape, f)
+        return SymTensor(list(t.shape), f)
 
     def cumsum(self, x: Any, dim: Any) -> SymTensor:
         """Only a prefix sum of a term proved zero (false) everywhere: zero everywhere."""
@@ -347,8 +347,7 @@ def size_only(mask: fx.Node) -> bool:
             continue
         seen.add(n)
         if n.op == "placeholder":
-            ev = n.meta.get("example_value", n.meta.get("val"))
-            if not isinstance(ev, torch.SymInt):
+            if _size_symbol(n) is None:
                 return False
         elif n.op in ("get_attr", "call_module"):
             return False
@@ -388,9 +387,7 @@ def why_not_causal(mask: fx.Node, q_len: Any, kv_len: Any) -> str | None:
         if len(m.shape) != 4:
             return f"it has {len(m.shape)} dimensions"
         # the graph's size symbols, by the names shape expressions use
-        env = {n.name: ev.env[n] for n in ev.env if n.op == "placeholder"}
-        env.update({str(n.meta.get("example_value").node.expr): ev.env[n] for n in list(ev.env)
-                    if n.op == "placeholder" and isinstance(n.meta.get("example_value"), torch.SymInt)})
+        env = {str(sym.node.expr): v for n, v in ev.env.items() if (sym := _size_symbol(n)) is not None}
         q, kv = _as_z3(ev, q_len, env), _as_z3(ev, kv_len, env)
         if q is None or kv is None:
             return "the query or key length is not a size of the graph"
