@@ -471,7 +471,7 @@ def _match_sdpa(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
     if qv.shape[1] != kv.shape[1] and not a.get("enable_gqa", False) and rk == 1:
         return None  # aten would refuse it; so do we
     causal = bool(a.get("is_causal", False))
-    if mask is not None and _val(mask) is not None and _val(mask).dtype == torch.bool:
+    if mask is not None and getattr(_val(mask), "dtype", None) == torch.bool:
         from .causal_mask import why_not_causal
 
         why = why_not_causal(mask, qv.shape[-2], kv.shape[-2])

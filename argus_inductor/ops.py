@@ -218,14 +218,21 @@ def _presplit_template(sig: Signature, target: str) -> Policy | None:
     return presplit_gemm_policy(m, n, k) if tf32x3_split_pays(m, n, k) else None
 
 
-def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
+def _gemm_base(sig: Signature, target: str, gluon: bool = False) -> Policy:
+    """The tile policy of a GEMM-family signature: the CUDA-core path (policies.gemv_policy) where the op's kernel
+    has one (a GEMV constexpr) and the shape takes it, else gemm_policy."""
     d = sig.dims()
+    m, n, k = d.get("M", 1), d["N"], d["K"]
+    gemv = any(c.name == "GEMV" for c in SPECS[sig.op].kernels[0].ir.constexprs)
+    return (gemv_policy(m, n, target) if gemv else None) or gemm_policy(m, n, k, target, gluon=gluon)
+
+
+def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
     split = _presplit_template(sig, target)
     if split is not None:
         return split.as_dict()
     # the Gluon lowering reads bf16 and fp16 operands only (its tiles are sized for them): others take Triton's
-    p = gemv_policy(d.get("M", 1), d["N"], target) or \
-        gemm_policy(d.get("M", 1), d["N"], d["K"], target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
+    p = _gemm_base(sig, target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
     return (p if p.warp_specialize else _for_dtype(p, sig, target)).as_dict()
 
 
@@ -235,18 +242,14 @@ def _unsplit(p: Policy) -> Policy:
 
 
 def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
-    d = sig.dims()
     split = _presplit_template(sig, target)
     if split is not None:
         return split.as_dict()
-    p = (gemv_policy(d.get("M", 1), d["N"], target) if sig.op != "bmm" else None) or \
-        _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target))
-    return _for_dtype(p, sig, target).as_dict()
+    return _for_dtype(_unsplit(_gemm_base(sig, target)), sig, target).as_dict()
 
 
 def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
-    d = sig.dims()
-    p = gemv_policy(d.get("M", 1), d["N"], target) or _unsplit(gemm_policy(d.get("M", 1), d["N"], d["K"], target))
+    p = _unsplit(_gemm_base(sig, target))
     if target != "interpret" and p.const("BN", 64) > 128:  # two accumulators: half the tile width
         p = p.with_consts(BN=p.const("BN") // 2)
     return _for_dtype(p, sig, target, b_tiles=2).as_dict()

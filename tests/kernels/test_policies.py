@@ -72,3 +72,20 @@ def test_one_row_against_a_wide_weight_takes_the_cuda_core_path():
     assert gemv_policy(1, 14336, "cuda") is None and gemv_policy(2, 128256, "cuda") is None
     assert gemv_policy(1, 128256, "hip") is None and gemv_policy(1, 128256, "interpret") is None
     assert verify(gemm_epilogue, p.with_consts(HAS_BIAS=0, ACT=0), {"M": 1, "N": 128256, "K": 4096}).ok
+
+
+def test_the_gemm_templates_take_the_cuda_core_path_where_their_kernel_has_one():
+    """gemm, gemm_residual and gate_up (kernels with a GEMV constexpr) take it at an LM head's M = 1; bmm's kernel has
+    no such path and keeps its tensor-core tile."""
+    from argus_inductor import ops
+    from argus_inductor.signature import Signature
+
+    def template(op: str, **dims: int) -> dict:
+        sig = Signature(op, "", ("bfloat16", "bfloat16"), ("row", "row"), tuple(dims.items()), (), "sm_90",
+                        ("torch", "triton", "argus"))
+        return ops.SPECS[op].template(sig, "cuda")
+
+    for op in ("gemm", "gemm_residual", "gate_up"):
+        assert template(op, M=1, N=128256, K=4096).get("GEMV") == 1, op
+    assert "GEMV" not in template("bmm", M=1, N=128256, K=4096, B=2)
+    assert "GEMV" not in template("gemm", M=16, N=128256, K=4096)
