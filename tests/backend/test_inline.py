@@ -139,23 +139,30 @@ def test_dynamic_sizes_and_the_aten_fallback_keep_their_ops(fresh_cache, monkeyp
     torch.testing.assert_close(gm(*fresh)[0], fn(*fresh))
 
 
-def test_the_backend_falls_back_to_ops_when_inductor_cannot_take_the_launches(fresh_cache, monkeypatch,
-                                                                                caplog) -> None:
-    """Here Inductor's CPU code cannot launch interpreted Triton kernels, as a GPU compile could fail on a launch:
-    the backend then compiles the graph with its Argus ops (as with ARGUS_INLINE=0), says so once, and gives eager's
-    result."""
+def _inlined_swish_on_the_cpu(monkeypatch, caplog) -> tuple:
+    """Inline Argus launches on the CPU as on a GPU, compile the standalone swish chain with pointwise ops only, run
+    it once (warnings captured) and check it against eager: (fn, args, compiled)."""
     monkeypatch.setattr(backend, "INLINE_TARGETS", {"cuda", "hip", "interpret"})
     monkeypatch.setattr(inline, "GPUS", CPU)
-    recorded = []
-    real = inline.record_node
-    monkeypatch.setattr(inline, "record_node",
-                        lambda node, devices, known: recorded.append(node.name) or real(node, devices, known))
     fn, args, _ = CHAINS["standalone_swish_scale"]
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="argus", options={"ops": "pointwise", "inline": True, "cudagraphs": False})
     with caplog.at_level(logging.WARNING, logger="argus_inductor"):
         out = compiled(*args)
     torch.testing.assert_close(out, fn(*args))
+    return fn, args, compiled
+
+
+def test_the_backend_falls_back_to_ops_when_inductor_cannot_take_the_launches(fresh_cache, monkeypatch,
+                                                                                caplog) -> None:
+    """Here Inductor's CPU code cannot launch interpreted Triton kernels, as a GPU compile could fail on a launch:
+    the backend then compiles the graph with its Argus ops (as with ARGUS_INLINE=0), says so once, and gives eager's
+    result."""
+    recorded = []
+    real = inline.record_node
+    monkeypatch.setattr(inline, "record_node",
+                        lambda node, devices, known: recorded.append(node.name) or real(node, devices, known))
+    fn, args, compiled = _inlined_swish_on_the_cpu(monkeypatch, caplog)
     assert recorded, "the op was recorded for inlining"
     assert "could not compile the inlined Argus launches" in caplog.text
     fresh = _fresh(args[0])
@@ -167,11 +174,9 @@ def test_a_restart_dynamo_asks_for_is_not_taken_for_a_failure_to_inline(fresh_ca
     That is not a launch Inductor cannot compile: the backend lets it through, Dynamo retraces and calls the backend
     again, and the launches are inlined then (taken for a failure, Llama's decode step lost its inlining on the
     H200). Here the first compile of the inlined graph asks for the restart."""
-    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
-
-    monkeypatch.setattr(backend, "INLINE_TARGETS", {"cuda", "hip", "interpret"})
-    monkeypatch.setattr(inline, "GPUS", CPU)
     import importlib
+
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
 
     fx_module = importlib.import_module("torch._inductor.compile_fx")  # the backend imports compile_fx from it
     calls = []
@@ -184,11 +189,6 @@ def test_a_restart_dynamo_asks_for_is_not_taken_for_a_failure_to_inline(fresh_ca
         return real(*a, **kw)
 
     monkeypatch.setattr(fx_module, "compile_fx", compile_fx)
-    fn, args, _ = CHAINS["standalone_swish_scale"]
-    torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="argus", options={"ops": "pointwise", "inline": True, "cudagraphs": False})
-    with caplog.at_level(logging.WARNING, logger="argus_inductor"):
-        out = compiled(*args)
-    torch.testing.assert_close(out, fn(*args))
+    _inlined_swish_on_the_cpu(monkeypatch, caplog)
     assert len(calls) >= 2, "Dynamo traced again and called the backend again"
     assert "could not compile the inlined Argus launches" not in caplog.text
