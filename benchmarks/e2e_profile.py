@@ -99,7 +99,8 @@ def profile_call(call: Callable[[], Any], per_call: int) -> dict[str, Any]:
     gpu_ms = sum(k["us"] for k in kernels.values()) / 1e3
     by_kind: dict[str, float] = {}
     for name, k in kernels.items():
-        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + k["us"] / 1e3
+        kind = kind_of(name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + k["us"] / 1e3
     top = sorted(kernels.items(), key=lambda kv: -kv[1]["us"])
     return {"wall_ms": wall, "gpu_ms": gpu_ms, "gap_ms": wall - gpu_ms,
             "kernels_per_call": sum(k["count"] for k in kernels.values()),
