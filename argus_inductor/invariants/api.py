@@ -133,6 +133,7 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
         elif out.status == "unknown":
             undecided.append(f"{ob.kind} at line {ob.op.line}")
     violations.sort(key=lambda v: v.line)
+    undecided += list(dict.fromkeys(interp.unfollowed))
     notes = list(dict.fromkeys(interp.notes))
     errors: list[str] = []
     if pol.warp_specialize and staging is not None:

@@ -38,17 +38,23 @@ from .tags import (
     conj,
     conjuncts,
     covers_union,
+    done_key,
+    each_key,
     expand,
     free_vars,
     fresh,
+    is_pending,
     is_uniform,
     lines,
+    lost_key,
     member,
     member_pos,
     mentions,
+    mentions_prefix,
     merge_pieces,
     merge_tags,
     pieces_equal,
+    reduced_dim,
     remap_axes,
     reshape,
     same,
@@ -160,6 +166,7 @@ class Interpreter:
         self.inst_vars: list[Expr] = []
         self.ufs: dict[str, z3.FuncDeclRef] = {}
         self.notes: list[str] = []
+        self.unfollowed: list[str] = []  # what no proof may rest on: reported as undecided
         self.arg_owner: dict[int, Op] = {}
         for op in ir.walk():
             for blk in op.blocks:
@@ -376,6 +383,7 @@ class Interpreter:
             res.sums = sums_union(a.sums, b.sums)
 
     def additive(self, op: Op, a: AVal, b: AVal, res: AVal, sub: bool) -> None:
+        a, b = self.loop_points(a, b), self.loop_points(b, a)
         if a.zero:
             self.copy_props(b, res)
             return
@@ -395,6 +403,21 @@ class Interpreter:
                 res.diff = (a.maxof, b.maxof)
         else:
             res.maxof = a.maxof if not b.maxof else (b.maxof if not a.maxof else None)
+
+    def loop_points(self, x: AVal, acc: AVal) -> AVal:
+        """x as a term added to a loop's accumulator: each tensor dimension whose index in x moves with the iteration of
+        a loop that carries the accumulator (and which the accumulator is not tagged with) adds that index to
+        `each(dim)`, the indices the accumulator's element has summed over the loop so far."""
+        if not acc.carried:
+            return x
+        points: Sums = {}
+        for name, alts in x.tags.items():
+            if name not in self.shapes or name in acc.tags or len(alts) != 1 or each_key(name) in x.sums:
+                continue
+            t = alts[0]
+            if mentions(t.expr, acc.carried):
+                points[each_key(name)] = ((Piece(t.expr, simp(t.expr + 1), t.when, src=t.src),),)
+        return replace(x, sums={**x.sums, **points}) if points else x
 
     def copy_props(self, src: AVal, res: AVal) -> None:
         res.sums, res.maxof, res.scale, res.ratio, res.diff = src.sums, src.maxof, src.scale, src.ratio, src.diff
@@ -422,7 +445,7 @@ class Interpreter:
         for d in sorted(set(a.sums) & set(b.sums)):
             ua = [c for c in a.sums[d] if not any(pieces_equal(c, x) for x in b.sums[d])]
             ub = [c for c in b.sums[d] if not any(pieces_equal(c, x) for x in a.sums[d])]
-            if len(ua) == 1 and len(ub) == 1:
+            if len(ua) == 1 and len(ub) == 1 and not is_pending(d):
                 self.check_same_pieces(op, d, ua[0], ub[0], res.shape,
                                        "divides a value summed over {d} in {a} by one summed over {d} in {b}",
                                        conj([a.live, b.live]))
@@ -443,7 +466,13 @@ class Interpreter:
         x = self.get(op.args[0])
         o = op.attrs["op"]
         kind = _kind(op.result.dtype)
-        res = AVal(x.shape, kind, live=x.live, tags=dict(x.tags), sums=x.sums)
+        sums = x.sums
+        if kind == "float" and o != "neg":  # f(partial sum) is no partial sum: the reductions under it are done
+            sums = {}
+            for d, cs in x.sums.items():
+                key = done_key(d) if not (is_pending(d) or is_product(d) or d.startswith("done(")) else d
+                sums[key] = covers_union(sums.get(key, ()), cs)
+        res = AVal(x.shape, kind, live=x.live, tags=dict(x.tags), sums=sums)
         if o == "not" and x.val is not None:
             res.val = simp(z3.Not(to_bool(x.val)))
         elif o in ("exp", "exp2") and x.diff:
@@ -564,6 +593,72 @@ class Interpreter:
                 sums[d] = tuple(kept)
         return keep, inner, live, sums
 
+    def reduce_each(self, op: Op, x: AVal, r: Expr, n: int, shape: tuple[int, ...], summing: bool) -> Sums:
+        """Take out of x (reduced axis renamed to r) the element-wise accumulations (`each(K)`, `lost(K)`) whose
+        indices move along r, and return the covers of K that a sum over r completes from them.
+
+        A piece of each(K) is one point e(r) (from every earlier iteration t of its loop, for a union): its union
+        over r in [0, n) must be [e(0), e(0) + n), each index once, and different iterations must not share an
+        index. What cannot be followed this way (a maximum or a scan across such points, a `lost` mark) is
+        reported as undecided: no proof rests on it."""
+        rn = r.decl().name()
+        out: Sums = {}
+        for key in [k for k in x.sums if is_pending(k)]:
+            moving = [ps for ps in x.sums[key] if any(mentions(e, rn) for p in ps for e in p.exprs)]
+            if not moving:
+                continue
+            x.sums = {**x.sums, key: tuple(ps for ps in x.sums[key] if not any(ps is m for m in moving))}
+            if not x.sums[key]:
+                del x.sums[key]
+            d = reduced_dim(key)
+            if key.startswith("each(") and all(p.t is None for ps in moving for p in ps) and not summing:
+                continue  # this iteration's points only: the reduction follows them by the tag itself
+            for ps in moving:
+                pieces = self.each_to_cover(op, d, ps, r, n, shape) if key.startswith("each(") and summing else None
+                if pieces is None:
+                    self.unfollowed.append(f"line {op.line}: {op.kind} reduces across the {d} indices a loop "
+                                           "accumulated element-wise in a way the checker does not follow")
+                else:
+                    out[d] = covers_union(out.get(d, ()), (pieces,))
+        return out
+
+    def each_to_cover(self, op: Op, d: str, ps: Pieces, r: Expr, n: int, shape: tuple[int, ...]) -> Pieces | None:
+        rn = r.decl().name()
+        out: list[Piece] = []
+        for p in ps:
+            if as_int(p.hi - p.lo) != 1 or not mentions(p.lo, rn):
+                return None
+            q = self.cover_piece(op, d, Tag(p.lo, p.cond, p.src), r, n, shape)
+            if p.t is not None:
+                q = replace(q, t=p.t, count=p.count)
+                self.check_union_disjoint(op, d, q, shape)
+                if same(q.hi, subst(q.lo, [(p.t, p.t + 1)])) and not mentions(q.cond, p.t.decl().name()):
+                    # blocks laid end to end: one interval, the form a sum inside the loop gets (generalize_cover)
+                    q = Piece(simp(subst(q.lo, [(p.t, z3.IntVal(0))])), simp(subst(q.lo, [(p.t, p.count)])), q.cond,
+                              src=q.src)
+            out.append(q)
+        for i, p in enumerate(out):
+            for q in out[i + 1:]:
+                x = fresh(f"x_{d}")
+
+                def describe(w: dict[str, Any]) -> str:
+                    return f"the reduction adds {d} index {w['x']} twice: once from each of two accumulations"
+                self.check("reduction-once", op, shape, conj([member_pos((p,), x), member_pos((q,), x)]), describe,
+                           {"x": x}, related=lines(p.src, q.src))
+        return merge_pieces(out)
+
+    def check_union_disjoint(self, op: Op, d: str, p: Piece, shape: tuple[int, ...]) -> None:
+        """Two iterations of a loop union do not include the same index (a count, not a property of one loop)."""
+        assert p.t is not None and p.count is not None
+        t1, t2, x = fresh("t1"), fresh("t2"), fresh(f"x_{d}")
+        p1, p2 = (Piece(subst(p.lo, [(p.t, t)]), subst(p.hi, [(p.t, t)]), subst(p.cond, [(p.t, t)])) for t in (t1, t2))
+
+        def describe(w: dict[str, Any]) -> str:
+            return (f"iterations {w['t1']} and {w['t2']} of the loop both add {d} index {w['x']} to the element: "
+                    "counted twice")
+        self.check("reduction-once", op, shape, conj([t1 >= 0, t1 < t2, t2 < p.count, p1.member(x), p2.member(x)]),
+                   describe, {"t1": t1, "t2": t2, "x": x}, related=p.src)
+
     def cover_piece(self, op: Op, name: str, tag: Tag, r: Expr, n: int, shape: tuple[int, ...]) -> Piece:
         """The indices along `name` a reduction over r in [0, n) visits, checking each is visited once."""
         t = tag.expr
@@ -587,9 +682,11 @@ class Interpreter:
         r = fresh("_r")
         pairs = [(d, ax(d) if d < axis else (r if d == axis else ax(d - 1))) for d in range(x.rank)]
         x2 = remap_axes(x, pairs, shape)
+        each = self.reduce_each(op, x2, r, n, shape, o == "sum")
         tags, inner, live, sums = self.eliminate(x2, r)
-        res = AVal(shape, _kind(op.result.dtype), None, live, tags, sums)
-        covers = {name: self.cover_piece(op, name, t, r, n, shape) for name, t in inner.items() if "." not in name}
+        res = AVal(shape, _kind(op.result.dtype), None, live, tags, sums_union(sums, each))
+        covers = {name: self.cover_piece(op, name, t, r, n, shape) for name, t in inner.items()
+                  if "." not in name and name not in each}
         if o in ("sum", "prod"):
             for name, p in covers.items():
                 res.sums = sums_union(res.sums, {cover_key(o, name): ((p,),)})
@@ -610,6 +707,7 @@ class Interpreter:
         n, shape = x.shape[axis], x.shape
         r = fresh("_r")
         x2 = remap_axes(x, [(d, r if d == axis else ax(d)) for d in range(x.rank)], shape)
+        self.reduce_each(op, x2, r, n, shape, False)
         _, inner, _, _ = self.eliminate(x2, r)
         res = AVal(shape, _kind(op.result.dtype), None, x.live, dict(x.tags), x.sums)
         key = "prod" if o == "cumprod" else "sum"
@@ -636,14 +734,15 @@ class Interpreter:
         r = fresh("_r")
         A2 = remap_axes(A, [(0, ax(0)), (1, r)], shape)
         B2 = remap_axes(B, [(0, r), (1, ax(1))], shape)
+        each = sums_union(self.reduce_each(op, A2, r, bk, shape, True), self.reduce_each(op, B2, r, bk, shape, True))
         ta, ia, la, sa = self.eliminate(A2, r)
         tb, ib, lb, sb = self.eliminate(B2, r)
         self.mma_agreement(op, A2, B2, r, bk, shape)
         inner_names = set(ia) | set(ib)
         tags = merge_tags({k: v for k, v in ta.items() if k not in inner_names},
                           {k: v for k, v in tb.items() if k not in inner_names})
-        res = AVal(shape, "float", None, conj([la, lb]), tags, sums_union(sa, sb))
-        for name in sorted(n for n in inner_names if "." not in n):
+        res = AVal(shape, "float", None, conj([la, lb]), tags, sums_union(sums_union(sa, sb), each))
+        for name in sorted(n for n in inner_names if "." not in n and n not in each):
             ref = ia.get(name) or ib[name]
             when = conj([t.when for t in (ia.get(name), ib.get(name)) if t is not None])
             srcs = [t.src for t in (ia.get(name), ib.get(name)) if t is not None]
@@ -693,8 +792,8 @@ class Interpreter:
 
     # ---- covers --------------------------------------------------------------------------------------------
     def dim_extent(self, name: str) -> Expr | None:
-        if is_product(name):
-            return self.dim_extent(name[5:-1])
+        if reduced_dim(name) != name:
+            return self.dim_extent(reduced_dim(name))
         if name in self.shapes:
             return self.shapes[name]
         if "." in name:
@@ -712,7 +811,7 @@ class Interpreter:
         pairs: list[tuple[str, Pieces, Pieces]] = []
         for d in sorted(set(a.sums) | set(b.sums)):
             ca, cb = a.sums.get(d, ()), b.sums.get(d, ())
-            if is_product(d) != joins_products:  # partial products join by *, partial sums by +
+            if is_product(d) != joins_products or d.startswith(("lost(", "done(")):  # products join by *, sums by +
                 out[d] = covers_union(ca, cb)
                 continue
             ua = [c for c in ca if not any(pieces_equal(c, x) for x in cb)]
@@ -720,7 +819,8 @@ class Interpreter:
             common = tuple(c for c in ca if not any(c is u for u in ua))
             if len(ua) == 1 and len(ub) == 1:
                 out[d] = common + (merge_pieces(ua[0] + ub[0]),)
-                pairs.append((d, ua[0], ub[0]))
+                if not is_pending(d):  # the points of an accumulation over several dimensions may repeat in one;
+                    pairs.append((d, ua[0], ub[0]))  # a reduction of them checks each index once (reduce_each)
             else:
                 out[d] = common + tuple(ua) + tuple(ub)
         if pairs and not any(self.trivially_disjoint(pa, pb) for _, pa, pb in pairs):
@@ -871,8 +971,10 @@ class Interpreter:
                            {"tag": tag.expr, "addr": addr[d]}, bits, lines(tag.src, self.def_lines([op.args[d]])))
         if kind == "store":
             for d, cs in value.sums.items():
+                if is_pending(d) and not self.accumulated_reduction(d, cs, t):
+                    continue
                 for ps in cs:
-                    self.check_complete(op, d, ps, active, shape, bits, addr)
+                    self.check_complete(op, reduced_dim(d) if is_pending(d) else d, ps, active, shape, bits, addr)
             if value.maxof and value.maxof.dim:
                 self.check_complete(op, value.maxof.dim, value.maxof.pieces, active, shape, bits, addr)
         if not self.muted:
@@ -880,6 +982,16 @@ class Interpreter:
             geometry = conj([c for c in parts if not any(n.startswith(("uf:", "hv#")) for n in _names(c))])
             self.accesses.append(Access(op, kind, t.name, shape, addr, conj(parts), value,
                                         list(self.loops), bits, geometry))
+
+    def accumulated_reduction(self, key: str, cs: tuple[Pieces, ...], t: TensorParam) -> bool:
+        """Whether a loop's element-wise accumulation (each(K)) stored as is is a reduction over K that must be
+        complete: K is not a dimension of the output, and the indices it adds are the same for every element and
+        every program (a gathered window, like a convolution's input rows, moves with the output position and is
+        the window's, not all of K)."""
+        if not key.startswith("each(") or reduced_dim(key) in t.dims:
+            return False
+        return not any(mentions_prefix(e, ("_ax", "pid:")) for ps in cs for p in ps for e in (p.lo, p.hi, p.count)
+                       if e is not None)
 
     def check_complete(self, op: Op, d: str, ps: Pieces, active: Expr, shape: tuple[int, ...], bits: int,
                        addr: list[Expr] | None = None) -> None:
@@ -903,7 +1015,7 @@ class Interpreter:
 
         def describe(w: dict[str, Any]) -> str:
             here = [f"[{w[f'lo{i}']}, {w[f'hi{i}']})" if f"lo{i}" in w else _rng((p,)) for i, p in enumerate(ps)]
-            dn = d[5:-1] if is_product(d) else d
+            dn = reduced_dim(d)
             return (f"{op.kind} writes a value whose {'product' if is_product(d) else 'reduction'} over {dn} never "
                     f"included {dn} index {w['x']} of "
                     f"[0, {w['ext']}) (it covers {' and '.join(here) or 'nothing'})")
@@ -1053,7 +1165,7 @@ class Interpreter:
                     heads1.append(replace(a, val=x))
                 else:
                     syms.append(None)
-                    heads1.append(a)
+                    heads1.append(replace(a, carried=a.carried | {it.decl().name()}))
             self.muted += 1
             try:
                 r1 = self.loop_body(op, info, heads1)
@@ -1071,6 +1183,8 @@ class Interpreter:
             self.loops.pop()
         for h in heads:
             for d, cs in h.sums.items():
+                if is_pending(d):
+                    continue  # checked where a reduction completes it (reduce_each)
                 for p in (p for ps in cs for p in ps):
                     if p.t is not None and p.count is not None and same(p.count, it):
                         self.check_iterations_disjoint(op, info, d, p)
@@ -1111,7 +1225,7 @@ class Interpreter:
         def free(e: Expr) -> bool:
             return not mentions(e, names)
 
-        heads = [AVal(i.shape, i.kind) for i in inits]
+        heads = [AVal(i.shape, i.kind, carried=i.carried | {it.decl().name()}) for i in inits]
         for h, i, x, r in zip(heads, inits, syms, r1):
             if x is None:
                 continue
@@ -1144,7 +1258,29 @@ class Interpreter:
                     g = self.generalize_cover(info, ci.pieces if ci else (), cr.pieces, cr.dim or "?")
                     if g is not None:
                         setattr(h, f, Cov(cr.dim, g, cr.src))
+            if i.kind == "float":
+                self.mark_lost(info, r, h, free)
         return heads
+
+    def mark_lost(self, info: LoopInfo, r: AVal, h: AVal, free: Callable[[Expr], bool]) -> None:
+        """A carried tile whose elements take a new index of a tensor dimension each iteration, with no
+        `each` accumulation that follows it (a running maximum, a selection, an accumulation whose form the
+        checker could not generalize), gets a `lost` mark of where the index moves: a reduction across it
+        after the loop is undecided, not proved."""
+        moving: dict[str, list[Expr]] = {}
+        for name, alts in r.tags.items():
+            if name in self.shapes and each_key(name) not in h.sums and any(not free(t.expr) for t in alts):
+                moving.setdefault(name, []).extend(t.expr for t in alts)
+        for key, cs in r.sums.items():
+            if key.startswith("each(") and len(h.sums.get(key, ())) < len(cs):
+                moving.setdefault(reduced_dim(key), []).extend(p.lo for ps in cs for p in ps)
+        for name, exprs in moving.items():
+            marks = []
+            for e in exprs:
+                anywhere = [(z3.Int(n), fresh("somewhen")) for n in free_vars(e) if n.startswith(("it:", "t#", "t1#"))]
+                lo = simp(subst(e, anywhere))
+                marks.append((Piece(lo, simp(lo + 1), src=(info.line,)),))
+            h.sums[lost_key(name)] = covers_union(h.sums.get(lost_key(name), ()), tuple(marks))
 
     def generalize_cover(self, info: LoopInfo, init: Pieces, result: Pieces, d: str) -> Pieces | None:
         it = info.it
@@ -1228,6 +1364,7 @@ class Interpreter:
         if as_int(trip) == 0:
             return init
         out = head.map(lambda e: subst(e, [(info.it, trip)]))
+        out.carried = init.carried
         pos = simp(trip > 0)
         if not z3.is_true(pos):
             out.live = simp(z3.If(pos, out.live, init.live))

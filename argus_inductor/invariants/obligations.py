@@ -16,7 +16,22 @@ from typing import Any
 import z3
 
 from ..dsl.ir import Op
-from .tags import XV, AVal, Expr, Piece, Pieces, ax, conj, conjuncts, free_vars, member, member_pos, simp, subst
+from .tags import (
+    XV,
+    AVal,
+    Expr,
+    Piece,
+    Pieces,
+    ax,
+    conj,
+    conjuncts,
+    free_vars,
+    is_pending,
+    member,
+    member_pos,
+    simp,
+    subst,
+)
 
 Watch = dict[str, Expr]
 # names of the variables that belong to one execution (or one element) rather than to the shapes
@@ -151,7 +166,7 @@ def _kernel_obligations(accesses: list[Access], ren: Renamer, extents: dict[str,
                 ob = _atomic_overlap(tensor, a, b, ren)
                 if ob is not None:
                     out.append(ob)
-        dims = sorted({d for a in atomics for d in a.value.sums})
+        dims = sorted({d for a in atomics for d in a.value.sums if not is_pending(d)})
         for a in atomics:
             for d in dims:
                 if _single(a.value, d) is not None and dim_extent(d) is not None:
@@ -469,7 +484,7 @@ def _single(v: AVal, d: str) -> Pieces | None:
 
 def _atomic_overlap(tensor: str, a: Access, b: Access, ren: Renamer) -> Obligation | None:
     common = sorted(d for d in set(a.value.sums) & set(b.value.sums)
-                    if _single(a.value, d) is not None and _single(b.value, d) is not None)
+                    if not is_pending(d) and _single(a.value, d) is not None and _single(b.value, d) is not None)
     if not common:
         return None
     s1, d1, i1, _ = ren.instance(a, "", "first partial sum")

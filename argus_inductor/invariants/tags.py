@@ -12,7 +12,9 @@ What an element carries:
   they are defined; several alternatives when two operands disagree.
 - `sums`: per reduced dimension, the set of indices already summed into the element (`Piece`s:
   intervals with a condition over the placeholder `_x`, possibly a union over earlier loop
-  iterations).
+  iterations). Besides a dimension `K`, keys `prod(K)` (products), `done(K)` (a non-linear function
+  of a finished sum), `each(K)` (indices a loop accumulated element-wise, completed by a sum across
+  them after the loop) and `lost(K)` (indices a loop mixed in a way nobody followed).
 - `maxof` / `scale` / `ratio` / `diff`: the online-softmax algebra. A running max covers an index
   range (`maxof`); `exp(s - m)` is a value normalised to that max (`scale`); `exp(m_old - m_new)`
   is a rescaling factor (`ratio`). Adding values normalised to different maxima is an error.
@@ -201,6 +203,36 @@ def xcond(e: Expr) -> Expr:
 Sums = dict[str, tuple[Pieces, ...]]
 
 
+# Element-wise accumulation over a loop (`acc = acc + v`, v's tag K moving with the iteration) is
+# tracked under `each(K)`: per element, the K indices summed into it so far, a point each iteration.
+# A later reduction across the axis those points move along turns it into a cover of K (the K reduction
+# was split between the loop and the reduction). Where such a tag moved but no sum followed it (a
+# running maximum, a selection), `lost(K)` marks that the element mixes K indices the checker did not
+# follow: a reduction across them is reported as undecided rather than proved.
+def each_key(dim: str) -> str:
+    return f"each({dim})"
+
+
+def lost_key(dim: str) -> str:
+    return f"lost({dim})"
+
+
+def is_pending(key: str) -> bool:
+    """Whether a `sums` key records an element-wise accumulation (not yet a reduction a store must complete)."""
+    return key.startswith(("each(", "lost(")) and key.endswith(")")
+
+
+def done_key(dim: str) -> str:
+    """The key of covers a non-linear function was applied to (log of a sum): they stay the cover of a finished
+    reduction that a store must complete, but no longer join another partial sum of that dimension."""
+    return f"done({dim})"
+
+
+def reduced_dim(key: str) -> str:
+    """The dimension a `sums` key is about (`K` for `K`, `prod(K)`, `each(K)`, `lost(K)` and `done(K)`)."""
+    return key[5:-1] if key.startswith(("prod(", "each(", "lost(", "done(")) and key.endswith(")") else key
+
+
 def merge_pieces(pieces: Iterable[Piece]) -> Pieces:
     """Drop duplicates and join adjacent plain intervals with the same condition."""
     out: list[Piece] = []
@@ -340,6 +372,7 @@ class AVal:
     diff: tuple[Cov | None, Cov] | None = None
     zero: bool = False
     fconst: float | None = None
+    carried: frozenset[str] = frozenset()  # the iteration counters of the loops that carry this value (an accumulator)
 
     @property
     def rank(self) -> int:

@@ -140,8 +140,8 @@ def cross_entropy_kernel(X: Tensor("N", "C"), Tgt: Tensor("N", dtype=int64), Los
     0 where Tgt[r] == ignore_index, NaN where Tgt[r] is no class index (the host refuses such targets on a call
     site's first call; later calls replay without looking at them, and NaN keeps the answer from looking right);
     Valid[r] = 1 where the row counts. The log-sum-exp runs online over
-    column blocks and the target logit is picked in the same pass (into a tile summed once at the end: the
-    checker would take two sums over C, the log-sum-exp and the pick, for two halves of one reduction)."""
+    column blocks and the target logit is picked in the same pass, into a tile summed once at the end (the checker
+    follows that element-wise accumulation over the loop, and requires the pick's sum to include the target)."""
     (pr,) = tile_grid(cdiv(N, BR))
     rr = pr * BR + arange(BR)
     tgt = load(Tgt[rr])

@@ -156,7 +156,8 @@ def adaptive_avg_pool_kernel(X: Tensor("NC", "D", "H", "W"), Y: Tensor("NC", "OD
         for ih in range(h0, h1):
             for iw0 in range(w0, w1, BW):
                 rw = iw0 + arange(BW)
-                v = load(X[rc, idd, ih, rw], mask=(rw < w1)[None, :]).to(float32)
+                # the mask states the whole window, so that the checker requires the sum over W to cover it
+                v = load(X[rc, idd, ih, rw], mask=((rw >= w0) & (rw < w1))[None, :]).to(float32)
                 tag(v, OD=od, OH=oh, OW=ow)
                 # i lies in [floor(o*I/O), ceil((o+1)*I/O)) exactly when (i+1)*O > o*I and i*O < (o+1)*I
                 assert_tag(((tag_of(v, "D") + 1) * OD > tag_of(v, "OD") * D)

@@ -35,6 +35,9 @@ BUGS = [
     ("adaptive_avg_pool_kernel", "w1 = cdiv((ow + 1) * W, OW)", "w1 = cdiv((ow + 1) * W, OW) + 1",
      "assert_tag(((tag_of(v, \"W\") + 1)"),
     ("adaptive_avg_pool_kernel", "h0 = oh * H // OH", "h0 = oh * H // OH - 1", "assert_tag(((tag_of(v, \"H\") + 1)"),
+    # the window's columns are summed element-wise over the loop and across the tile after it (each(W))
+    ("adaptive_avg_pool_kernel", "for iw0 in range(w0, w1, BW):", "for iw0 in range(w0 + 1, w1, BW):",
+     "store(Y[rc, od, oh, ow]"),
     ("loss_partial_kernel", "range(lo, minimum(N, lo + CHUNK * BLOCK), BLOCK)",
      "range(lo, minimum(N - N % BLOCK, lo + CHUNK * BLOCK), BLOCK)", "assert_tag((tag_of(part, \"sum(N).lo\")"),
     ("loss_partial_kernel", "range(lo, minimum(N, lo + CHUNK * BLOCK), BLOCK)",
