@@ -9,7 +9,9 @@ torch.compile mode (argus/reduce-overhead: Argus with CUDA graphs whatever its i
 (what it rewrote, inlined, and whether a graph took CUDA graphs) are printed as they come.
 
 For each backend and workload: the wall time per call (CUDA events, as e2e.py times it), the GPU time its
-kernels took (their sum), the gap between the two (host time the GPU waited for), then the GPU time by kind
+kernels took (their sum), the gap between the two (host time the GPU waited for), the CUDA runtime calls the host
+made per call (a replayed CUDA graph is one cudaGraphLaunch; kernel launches, copies and syncs show what is not
+captured), then the GPU time by kind
 (GEMM, attention, other) and the heaviest kernels by GPU time per call. Writes e2e-profile-<model>-<date>.json
 under --out (default $OUT, else benchmarks/results/). Needs a CUDA GPU and transformers.
 """
@@ -33,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e  # noqa: E402  (the models, the decode cache and the compile settings of the e2e table)
 
 CALLS = 10  # profiled calls per workload (a decode call is e2e.DECODE_STEPS steps)
+# the CUDA runtime and driver calls the host makes in a call: graph launches against kernel launches, copies, syncs
+RUNTIME = re.compile(r"^(cuda|cu)[A-Z]")
 KINDS = (("gemm", re.compile(r"gemm|nvjet|xmma|cutlass|_mm_|mm_|matmul|linear|gate_up|splitk", re.I)),
          ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|cudnn", re.I)))
 
@@ -82,12 +86,17 @@ def profile_call(call: Callable[[], Any], per_call: int) -> dict[str, Any]:
 
     wall = e2e.bench_ms(call, budget_s=5.0) / per_call
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         for _ in range(CALLS):
             call()
         torch.cuda.synchronize()
     kernels: dict[str, dict[str, float]] = {}
+    host: dict[str, dict[str, float]] = {}
     for evt in prof.key_averages():
+        if str(getattr(evt, "device_type", "")).split(".")[-1] == "CPU" and RUNTIME.match(evt.key):
+            h = host.setdefault(evt.key, {"us": 0.0, "count": 0.0})
+            h["us"] += evt.self_cpu_time_total / CALLS
+            h["count"] += evt.count / CALLS
         us = getattr(evt, "self_device_time_total", None)
         if us is None:
             us = getattr(evt, "self_cuda_time_total", 0.0)
@@ -102,7 +111,9 @@ def profile_call(call: Callable[[], Any], per_call: int) -> dict[str, Any]:
         kind = kind_of(name)
         by_kind[kind] = by_kind.get(kind, 0.0) + k["us"] / 1e3
     top = sorted(kernels.items(), key=lambda kv: -kv[1]["us"])
+    runtime = sorted(host.items(), key=lambda kv: -kv[1]["count"])
     return {"wall_ms": wall, "gpu_ms": gpu_ms, "gap_ms": wall - gpu_ms,
+            "runtime_calls": [{"name": n, **h} for n, h in runtime],
             "kernels_per_call": sum(k["count"] for k in kernels.values()),
             "by_kind_ms": by_kind, "kernels": [{"name": n, **k} for n, k in top]}
 
@@ -124,7 +135,9 @@ def render(rows: dict[str, dict[str, dict[str, Any]]], top: int) -> str:
         for b, r in per_backend.items():
             if "error" in r:
                 continue
-            lines.append(f"\n{b}, heaviest kernels (us per call, calls per call):")
+            calls = ", ".join(f"{h['name']} x{h['count']:.0f}" for h in r.get("runtime_calls", [])[:8])
+            lines.append(f"\n{b}, host runtime calls per call: {calls or 'none recorded'}")
+            lines.append(f"{b}, heaviest kernels (us per call, calls per call):")
             for k in r["kernels"][:top]:
                 lines.append(f"  {k['us']:9.1f} us  x{k['count']:<5.1f} {kind_of(k['name']):9s} {k['name'][:110]}")
     return "\n".join(lines)

@@ -408,14 +408,13 @@ class Interpreter:
         """x as a term added to a loop's accumulator: each tensor dimension whose index in x moves with the iteration of
         a loop that carries the accumulator (and which the accumulator is not tagged with) adds that index to
         `each(dim)`, the indices the accumulator's element has summed over the loop so far."""
-        if not acc.carried:
-            return x
         points: Sums = {}
         for name, alts in x.tags.items():
-            if name not in self.shapes or name in acc.tags or len(alts) != 1 or each_key(name) in x.sums:
+            if (name not in self.shapes or (name in acc.tags and each_key(name) not in acc.sums) or len(alts) != 1
+                    or each_key(name) in x.sums):
                 continue
             t = alts[0]
-            if mentions(t.expr, acc.carried):
+            if mentions(t.expr, acc.carried) or each_key(name) in acc.sums:
                 points[each_key(name)] = ((Piece(t.expr, simp(t.expr + 1), t.when, src=t.src),),)
         return replace(x, sums={**x.sums, **points}) if points else x
 
@@ -819,8 +818,7 @@ class Interpreter:
             common = tuple(c for c in ca if not any(c is u for u in ua))
             if len(ua) == 1 and len(ub) == 1:
                 out[d] = common + (merge_pieces(ua[0] + ub[0]),)
-                if not is_pending(d):  # the points of an accumulation over several dimensions may repeat in one;
-                    pairs.append((d, ua[0], ub[0]))  # a reduction of them checks each index once (reduce_each)
+                pairs.append((d, ua[0], ub[0]))
             else:
                 out[d] = common + tuple(ua) + tuple(ub)
         if pairs and not any(self.trivially_disjoint(pa, pb) for _, pa, pb in pairs):
@@ -1320,6 +1318,7 @@ class Interpreter:
                 ch, cr = getattr(h, f), getattr(r, f)
                 if ch is not None and ch.dim is not None:
                     covers.append((ch.dim, ch.pieces, [cr.pieces] if cr else []))
+            nexts: dict[str, list[Pieces]] = {}
             for d, hp, cands in covers:
                 if not any(mentions(e, itn) for p in hp for e in p.exprs):
                     continue
@@ -1331,6 +1330,7 @@ class Interpreter:
                     else:
                         hn_l.append(p.map(lambda e: subst(e, nxt)))
                 hn = merge_pieces(hn_l)
+                nexts.setdefault(d, []).append(hn)
                 if any(pieces_equal(hn, c) for c in cands):
                     continue
                 moving = [c for c in cands if any(mentions(e, itn) for p in c for e in p.exprs)]
@@ -1345,6 +1345,20 @@ class Interpreter:
                             "iterations")
                 self.check("loop-summary", op, (), conj(rng + [member(rp, x) != member(hn, x)]), describe, {"x": x},
                            related=lines(*(p.src for p in rp + hn)))
+            for d, hns in nexts.items():  # a cover the body leaves behind the loop's (where(c, acc + s, acc))
+                for c in r.sums.get(d, ()):
+                    if any(pieces_equal(c, hn) for hn in hns) or not any(mentions(e, itn) for p in c for e in p.exprs):
+                        continue
+                    x = fresh(f"x_{d}")
+                    ext = self.dim_extent(d)
+                    rng = [x >= 0] + ([x < ext] if ext is not None else [])
+
+                    def stale(w: dict[str, Any], name: str = name, d: str = d, c: Pieces = c) -> str:
+                        return (f"after this iteration '{name}' may cover {d} in {_rng(c)} only ({d} index {w['x']} "
+                                "missing): the iteration's contribution is not always added")
+                    differs = z3.Or(*[member(c, x) != member(hn, x) for hn in hns])
+                    self.check("loop-summary", op, (), conj(rng + [differs]), stale, {"x": x},
+                               related=lines(*(p.src for p in c)))
 
     def check_iterations_disjoint(self, op: Op, info: LoopInfo, d: str, p: Piece) -> None:
         assert p.t is not None

@@ -4,7 +4,8 @@ A tile that a loop accumulates element by element (`acc = acc + v`, v's K index 
 per element, a sum over the K indices of every iteration. The checker follows them (`each(K)`): a sum across the
 axis they move along after the loop is the K reduction, which a store must complete; so is the accumulator
 stored as is when the indices are the same for every element (a rank-1 update). Planted bugs in that form are
-rejected with a counterexample: a loop that skips blocks, iterations that overlap. What the checker cannot follow
+rejected with a counterexample: a loop that skips blocks, iterations that overlap, a block added twice, a `where`
+or branch that keeps the old tile in some iteration. What the checker cannot follow
 (a maximum across the points, a loop that overwrites instead of adding) is undecided, never proved."""
 from __future__ import annotations
 
@@ -72,6 +73,12 @@ BUGS = [
      "reduction-complete"),
     ("gemv blocks overlap", GEMV, "range(0, K, BK)", "range(0, K, BK // 2)", "store(Y[rm], sum(acc, 1))",
      "reduction-once"),
+    ("gemv adds each block twice", GEMV, "acc = acc + a * x[None, :]", "acc = acc + a * x[None, :] + a * x[None, :]",
+     "acc = acc + a * x[None, :]", "reduction-once"),
+    ("gemv keeps the old tile in the last block", GEMV, "acc = acc + a * x[None, :]",
+     "acc = where(k + BK < K, acc + a * x[None, :], acc)", "for k in range(0, K, BK)", "loop-summary"),
+    ("gemv adds the last block in a branch never taken", GEMV, "        acc = acc + a * x[None, :]",
+     "        if k + BK < K:\n            acc = acc + a * x[None, :]", "for k in range(0, K, BK)", "loop-summary"),
     ("rank-1 skips the last column", RANK1, "range(0, K)", "range(0, K - 1)", "store(C[rm, rn], acc)",
      "reduction-complete"),
 ]
@@ -88,6 +95,21 @@ def test_planted_accumulation_bug_is_rejected(name, src, old, new, line, kind):
     if kind is not None:
         assert kind in {x.kind for x in res.violations}, res.text()
     assert_flags_one_of(res, lines_with(text, line) | lines_with(text, new))
+
+
+# the same K loop summing inside it: a where that keeps the old total passed before the loop's summary checked it
+SUM_INSIDE = GEMV.replace("acc = zeros((BM, BK), float32)", "acc = zeros((BM,), float32)").replace(
+    "acc = acc + a * x[None, :]", "acc = acc + sum(a * x[None, :], 1)").replace(
+    "store(Y[rm], sum(acc, 1))", "store(Y[rm], acc)")
+
+
+def test_sum_inside_the_loop_kept_by_a_where_is_rejected():
+    assert _verify(SUM_INSIDE).proved
+    text = SUM_INSIDE.replace("acc = acc + sum(a * x[None, :], 1)",
+                              "acc = where(k + BK < K, acc + sum(a * x[None, :], 1), acc)")
+    res = _verify(text)
+    assert not res.ok and "loop-summary" in {v.kind for v in res.violations}, res.text()
+    assert res.violations[0].executions or res.violations[0].values, res.text()
 
 
 UNFOLLOWED = [
