@@ -276,8 +276,18 @@ def _moe_pairs(ups: list[tuple], downs: list[tuple], launches: list[dict] | tupl
 
 
 def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
-                   launch: bool = False, gather: bool = False) -> list[tuple[Policy, Policy]]:
+                   launch: bool = False, gather: bool = False, tiles: bool = False) -> list[tuple[Policy, Policy]]:
     prefill = tokens * topk > 64 * experts
+    if prefill and tiles:
+        # prefill, the template's launch (gathered rows, persistent, descriptors, bands of 8) with other tiles
+        # (--moe-tiles): each gate-up tile with the template's down tile, then each down tile with its gate-up tile
+        launch_ = [{"grid_order": "grouped", "group_m": 8, "persistent": True, "tma": True}]
+        base_up, base_down = (128, 128, 64, 8, 3), (256, 64, 8, 3)
+        ups = [base_up, (128, 64, 64, 8, 4), (128, 64, 64, 4, 4), (128, 64, 128, 8, 3), (64, 128, 64, 4, 4),
+               (128, 128, 32, 8, 5)]
+        pairs = _moe_pairs(ups, [base_down], launch_) + _moe_pairs([base_up], [(128, 128, 8, 3), (128, 64, 8, 4),
+                                                                              (256, 64, 8, 4)], launch_)
+        return [(u.with_consts(GATHERED=1), d) for u, d in pairs]
     if prefill and gather:
         # prefill, the routed rows gathered into expert order first (--moe-gather): the template's launch setting
         # with its tiles and wider ones, each with the rows read by token id and read as gathered dense tiles
@@ -310,7 +320,7 @@ def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
 
 
 def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = False,
-              experts: int | None = None, launch: bool = False, gather: bool = False) -> None:
+              experts: int | None = None, launch: bool = False, gather: bool = False, tiles: bool = False) -> None:
     from benchmarks.ops import grouped_moe
 
     shapes = MOE if tokens is None else [(t, *cfg[1:]) for cfg in MOE[::3] for t in tokens]
@@ -324,7 +334,7 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
         ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
         peer = bench(lambda: grouped_moe(x, w1, w2, tw, ti))
         best = None
-        for up, down in moe_candidates(t, topk, e, wide, launch, gather):
+        for up, down in moe_candidates(t, topk, e, wide, launch, gather, tiles):
             pol = {"moe_gate_up": up.as_dict(), "moe_down": {k: v for k, v in down.as_dict().items() if k != "BM"}}
             try:
                 y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
@@ -381,6 +391,8 @@ def main() -> None:
     ap.add_argument("--moe-gather", action="store_true",
                     help="MoE prefill: the template's launch setting with three gate-up tiles, each reading the routed "
                          "rows by token id and gathered into expert order first (moe_gather); 6 policies a shape")
+    ap.add_argument("--moe-tiles", action="store_true",
+                    help="MoE prefill: the template's launch with other gate-up and down tiles (9 policies a shape)")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
     ap.add_argument("--gluon", action="store_true",
                     help="GEMM: the Gluon lowering's tile candidates at M = 64 and 128 against the Triton template")
@@ -395,7 +407,7 @@ def main() -> None:
             sweep_gemm(rows, args.max_m, args.min_m, args.b_major, args.gluon)
         elif op.strip() == "moe":
             sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
-                      args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather)
+                      args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather, args.moe_tiles)
         elif op.strip() == "route":
             sweep_route(rows)
         elif op.strip() == "gemv":
