@@ -56,11 +56,14 @@ def _verify(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps({"file": args.file, "ok": all(r.ok for r in results),
+                          "proved": all(r.proved for r in results),
                           "results": [r.to_json() for r in results]}, indent=2, default=str))
     else:
         for r in results:
             print(r.text())
-    return 0 if all(r.ok for r in results) else 1
+    if not all(r.ok for r in results):
+        return 1
+    return 0 if all(r.proved for r in results) else 3
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -113,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="prove the data-flow invariants of every kernel in a DSL source file",
                        description="Read FILE.py with the DSL frontend (the file is never executed) and prove "
-                                   "each kernel's tag assertions and kernel-wide obligations with z3.")
+                                   "each kernel's tag assertions and kernel-wide obligations with z3. Exit status: "
+                                   "0 proved, 1 a violation (with its counterexample), 2 unreadable input, 3 no "
+                                   "violation found but something left undecided (not proved).")
     v.add_argument("file", metavar="FILE.py")
     v.add_argument("--shape", action="append", metavar="M=..,N=..",
                    help="concrete shape symbols (others stay symbolic, >= 1)")

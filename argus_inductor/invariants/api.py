@@ -43,9 +43,14 @@ class VerificationResult:
         return self.ok and not self.undecided
 
     def text(self) -> str:
-        head = (f"{self.kernel}: OK ({self.obligations} obligations proved, {self.mode}, {self.seconds:.2f} s)"
-                if self.ok else f"{self.kernel}: {len(self.violations) + len(self.errors)} problem(s) "
-                                f"({self.mode}, {self.seconds:.2f} s)")
+        if self.proved:
+            head = f"{self.kernel}: OK ({self.obligations} obligations proved, {self.mode}, {self.seconds:.2f} s)"
+        elif self.ok:
+            head = (f"{self.kernel}: NOT PROVED, no violation found but {len(self.undecided)} undecided "
+                    f"({self.mode}, {self.seconds:.2f} s)")
+        else:
+            head = (f"{self.kernel}: {len(self.violations) + len(self.errors)} problem(s) "
+                    f"({self.mode}, {self.seconds:.2f} s)")
         lines = [head]
         lines += [f"  error: {e}" for e in self.errors]
         lines += [v.text() for v in self.violations]

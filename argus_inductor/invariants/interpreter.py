@@ -615,8 +615,9 @@ class Interpreter:
             for ps in moving:
                 pieces = self.each_to_cover(op, d, ps, r, n, shape) if key.startswith("each(") and summing else None
                 if pieces is None:
-                    self.unfollowed.append(f"line {op.line}: {op.kind} reduces across the {d} indices a loop "
-                                           "accumulated element-wise in a way the checker does not follow")
+                    what = {"reduce": "the reduction", "mma": "the mma", "scan": "the scan"}.get(op.kind, op.kind)
+                    self.unfollowed.append(f"line {op.line}: {what} runs across the {d} indices a loop accumulated "
+                                           "element-wise, in a form the checker does not follow (not a sum of them)")
                 else:
                     out[d] = covers_union(out.get(d, ()), (pieces,))
         return out

@@ -159,6 +159,21 @@ def test_staging_hook_can_be_disabled_or_replaced():
 
 
 # ---- the command line ---------------------------------------------------------------------------------
+GEMV_MAX = '''
+from argus_inductor.dsl import *
+
+@kernel
+def gemv_max(A: Tensor("M", "K"), X: Tensor("K"), Y: Tensor("M"), BM: constexpr = 4, BK: constexpr = 16):
+    (pm,) = tile_grid(cdiv(M, BM))
+    rm = pm * BM + arange(BM)
+    acc = zeros((BM, BK), float32)
+    for k in range(0, K, BK):
+        rk = k + arange(BK)
+        acc = maximum(acc, load(A[rm, rk]).to(float32) * load(X[rk]).to(float32)[None, :])
+    store(Y[rm], sum(acc, 1))
+'''
+
+
 def test_cli_verify_ok_violation_json_and_errors(tmp_path: Path, capsys):
     good = tmp_path / "gemm.py"
     good.write_text(GEMM)
@@ -176,6 +191,14 @@ def test_cli_verify_ok_violation_json_and_errors(tmp_path: Path, capsys):
     assert data["ok"] is False and data["results"][0]["violations"][0]["kind"] == "reduction-complete"
 
     assert main(["verify", str(bad), "--kernel", "nope"]) == 0  # nothing selected, nothing wrong
+    capsys.readouterr()
+
+    # a running maximum summed across the indices the loop mixed: undecided, so not proved, and not a violation
+    unfollowed = tmp_path / "unfollowed.py"
+    unfollowed.write_text(GEMV_MAX)
+    assert main(["verify", str(unfollowed), "--shape", "M=5,K=37"]) == 3
+    out = capsys.readouterr().out
+    assert "NOT PROVED" in out and "undecided" in out and "gemv_max: OK" not in out
 
 
 def test_cli_never_executes_the_file(tmp_path: Path, capsys):
