@@ -1276,7 +1276,7 @@ class Interpreter:
         for name, exprs in moving.items():
             marks = []
             for e in exprs:
-                anywhere = [(z3.Int(n), fresh("somewhen")) for n in free_vars(e) if n.startswith(("it:", "t#", "t1#"))]
+                anywhere = [(z3.Int(n), fresh("somewhen")) for n in free_vars(e) if n.startswith(("it:", "t#"))]
                 lo = simp(subst(e, anywhere))
                 marks.append((Piece(lo, simp(lo + 1), src=(info.line,)),))
             h.sums[lost_key(name)] = covers_union(h.sums.get(lost_key(name), ()), tuple(marks))
