@@ -355,22 +355,25 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
 
 
 def sweep_route(rows: list[dict]) -> None:
-    """The MoE routing sort alone: one moe_route launch against moe_align_block's torch ops, decode sizes."""
-    from argus_inductor.kernels.moe import moe_align_block, moe_align_fused
+    """The MoE routing sort alone: one moe_route launch against moe_align_block's torch ops, at decode sizes (rows
+    of 16 an expert block) and prefill sizes (rows of 128, the prefill tiles'), on both sides of the size up to
+    which moe_align takes the fused kernel (FUSED_ROUTE_MAX_CELLS)."""
+    from argus_inductor.kernels.moe import FUSED_ROUTE_MAX_CELLS, moe_align_block, moe_align_fused
 
-    for experts, topk in ((8, 2), (128, 8)):
-        for t in (1, 4, 16):
-            if t * topk > 128:
-                continue
-            ids = torch.stack([torch.randperm(experts, device="cuda")[:topk] for _ in range(t)])
-            want, got = moe_align_block(ids, experts, 16), moe_align_fused(ids, experts, 16)
-            same = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
-            torch_ms = bench(lambda: moe_align_block(ids, experts, 16))
-            fused_ms = bench(lambda: moe_align_fused(ids, experts, 16))
-            rows.append(dict(op="route", t=t, experts=experts, topk=topk, same=same, torch_ms=torch_ms,
-                             fused_ms=fused_ms))
-            print(f"route T={t} E={experts} k={topk}: torch ops {torch_ms * 1e3:.1f} us, moe_route "
-                  f"{fused_ms * 1e3:.1f} us = {torch_ms / fused_ms:.2f}x, same result: {same}", flush=True)
+    shapes = [(e, k, t, 16) for e, k in ((8, 2), (128, 8)) for t in (1, 4, 16) if t * k <= 128]
+    shapes += [(8, 2, t, 128) for t in (512, 2048, 4096)] + [(60, 4, 512, 128)]
+    for experts, topk, t, bm in shapes:
+        fused_taken = t * topk * max(16, 1 << (experts - 1).bit_length()) <= FUSED_ROUTE_MAX_CELLS
+        ids = torch.stack([torch.randperm(experts, device="cuda")[:topk] for _ in range(t)])
+        want, got = moe_align_block(ids, experts, bm), moe_align_fused(ids, experts, bm)
+        same = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+        torch_ms = bench(lambda: moe_align_block(ids, experts, bm))
+        fused_ms = bench(lambda: moe_align_fused(ids, experts, bm))
+        rows.append(dict(op="route", t=t, experts=experts, topk=topk, block_m=bm, same=same, torch_ms=torch_ms,
+                         fused_ms=fused_ms, moe_align_takes_fused=fused_taken))
+        print(f"route T={t} E={experts} k={topk} BM={bm}: torch ops {torch_ms * 1e3:.1f} us, moe_route "
+              f"{fused_ms * 1e3:.1f} us = {torch_ms / fused_ms:.2f}x, same result: {same}, moe_align takes "
+              f"{'moe_route' if fused_taken else 'the torch ops'}", flush=True)
 
 
 def main() -> None:

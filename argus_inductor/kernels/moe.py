@@ -118,31 +118,40 @@ def moe_down(Hin: Tensor("P", "I"), W2: Tensor("E", "HD", "I"), sorted_ids: Tens
 def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=int32),
               block_expert: Tensor("NB", dtype=int32), E: int, BM: constexpr = 16, BN: constexpr = 16,
               BE: constexpr = 16, BS: constexpr = 64, BB: constexpr = 4):
-    """moe_align_block in one launch, for few pairs (N <= BN, E <= BE): each program fills BS slots of sorted_ids
-    and the BB = BS / BM blocks of block_expert they make up, by gathering rather than scattering (slot s holds
-    the pair whose sorted position is s, or the padding id N), so every output element is written once.
+    """moe_align_block in one launch (E <= BE): each program fills BS slots of sorted_ids and the BB = BS / BM
+    blocks of block_expert they make up, by gathering rather than scattering (slot s holds the pair whose sorted
+    position is s, or the padding id N), so every output element is written once.
 
     A pair's sorted position is its expert's first row (the blocks of the experts before it, times BM) plus how
-    many earlier pairs chose the same expert: the order a stable sort by expert gives."""
+    many earlier pairs chose the same expert: the order a stable sort by expert gives. The pairs x experts table
+    is built BN pairs at a time, in two passes: the experts' counts, then each pair's position (the same expert's
+    pairs of the chunks before it carried in `seen`)."""
     (ps,) = tile_grid(cdiv(S, BS))
-    assume((N <= BN) & (E <= BE) & (BS == BB * BM) & (S == NB * BM))
-    rn = arange(BN)
+    assume((E <= BE) & (BS == BB * BM) & (S == NB * BM))
     re = arange(BE)
-    valid = rn < N
-    ids = load(topk_ids[rn])
-    onehot = (ids[:, None] == re[None, :]) & valid[:, None]
-    hits = onehot.to(int32)
-    counts = sum(hits, 0)
+    counts = zeros((BE,), int32)
+    for n0 in range(0, N, BN):
+        rn = n0 + arange(BN)
+        valid = rn < N
+        onehot = (load(topk_ids[rn], mask=valid, other=-1)[:, None] == re[None, :]) & valid[:, None]
+        counts = counts + sum(onehot.to(int32), 0)
     blocks = (counts + BM - 1) // BM
     block_end = cumsum(blocks, 0)
     row_start = (block_end - blocks) * BM
-    earlier = cumsum(hits, 0) - hits
-    pos = sum(where(onehot, earlier + row_start[None, :], 0), 1)
     rs = ps * BS + arange(BS)
-    match = (pos[None, :] == rs[:, None]) & valid[None, :]
-    found = sum(match.to(int32), 1)
-    pair = sum(where(match, rn[None, :], 0), 1)
-    store(sorted_ids[rs], where(found > 0, pair, N))
+    owner = zeros((BS,), int32)  # 1 + the pair sorted into each slot, 0 for a padding slot
+    seen = zeros((BE,), int32)
+    for n0 in range(0, N, BN):
+        rn = n0 + arange(BN)
+        valid = rn < N
+        onehot = (load(topk_ids[rn], mask=valid, other=-1)[:, None] == re[None, :]) & valid[:, None]
+        hits = onehot.to(int32)
+        earlier = cumsum(hits, 0) - hits + seen[None, :]
+        pos = sum(where(onehot, earlier + row_start[None, :], 0), 1)
+        match = (pos[None, :] == rs[:, None]) & valid[None, :]
+        owner = owner + sum(where(match, rn[None, :] + 1, 0), 1)
+        seen = seen + sum(hits, 0)
+    store(sorted_ids[rs], where(owner > 0, owner - 1, N))
     rb = ps * BB + arange(BB)
     before = (block_end[None, :] <= rb[:, None]) & (re[None, :] < E)
     store(block_expert[rb], sum(before.to(int32), 1))
@@ -150,35 +159,43 @@ def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=
 
 def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
                     policy: Policy | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """moe_align_block's result from one DSL kernel (moe_route) instead of a dozen torch launches; for decode-sized
-    routings (T * topk <= 1024 pairs, experts <= 256). Same layout, same order, same padding."""
+    """moe_align_block's result from one DSL kernel (moe_route) instead of a few dozen torch launches, for up to 256
+    experts. Same layout, same order, same padding. Every program reads all the pairs twice, so the work grows with
+    pairs x slots: `moe_align` keeps it to routings of at most FUSED_ROUTE_MAX_CELLS pairs x experts."""
     flat = topk_ids.reshape(-1).to(torch.int32)
     n = flat.numel()
-    if n > 1024 or num_experts > 256:
-        raise ValueError(f"moe_align_fused takes up to 1024 pairs and 256 experts, got {n} and {num_experts}")
+    if num_experts > 256:
+        raise ValueError(f"moe_align_fused takes up to 256 experts, got {num_experts}")
     nb = min(num_experts, n) + n // block_m
     sorted_ids = torch.empty(nb * block_m, dtype=torch.int32, device=flat.device)
     block_expert = torch.empty(nb, dtype=torch.int32, device=flat.device)
     bs = builtins.max(block_m, 64)
     bb = bs // block_m
-    pol = (policy or Policy.make()).with_consts(BM=block_m, BN=builtins.max(16, pow2(n)),
-                                                BE=builtins.max(16, pow2(num_experts)), BS=bs, BB=bb)
+    be = builtins.max(16, pow2(num_experts))
+    # a chunk of pairs at a time: its pairs x experts and slots x pairs tables stay a few thousand elements
+    bn = builtins.min(builtins.max(16, pow2(n)), builtins.max(16, 16384 // be), builtins.max(16, 8192 // bs))
+    pol = (policy or Policy.make(num_warps=4 if n <= 256 else 8)).with_consts(BM=block_m, BN=bn, BE=be, BS=bs, BB=bb)
     moe_route(flat, sorted_ids, block_expert, num_experts, policy=pol)
     return sorted_ids, block_expert
 
 
-# Routings of at most this many (token, k) pairs are sorted by moe_route in one launch; larger ones by
-# moe_align_block's torch ops (moe_route builds a pairs x experts table in each program).
-FUSED_ROUTE_MAX_PAIRS = 128
+# Routings of at most this many pairs x experts (experts rounded up to a power of two, at least 16) are sorted by
+# moe_route in one launch; larger ones by moe_align_block's torch ops, because every moe_route program reads every
+# pair twice. H100 (benchmarks/results/sweep-route-2026-11-24.json, `sweep.py --ops route`): 3.2-9.4 us against
+# 45-49 us for the torch ops at decode sizes; 1024 pairs of 8 experts (512 tokens) 37 us against 74; but 4096 and
+# 8192 pairs (Mixtral's 2048- and 4096-token prefills) 140 and 276 us against 81 and 123, and 2048 pairs of 60
+# experts 94 against 78.
+FUSED_ROUTE_MAX_CELLS = 1 << 14
 _FUSED_ROUTE_FAILED: list[str] = []
 
 
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """sorted_ids and block_expert as moe_align_block defines them: one moe_route launch for decode-sized
-    routings (at most FUSED_ROUTE_MAX_PAIRS pairs, 256 experts), the torch ops otherwise or where the fused
-    kernel failed once in this process (said once, on the log)."""
+    """sorted_ids and block_expert as moe_align_block defines them: one moe_route launch for routings of at most
+    FUSED_ROUTE_MAX_CELLS pairs x experts (and 256 experts), the torch ops otherwise or where the fused kernel failed
+    once in this process (said once, on the log)."""
     n = topk_ids.numel()
-    if 0 < n <= FUSED_ROUTE_MAX_PAIRS and num_experts <= 256 and not _FUSED_ROUTE_FAILED:
+    cells = n * builtins.max(16, pow2(num_experts))
+    if 0 < n and cells <= FUSED_ROUTE_MAX_CELLS and num_experts <= 256 and not _FUSED_ROUTE_FAILED:
         try:
             return moe_align_fused(topk_ids, num_experts, block_m)
         except Exception as e:  # a kernel that cannot launch here must not take the MoE op down with it

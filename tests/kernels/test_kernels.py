@@ -361,13 +361,15 @@ def test_moe_align_block_groups_pairs_by_expert():
 
 def test_fused_routing_kernel_sorts_as_the_torch_ops_do():
     """moe_route (one launch) against moe_align_block (torch ops): the same slots, order and padding, on fresh random
-    routings, a skewed one (every pair to one expert), the largest sizes it takes, and a hand-checked case."""
+    routings, a skewed one (every pair to one expert), routings of several chunks of pairs (prefill sizes), and a
+    hand-checked case."""
     ti = torch.tensor([[0, 2], [2, 1], [0, 2], [1, 0]], device=DEVICE)
     sorted_ids, block_expert = moe_align_fused(ti, 4, 4)
     assert block_expert.tolist() == [0, 1, 2, 4, 4, 4]
     assert sorted_ids.tolist()[:12] == [0, 4, 7, 8, 3, 6, 8, 8, 1, 2, 5, 8] and sorted_ids.tolist()[12:] == [8] * 12
     fresh_seed()
-    cases = [(1, 8, 2, 16), (3, 128, 8, 16), (16, 256, 8, 16), (128, 8, 2, 64), (50, 6, 3, 32)]
+    cases = [(1, 8, 2, 16), (3, 128, 8, 16), (16, 256, 8, 16), (128, 8, 2, 64), (50, 6, 3, 32),
+             (600, 8, 2, 128), (333, 60, 4, 16)]  # the last two: several chunks of pairs, the last one ragged
     for t, e, k, bm in cases:
         ids = torch.stack([torch.randperm(e, device=DEVICE)[:k] for _ in range(t)])
         for routing in (ids, ids.sort(1).values):
@@ -375,8 +377,27 @@ def test_fused_routing_kernel_sorts_as_the_torch_ops_do():
             assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1]), (t, e, k, bm)
     skew = torch.full((40, 1), 3, device=DEVICE)
     assert all(torch.equal(a, b) for a, b in zip(moe_align_block(skew, 5, 16), moe_align_fused(skew, 5, 16)))
-    with pytest.raises(ValueError, match="1024 pairs and 256 experts"):
-        moe_align_fused(torch.zeros(600, 2, dtype=torch.long, device=DEVICE), 8, 16)
+    with pytest.raises(ValueError, match="256 experts"):
+        moe_align_fused(torch.zeros(6, 2, dtype=torch.long, device=DEVICE), 300, 16)
+
+
+def test_moe_align_takes_the_fused_kernel_up_to_its_size(monkeypatch):
+    """moe_align sorts with moe_route where the H100 measured it faster (up to FUSED_ROUTE_MAX_CELLS pairs x experts:
+    decode, and 512 prefill tokens of 8 experts) and with the torch ops beyond, where every moe_route program reading
+    every pair costs more than the launches it saves (2048 tokens); both paths give moe_align_block's result."""
+    from argus_inductor.kernels import moe as moe_mod
+
+    taken = []
+    fused, torch_ops = moe_mod.moe_align_fused, moe_mod.moe_align_block
+    monkeypatch.setattr(moe_mod, "moe_align_fused", lambda *a: taken.append("fused") or fused(*a))
+    monkeypatch.setattr(moe_mod, "moe_align_block", lambda *a: taken.append("torch") or torch_ops(*a))
+    fresh_seed()
+    for t, want in ((4, "fused"), (512, "fused"), (2048, "torch")):
+        ids = torch.stack([torch.randperm(8, device=DEVICE)[:2] for _ in range(t)])
+        got = moe_mod.moe_align(ids, 8, 128)
+        assert taken[-1] == want, (t, taken)
+        ref = torch_ops(ids, 8, 128)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), t
 
 
 def test_device_is_what_the_run_asked_for():
