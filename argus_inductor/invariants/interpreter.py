@@ -410,11 +410,13 @@ class Interpreter:
         `each(dim)`, the indices the accumulator's element has summed over the loop so far."""
         points: Sums = {}
         for name, alts in x.tags.items():
-            if (name not in self.shapes or (name in acc.tags and each_key(name) not in acc.sums) or len(alts) != 1
-                    or each_key(name) in x.sums):
+            if name not in self.shapes or len(alts) != 1 or each_key(name) in x.sums:
                 continue
+            accumulating = each_key(name) in acc.sums  # acc already sums indices of `name` element-wise
+            if name in acc.tags and not accumulating:
+                continue  # two tiles at the same index of `name`: element-wise, not an accumulation
             t = alts[0]
-            if mentions(t.expr, acc.carried) or each_key(name) in acc.sums:
+            if accumulating or mentions(t.expr, acc.carried):
                 points[each_key(name)] = ((Piece(t.expr, simp(t.expr + 1), t.when, src=t.src),),)
         return replace(x, sums={**x.sums, **points}) if points else x
 
