@@ -37,6 +37,7 @@ from .tags import (
     broadcast,
     conj,
     conjuncts,
+    cover_key,
     covers_union,
     done_key,
     each_key,
@@ -44,6 +45,7 @@ from .tags import (
     free_vars,
     fresh,
     is_pending,
+    is_product,
     is_uniform,
     lines,
     lost_key,
@@ -471,7 +473,7 @@ class Interpreter:
         if kind == "float" and o != "neg":  # f(partial sum) is no partial sum: the reductions under it are done
             sums = {}
             for d, cs in x.sums.items():
-                key = done_key(d) if not (is_pending(d) or is_product(d) or d.startswith("done(")) else d
+                key = done_key(d) if reduced_dim(d) == d else d  # a plain dimension's cover
                 sums[key] = covers_union(sums.get(key, ()), cs)
         res = AVal(x.shape, kind, live=x.live, tags=dict(x.tags), sums=sums)
         if o == "not" and x.val is not None:
@@ -1426,16 +1428,6 @@ class Interpreter:
 
 
 _ids = iter(range(1, 1 << 62))
-
-
-def cover_key(kind: str, dim: str) -> str:
-    """The `sums` key of a reduction over `dim`: the dimension itself for sums, `prod(dim)` for products."""
-    return f"prod({dim})" if kind == "prod" else dim
-
-
-def is_product(key: str) -> bool:
-    """Whether a `sums` key holds a product cover (partial products join by *, not by +)."""
-    return key.startswith("prod(") and key.endswith(")")
 
 
 def _names(e: Expr) -> frozenset[str]:

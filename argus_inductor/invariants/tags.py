@@ -203,6 +203,17 @@ def xcond(e: Expr) -> Expr:
 Sums = dict[str, tuple[Pieces, ...]]
 
 
+# The keys of `sums` besides a plain dimension `K`: `prod(K)`, `each(K)`, `lost(K)` and `done(K)`.
+def cover_key(kind: str, dim: str) -> str:
+    """The `sums` key of a reduction over `dim`: the dimension itself for sums, `prod(dim)` for products."""
+    return f"prod({dim})" if kind == "prod" else dim
+
+
+def is_product(key: str) -> bool:
+    """Whether a `sums` key holds a product cover (partial products join by *, not by +)."""
+    return key.startswith("prod(") and key.endswith(")")
+
+
 # Element-wise accumulation over a loop (`acc = acc + v`, v's tag K moving with the iteration) is
 # tracked under `each(K)`: per element, the K indices summed into it so far, a point each iteration.
 # A later reduction across the axis those points move along turns it into a cover of K (the K reduction
