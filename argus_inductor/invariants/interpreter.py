@@ -635,7 +635,7 @@ class Interpreter:
             q = self.cover_piece(op, d, Tag(p.lo, p.cond, p.src), r, n, shape)
             if p.t is not None:
                 q = replace(q, t=p.t, count=p.count)
-                self.check_union_disjoint(op, d, q, shape)
+                self.check_iterations_disjoint(op, d, q, q.count, shape)
                 if same(q.hi, subst(q.lo, [(p.t, p.t + 1)])) and not mentions(q.cond, p.t.decl().name()):
                     # blocks laid end to end: one interval, the form a sum inside the loop gets (generalize_cover)
                     q = Piece(simp(subst(q.lo, [(p.t, z3.IntVal(0))])), simp(subst(q.lo, [(p.t, p.count)])), q.cond,
@@ -650,18 +650,6 @@ class Interpreter:
                 self.check("reduction-once", op, shape, conj([member_pos((p,), x), member_pos((q,), x)]), describe,
                            {"x": x}, related=lines(p.src, q.src))
         return merge_pieces(out)
-
-    def check_union_disjoint(self, op: Op, d: str, p: Piece, shape: tuple[int, ...]) -> None:
-        """Two iterations of a loop union do not include the same index (a count, not a property of one loop)."""
-        assert p.t is not None and p.count is not None
-        t1, t2, x = fresh("t1"), fresh("t2"), fresh(f"x_{d}")
-        p1, p2 = (Piece(subst(p.lo, [(p.t, t)]), subst(p.hi, [(p.t, t)]), subst(p.cond, [(p.t, t)])) for t in (t1, t2))
-
-        def describe(w: dict[str, Any]) -> str:
-            return (f"iterations {w['t1']} and {w['t2']} of the loop both add {d} index {w['x']} to the element: "
-                    "counted twice")
-        self.check("reduction-once", op, shape, conj([t1 >= 0, t1 < t2, t2 < p.count, p1.member(x), p2.member(x)]),
-                   describe, {"t1": t1, "t2": t2, "x": x}, related=p.src)
 
     def cover_piece(self, op: Op, name: str, tag: Tag, r: Expr, n: int, shape: tuple[int, ...]) -> Piece:
         """The indices along `name` a reduction over r in [0, n) visits, checking each is visited once."""
@@ -1190,7 +1178,7 @@ class Interpreter:
                     continue  # checked where a reduction completes it (reduce_each)
                 for p in (p for ps in cs for p in ps):
                     if p.t is not None and p.count is not None and same(p.count, it):
-                        self.check_iterations_disjoint(op, info, d, p)
+                        self.check_iterations_disjoint(op, d, p, info.trip, info=info)
         for r, init, head in zip(op.results, inits, heads):
             self.put(r, self.exit_value(info, init, head))
 
@@ -1365,18 +1353,27 @@ class Interpreter:
                     self.check("loop-summary", op, (), conj(rng + [differs]), stale, {"x": x},
                                related=lines(*(p.src for p in c)))
 
-    def check_iterations_disjoint(self, op: Op, info: LoopInfo, d: str, p: Piece) -> None:
+    def check_iterations_disjoint(self, op: Op, d: str, p: Piece, count: Expr, shape: tuple[int, ...] = (),
+                                  info: LoopInfo | None = None) -> None:
+        """Two iterations t1 < t2 < count of a loop union `p` do not include the same index of d (a reduction counts
+        each index once). With the loop's `info`, the counterexample names them by the loop variable's values."""
         assert p.t is not None
         t1, t2, x = fresh("t1"), fresh("t2"), fresh(f"x_{d}")
-        p1 = Piece(subst(p.lo, [(p.t, t1)]), subst(p.hi, [(p.t, t1)]), subst(p.cond, [(p.t, t1)]))
-        p2 = Piece(subst(p.lo, [(p.t, t2)]), subst(p.hi, [(p.t, t2)]), subst(p.cond, [(p.t, t2)]))
-        body = conj([t1 >= 0, t1 < t2, t2 < info.trip, p1.member(x), p2.member(x)])
-        iv1, iv2 = subst(info.iv, [(info.it, t1)]), subst(info.iv, [(info.it, t2)])
+        p1, p2 = (Piece(subst(p.lo, [(p.t, t)]), subst(p.hi, [(p.t, t)]), subst(p.cond, [(p.t, t)])) for t in (t1, t2))
+        body = conj([t1 >= 0, t1 < t2, t2 < count, p1.member(x), p2.member(x)])
+        if info is not None:
+            watch = {"iv1": subst(info.iv, [(info.it, t1)]), "iv2": subst(info.iv, [(info.it, t2)]), "x": x}
 
-        def describe(w: dict[str, Any]) -> str:
-            return (f"iterations {info.var}={w['iv1']} and {info.var}={w['iv2']} both include {d} index {w['x']}: "
-                    "the loop counts it twice")
-        self.check("reduction-once", op, (), body, describe, {"iv1": iv1, "iv2": iv2, "x": x}, related=p.src)
+            def describe(w: dict[str, Any]) -> str:
+                return (f"iterations {info.var}={w['iv1']} and {info.var}={w['iv2']} both include {d} index "
+                        f"{w['x']}: the loop counts it twice")
+        else:
+            watch = {"t1": t1, "t2": t2, "x": x}
+
+            def describe(w: dict[str, Any]) -> str:
+                return (f"iterations {w['t1']} and {w['t2']} of the loop both add {d} index {w['x']} to the element: "
+                        "counted twice")
+        self.check("reduction-once", op, shape, body, describe, watch, related=p.src)
 
     def exit_value(self, info: LoopInfo, init: AVal, head: AVal) -> AVal:
         trip = info.trip
