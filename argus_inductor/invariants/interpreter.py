@@ -1328,9 +1328,7 @@ class Interpreter:
                     continue
                 moving = [c for c in cands if any(mentions(e, itn) for p in c for e in p.exprs)]
                 rp = (moving or cands or [()])[0]
-                x = fresh(f"x_{d}")
-                ext = self.dim_extent(d)
-                rng = [x >= 0] + ([x < ext] if ext is not None else [])
+                x, rng = self.some_index(d)
 
                 def describe(w: dict[str, Any], name: str = name, d: str = d, hn: Pieces = hn, rp: Pieces = rp) -> str:
                     return (f"after this iteration '{name}' covers {d} in {_rng(rp)}, but the loop as a whole implies "
@@ -1342,9 +1340,7 @@ class Interpreter:
                 for c in r.sums.get(d, ()):
                     if any(pieces_equal(c, hn) for hn in hns) or not any(mentions(e, itn) for p in c for e in p.exprs):
                         continue
-                    x = fresh(f"x_{d}")
-                    ext = self.dim_extent(d)
-                    rng = [x >= 0] + ([x < ext] if ext is not None else [])
+                    x, rng = self.some_index(d)
 
                     def stale(w: dict[str, Any], name: str = name, d: str = d, c: Pieces = c) -> str:
                         return (f"after this iteration '{name}' may cover {d} in {_rng(c)} only ({d} index {w['x']} "
@@ -1352,6 +1348,12 @@ class Interpreter:
                     differs = z3.Or(*[member(c, x) != member(hn, x) for hn in hns])
                     self.check("loop-summary", op, (), conj(rng + [differs]), stale, {"x": x},
                                related=lines(*(p.src for p in c)))
+
+    def some_index(self, d: str) -> tuple[Expr, list[Expr]]:
+        """A fresh index of dimension d and what bounds it: [0, extent) where the extent is known, else >= 0."""
+        x = fresh(f"x_{d}")
+        ext = self.dim_extent(d)
+        return x, [x >= 0] + ([x < ext] if ext is not None else [])
 
     def check_iterations_disjoint(self, op: Op, d: str, p: Piece, count: Expr, shape: tuple[int, ...] = (),
                                   info: LoopInfo | None = None) -> None:
