@@ -358,12 +358,12 @@ def sweep_route(rows: list[dict]) -> None:
     """The MoE routing sort alone: one moe_route launch against moe_align_block's torch ops, at decode sizes (rows
     of 16 an expert block) and prefill sizes (rows of 128, the prefill tiles'), on both sides of the size up to
     which moe_align takes the fused kernel (FUSED_ROUTE_MAX_CELLS)."""
-    from argus_inductor.kernels.moe import FUSED_ROUTE_MAX_CELLS, moe_align_block, moe_align_fused
+    from argus_inductor.kernels.moe import fused_route_takes, moe_align_block, moe_align_fused
 
     shapes = [(e, k, t, 16) for e, k in ((8, 2), (128, 8)) for t in (1, 4, 16) if t * k <= 128]
     shapes += [(8, 2, t, 128) for t in (512, 2048, 4096)] + [(60, 4, 512, 128)]
     for experts, topk, t, bm in shapes:
-        fused_taken = t * topk * max(16, 1 << (experts - 1).bit_length()) <= FUSED_ROUTE_MAX_CELLS
+        fused_taken = fused_route_takes(t * topk, experts)
         ids = torch.stack([torch.randperm(experts, device="cuda")[:topk] for _ in range(t)])
         want, got = moe_align_block(ids, experts, bm), moe_align_fused(ids, experts, bm)
         same = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])

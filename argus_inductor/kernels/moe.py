@@ -171,7 +171,7 @@ def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     block_expert = torch.empty(nb, dtype=torch.int32, device=flat.device)
     bs = builtins.max(block_m, 64)
     bb = bs // block_m
-    be = builtins.max(16, pow2(num_experts))
+    be = _experts_tile(num_experts)
     # a chunk of pairs at a time: its pairs x experts and slots x pairs tables stay a few thousand elements
     bn = builtins.min(builtins.max(16, pow2(n)), builtins.max(16, 16384 // be), builtins.max(16, 8192 // bs))
     pol = (policy or Policy.make(num_warps=4 if n <= 256 else 8)).with_consts(BM=block_m, BN=bn, BE=be, BS=bs, BB=bb)
@@ -189,13 +189,21 @@ FUSED_ROUTE_MAX_CELLS = 1 << 14
 _FUSED_ROUTE_FAILED: list[str] = []
 
 
+def _experts_tile(num_experts: int) -> int:
+    """moe_route's BE: the experts rounded up to a power of two, at least 16."""
+    return builtins.max(16, pow2(num_experts))
+
+
+def fused_route_takes(pairs: int, num_experts: int) -> bool:
+    """Whether moe_align sorts a routing of `pairs` (token, k) pairs with moe_route (FUSED_ROUTE_MAX_CELLS)."""
+    return 0 < pairs and num_experts <= 256 and pairs * _experts_tile(num_experts) <= FUSED_ROUTE_MAX_CELLS
+
+
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """sorted_ids and block_expert as moe_align_block defines them: one moe_route launch for routings of at most
     FUSED_ROUTE_MAX_CELLS pairs x experts (and 256 experts), the torch ops otherwise or where the fused kernel failed
     once in this process (said once, on the log)."""
-    n = topk_ids.numel()
-    cells = n * builtins.max(16, pow2(num_experts))
-    if 0 < n and cells <= FUSED_ROUTE_MAX_CELLS and num_experts <= 256 and not _FUSED_ROUTE_FAILED:
+    if fused_route_takes(topk_ids.numel(), num_experts) and not _FUSED_ROUTE_FAILED:
         try:
             return moe_align_fused(topk_ids, num_experts, block_m)
         except Exception as e:  # a kernel that cannot launch here must not take the MoE op down with it
