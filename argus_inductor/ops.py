@@ -61,6 +61,7 @@ from .policies import (
     gemm_fallbacks,
     gemm_policy,
     gemv_policy,
+    moe_gate_up_fallback,
     moe_policies,
     presplit_gemm_policy,
 )
@@ -342,10 +343,12 @@ def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Polic
 
 def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    up, down = moe_policies(d["T"], d["TOPK"], d["E"], target)
+    # the Gluon gate-up reads bf16 and fp16 operands only
+    up, down = moe_policies(d["T"], d["TOPK"], d["E"], target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
     if target != "interpret":  # gate and up tiles staged together; the down GEMM's rows are the gate-up's BM
         elem = _ELEM_BYTES.get(sig.dtypes[0], 4)
-        up = fit_shared_memory(up, elem, b_tiles=2, target=target)
+        if not up.warp_specialize:  # a Gluon ring's slots are sized by its lowering (policy_fits)
+            up = fit_shared_memory(up, elem, b_tiles=2, target=target)
         down = fit_shared_memory(down.with_consts(BM=up.const("BM", 16)), elem, target=target).without_consts("BM")
     return {"moe_gate_up": up.as_dict(), "moe_down": down.as_dict()}
 
@@ -368,11 +371,18 @@ def _moe_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[
 
 def _moe_host_kernels(sig: Signature, policies: dict[str, Policy],
                       target: str | None) -> dict[str, tuple[Kernel, Policy]]:
-    """The row gather that gate_up_rows runs before a GATHERED=1 gate-up, at the policy it runs it with."""
+    """The row gather that gate_up_rows runs before a GATHERED=1 gate-up, at the policy it runs it with; where the
+    gate-up runs its Gluon lowering (on NVIDIA), the Triton policy a launch it declines runs."""
+    from .hopper import takes
+
     up = policies.get("moe_gate_up")
     if up is None or not gathers_rows(up):
         return {}
-    return {"moe_gather": (moe_gather, gather_policy(target, sig.dims()["TOPK"]))}
+    out = {"moe_gather": (moe_gather, gather_policy(target, sig.dims()["TOPK"]))}
+    if target in (None, "cuda") and up.warp_specialize and takes(moe_gate_up.name, up):
+        f = moe_gate_up_fallback(up)
+        out[f"moe_gate_up (Triton fallback, {f.num_stages} stages)"] = (moe_gate_up, f)
+    return out
 
 
 def _moe_consts(sig: Signature) -> dict[str, dict[str, Any]]:
@@ -1100,7 +1110,8 @@ def _(a, b, node_id):
 
 
 _GLUON_LOWERINGS = {"attention_fwd": "TMA loader warp, two wgmma consumer warp groups",
-                    "gemm_epilogue": "TMA loader warp, wgmma consumer warp groups, one tile a program"}
+                    "gemm_epilogue": "TMA loader warp, wgmma consumer warp groups, one tile a program",
+                    "moe_gate_up": "TMA loader warp, wgmma consumer warp groups, gate and up tiles a slot"}
 
 
 def _lowering_note(name: str, policy: Policy, *operands: Any) -> str:
@@ -1214,7 +1225,11 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
         p_up, p_down = plan.policies["moe_gate_up"], plan.policies["moe_down"]  # one BM (_moe_select)
         sorted_ids, block_expert = moe_align(topk_ids, e, p_up.const("BM", 16))
         h = torch.empty(sorted_ids.numel(), i2 // 2, dtype=hidden.dtype, device=hidden.device)
-        gate_up_rows(hidden, w1, sorted_ids, block_expert, h, p_up, target, plan.kernels["moe_gate_up"])
+        before = None
+        if p_up.warp_specialize and target == "cuda":
+            def before(rows: Tensor) -> None:
+                _report.note(node_id, _lowering_note("moe_gate_up", p_up, rows, w1, sorted_ids, block_expert, h))
+        gate_up_rows(hidden, w1, sorted_ids, block_expert, h, p_up, target, plan.kernels["moe_gate_up"], before)
         y = torch.zeros(t, hd, dtype=torch.float32, device=hidden.device)
         plan.kernels["moe_down"](h, w2, sorted_ids, block_expert, topk_weights.reshape(-1).contiguous(), y,
                                  policy=p_down, target=target)

@@ -147,8 +147,10 @@ def attention_fallbacks(policy: Policy, elem_bytes: int) -> list[Policy]:
     return list(dict.fromkeys(attention_fallback(policy, s, elem_bytes) for s in (1024, 2048, 8192)))
 
 
-def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Policy, Policy]:
-    """(gate-up, down) policies by rows per expert; from benchmarks/results/sweep-moe-2026-11-22.json."""
+def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool = False) -> tuple[Policy, Policy]:
+    """(gate-up, down) policies by rows per expert; from benchmarks/results/sweep-moe-2026-11-22.json. `gluon`: the
+    operands are 2-byte, so a prefill gate-up of gathered rows may take its Gluon lowering on NVIDIA
+    (argus_inductor.hopper.moe_gate_up; moe_gate_up_fallback gives the Triton policy of a launch it declines)."""
     if target == "interpret":
         return Policy.make(BM=16, BN=16, BK=16), Policy.make(BN=16, BK=16)
     rows_per_expert = tokens * topk / experts
@@ -170,10 +172,27 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str) -> tuple[Pol
     # 4096 (Mixtral dims, sweep-moe-gather-2026-11-23.json; grouped_mm 3.08 and 5.50). Measured on the H100 only.
     tma = target == "cuda"
     gathered = {"GATHERED": 1} if tma and rows_per_expert >= 512 else {}
-    return (Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
-                        persistent=True, tma=tma, **gathered),
-            Policy.make(BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8, persistent=True,
-                        tma=tma))
+    up = Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
+                     persistent=True, tma=tma, **gathered)
+    if gluon and gathered:
+        # the Gluon lowering's TMA loader warp and wgmma consumers at the same tile, four slots deep: 2.904 -> 2.790
+        # ms at 2048 tokens and 5.318 -> 4.967 ms at 4096 for the whole expert step (Mixtral dims, gate-up alone
+        # changed; `sweep.py --ops moe --gluon --moe-experts 8 --moe-tokens 2048,4096`, sweep-moe-gluon-2026-11-24
+        # .json; grouped_mm 3.128 and 5.653). Its down lowering measured no faster than the Triton down's.
+        up = replace(up, num_stages=MOE_GATE_UP_GLUON_STAGES, warp_specialize=True)
+    return (up, Policy.make(BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
+                            persistent=True, tma=tma))
+
+
+MOE_GATE_UP_GLUON_STAGES = 4
+MOE_GATE_UP_TRITON_STAGES = 3
+
+
+def moe_gate_up_fallback(policy: Policy) -> Policy:
+    """The Triton policy of a gate-up launch its Gluon lowering declines: the same tiles and launch at the Triton
+    template's depth (its slots take the shared memory of the Gluon ring's four)."""
+    stages = MOE_GATE_UP_TRITON_STAGES if policy.num_stages == MOE_GATE_UP_GLUON_STAGES else policy.num_stages
+    return replace(policy, warp_specialize=False, num_stages=stages)
 
 
 # Bytes of staged operand tiles a policy may plan for: H100/H200 give a block 227 KB, the rest is left to the

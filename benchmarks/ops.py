@@ -166,7 +166,8 @@ def run_moe(rows: list[dict], quick: bool) -> None:
         w2 = torch.randn(e, hd, inter, device="cuda", dtype=torch.bfloat16) * inter**-0.5
         tw, ti = torch.topk(torch.softmax(torch.randn(t, e, device="cuda"), -1), topk)
         tw = tw.to(torch.bfloat16)
-        up, down = moe_policies(t, topk, e, "cuda")  # what the backend's default plan and the agent start from
+        # what the backend's default plan and the agent start from (bf16: the Gluon gate-up where it takes the shape)
+        up, down = moe_policies(t, topk, e, "cuda", gluon=True)
         ours = bench(lambda: moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down))
         y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
         ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)

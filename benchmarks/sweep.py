@@ -275,9 +275,23 @@ def _moe_pairs(ups: list[tuple], downs: list[tuple], launches: list[dict] | tupl
             for v in launches for bm, bn, bk, w, st in ups for dbn, dbk, dw, dst in downs]
 
 
-def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
-                   launch: bool = False, gather: bool = False, tiles: bool = False) -> list[tuple[Policy, Policy]]:
+def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False, launch: bool = False,
+                   gather: bool = False, tiles: bool = False, gluon: bool = False) -> list[tuple[Policy, Policy]]:
     prefill = tokens * topk > 64 * experts
+    if prefill and gluon:
+        # prefill, the Gluon lowerings of the gate-up and down GEMMs (--moe-gluon) against the template's Triton
+        # kernels, each alone with the other's template and together
+        launch_ = [{"grid_order": "grouped", "group_m": 8, "persistent": True, "tma": True}]
+        base_up, base_down = (128, 128, 64, 8, 3), (256, 64, 8, 3)
+        ws = [{**launch_[0], "warp_specialize": True}]
+        pairs = _moe_pairs([base_up], [base_down], launch_)
+        g_ups = _moe_pairs([(128, 128, 64, 8, 4), (128, 128, 64, 8, 3), (128, 64, 64, 8, 4), (128, 64, 128, 8, 3)],
+                           [base_down], ws)
+        g_downs = _moe_pairs([base_up], [(256, 64, 8, 3), (256, 64, 8, 4), (128, 64, 8, 4), (128, 128, 8, 3)], ws)
+        pairs += [(u, replace(d, warp_specialize=False)) for u, d in g_ups]
+        pairs += [(replace(u, warp_specialize=False), d) for u, d in g_downs]
+        pairs += _moe_pairs([(128, 128, 64, 8, 4), (128, 64, 64, 8, 4)], [(256, 64, 8, 4), (128, 64, 8, 4)], ws)
+        return [(u.with_consts(GATHERED=1), d) for u, d in pairs]
     if prefill and tiles:
         # prefill, the template's launch (gathered rows, persistent, descriptors, bands of 8) with other tiles
         # (--moe-tiles): each gate-up tile with the template's down tile, then each down tile with its gate-up tile
@@ -320,7 +334,8 @@ def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False,
 
 
 def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = False,
-              experts: int | None = None, launch: bool = False, gather: bool = False, tiles: bool = False) -> None:
+              experts: int | None = None, launch: bool = False, gather: bool = False, tiles: bool = False,
+              gluon: bool = False) -> None:
     from benchmarks.ops import grouped_moe
 
     shapes = MOE if tokens is None else [(t, *cfg[1:]) for cfg in MOE[::3] for t in tokens]
@@ -334,7 +349,7 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
         ref = eager_moe(x.float(), w1.float(), w2.float(), tw.float(), ti)
         peer = bench(lambda: grouped_moe(x, w1, w2, tw, ti))
         best = None
-        for up, down in moe_candidates(t, topk, e, wide, launch, gather, tiles):
+        for up, down in moe_candidates(t, topk, e, wide, launch, gather, tiles, gluon):
             pol = {"moe_gate_up": up.as_dict(), "moe_down": {k: v for k, v in down.as_dict().items() if k != "BM"}}
             try:
                 y = moe_expert_step(x, w1, w2, tw, ti, policy_up=up, policy_down=down)
@@ -347,6 +362,8 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
                 rows.append(dict(op="moe", shape=[t, hd, inter, e, topk], policy=pol, error=str(ex)[:200]))
                 continue
             rows.append(dict(op="moe", shape=[t, hd, inter, e, topk], policy=pol, ms=tm, peer_ms=peer, rel_err=err))
+            if gluon:
+                print(f"  {tm:.4f} ms (rel err {err:.1e})  up {up.key()}  down {down.key()}", flush=True)
             if best is None or tm < best[0]:
                 best = (tm, up, down)
         if best:
@@ -398,7 +415,9 @@ def main() -> None:
                     help="MoE prefill: the template's launch with other gate-up and down tiles (9 policies a shape)")
     ap.add_argument("--moe-experts", type=int, help="MoE: only the configuration with this many experts")
     ap.add_argument("--gluon", action="store_true",
-                    help="GEMM: the Gluon lowering's tile candidates at M = 64 and 128 against the Triton template")
+                    help="GEMM: the Gluon lowering's tile candidates at M = 64 and 128 against the Triton "
+                         "template; MoE prefill: the Gluon gate-up and down lowerings against the template's "
+                         "Triton kernels")
     ap.add_argument("--gemv-n", help="gemv: only the shapes with these N (comma-separated)")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
@@ -410,7 +429,8 @@ def main() -> None:
             sweep_gemm(rows, args.max_m, args.min_m, args.b_major, args.gluon)
         elif op.strip() == "moe":
             sweep_moe(rows, [int(t) for t in args.moe_tokens.split(",")] if args.moe_tokens else None,
-                      args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather, args.moe_tiles)
+                      args.moe_prefill, args.moe_experts, args.moe_launch, args.moe_gather, args.moe_tiles,
+                      args.gluon)
         elif op.strip() == "route":
             sweep_route(rows)
         elif op.strip() == "gemv":

@@ -11,7 +11,8 @@ from typing import Any
 
 # kernel name -> the module of its lowering: launch(policy, *args) -> bool (whether it ran), fallback(policy, *args)
 # -> the Triton policy of a launch it cannot take, prove_rings(stages) -> its ring-discipline violations
-_LOWERINGS = {"attention_fwd": "attention", "gemm_epilogue": "gemm"}
+_LOWERINGS = {"attention_fwd": "attention", "gemm_epilogue": "gemm", "moe_gate_up": "moe_gate_up",
+              "moe_down": "moe_down"}
 
 
 def has_lowering(kernel_name: str) -> bool:

@@ -102,36 +102,49 @@ def default_staging(policy: Policy, loop: Op, load: Op) -> Staging | None:
     return Staging(buffers=policy.num_stages, distance=policy.num_stages - 1, readers=0)
 
 
-def mma_rank(loop: Op, load: Op) -> int | None:
-    """Which of the loop body's mma ops (0: the first) first reads the tile `load` makes, through any ops that
-    only reshape it (trans, cast); None if no mma does."""
-    body = loop.blocks[0]
+def mmas_reading(loop: Op, load: Op) -> list[Op]:
+    """The loop body's mma ops that read the tile `load` makes, through any ops that only reshape it (trans,
+    cast), in body order."""
     seen = {id(load.result)}
-    rank = 0
-    for op in body.ops:
-        if op.kind == "mma":
-            if any(id(a) in seen for a in op.args):
-                return rank
-            rank += 1
+    out = []
+    for op in loop.blocks[0].ops:
+        if op.kind == "mma" and any(id(a) in seen for a in op.args):
+            out.append(op)
         elif op.kind in ("trans", "cast", "reshape") and any(id(a) in seen for a in op.args):
             seen.update(id(r) for r in op.results)
-    return None
+    return out
+
+
+def mma_rank(loop: Op, load: Op) -> int | None:
+    """Which of the loop body's mma ops (0: the first) first reads the tile `load` makes; None if no mma does."""
+    readers = mmas_reading(loop, load)
+    return [op for op in loop.blocks[0].ops if op.kind == "mma"].index(readers[0]) if readers else None
+
+
+def only_accumulates(loop: Op, mma: Op) -> bool:
+    """Whether the body uses `mma`'s result only by handing it to the next iteration (an accumulator the
+    iteration does not read again; statements for the checker aside), so a lowering may leave that mma in flight
+    across the iteration's end."""
+    body = loop.blocks[0]
+    out = id(mma.result)
+    used = any(id(a) == out for op in body.ops if not (op.ghost or op.kind in ("tag", "assert_tag", "tag_of"))
+               for a in op.args)
+    return not used and any(id(y) == out for y in body.yields)
 
 
 def warp_specialized_staging(policy: Policy, loop: Op, load: Op) -> Staging | None:
     """The ring of the Hopper lowerings (argus_inductor.hopper): a loader warp fills `num_stages` slots ahead of the
     consumers, each slot guarded by an "empty" barrier that every consumer arrives on once the wgmma reading the
-    slot has retired. The loop's last mma only accumulates, so the consumers leave it in flight while they issue
-    the next iteration's first one (attention: Q K_j^T together with P_{j-1} V_{j-1}; a GEMM: block j's product
-    while block j - 1's finishes): a tile read by the last mma is released only in the next iteration (`readers`
-    = 1), one read by an earlier mma, whose result the iteration needs, in its own. The loader may refill a slot as
-    soon as it is released, so at iteration it it may have issued the load of iteration
-    it + num_stages - 1 - readers."""
-    rank = mma_rank(loop, load)
-    if rank is None or policy.num_stages < 2:  # a Gluon ring has two slots or more; one slot pipelines nothing
+    slot has retired. An mma whose result only accumulates (the iteration does not read it) is left in flight while
+    the consumers issue the next iteration's first one (a GEMM: block j's products while block j - 1's finish;
+    attention: Q K_j^T together with P_{j-1} V_{j-1}): a tile that such an mma reads is released only in the next
+    iteration (`readers` = 1); a tile read only by mma whose result the iteration needs (attention's Q K^T), in its
+    own. The loader may refill a slot as soon as it is released, so at iteration it it may have issued the load of
+    iteration it + num_stages - 1 - readers."""
+    mmas = mmas_reading(loop, load)
+    if not mmas or policy.num_stages < 2:  # a Gluon ring has two slots or more; one slot pipelines nothing
         return None
-    last = sum(op.kind == "mma" for op in loop.blocks[0].ops) - 1
-    readers = 1 if rank == last else 0
+    readers = 1 if any(only_accumulates(loop, m) for m in mmas) else 0
     return Staging(buffers=policy.num_stages, distance=policy.num_stages - 1 - readers, readers=readers)
 
 

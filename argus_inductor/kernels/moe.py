@@ -3,6 +3,7 @@ grouped down GEMM, and a scatter-add back to token order weighted by the routing
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -258,15 +259,18 @@ def gathers_rows(policy: Policy) -> bool:
 
 
 def gate_up_rows(x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
-                 h: torch.Tensor, policy: Policy, target: str | None = None, gate_up: Any = None) -> None:
+                 h: torch.Tensor, policy: Policy, target: str | None = None, gate_up: Any = None,
+                 before: Callable[[torch.Tensor], None] | None = None) -> None:
     """The grouped gate-up GEMM (moe_gate_up, or `gate_up`, a kernel of its signature) into h. Where `policy` says
     GATHERED=1, the routed rows of x are first gathered once into expert order (moe_gather), and the GEMM reads
-    them as dense tiles."""
+    them as dense tiles. `before(rows)`, if given, sees the rows tensor the GEMM reads, before it runs."""
     gate_up = gate_up or moe_gate_up
     if gathers_rows(policy):
         xs = torch.empty(sorted_ids.numel(), x.shape[1], dtype=x.dtype, device=x.device)
         moe_gather(x, sorted_ids, xs, policy=gather_policy(target, policy.const("TOPK", 2)), target=target)
         x = xs
+    if before is not None:
+        before(x)
     gate_up(x, w1, sorted_ids, block_expert, h, policy=policy, target=target)
 
 

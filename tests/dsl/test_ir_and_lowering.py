@@ -10,6 +10,7 @@ from argus_inductor.dsl import DSLError, LaunchError, Policy, kernels_from_sourc
 from argus_inductor.dsl.ir import walk_block
 from argus_inductor.dsl.runtime import _COMPILED
 from argus_inductor.kernels import attention_fwd, gemm_epilogue, moe_gate_up
+from argus_inductor.kernels.moe import moe_gather
 
 SRC = '''\
 from argus_inductor.dsl import *
@@ -105,14 +106,17 @@ def k(X: Tensor("N"), Y: Tensor("N"), ACT: constexpr = 0, B: constexpr = 16):
 def test_warp_specialize_needs_a_hand_written_lowering():
     """warp_specialize asks for a kernel's Gluon lowering (argus_inductor.hopper), never Triton's automatic pass
     (which gave NaN for the DSL's GEMM loop on the H100: kb/warp-specialization.md). A kernel without one refuses
-    the policy when lowered, naming the kernel; attention_fwd and gemm_epilogue, which have one, lower launches the
-    Gluon kernel cannot take to the same Triton source as without the request; a non-bool is refused where it is
-    made."""
+    the policy when lowered, naming the kernel; attention_fwd, gemm_epilogue and moe_gate_up, which have one, lower
+    launches the Gluon kernel cannot take to the same Triton source as without the request; a non-bool is refused
+    where it is made."""
     from argus_inductor.dsl.errors import DSLError
 
-    up = Policy.make(BM=16, BN=64, BK=64, TOPK=2)
-    with pytest.raises(DSLError, match="'moe_gate_up' has no warp-specialized \\(Gluon\\) lowering"):
-        moe_gate_up.triton_source(replace(up, warp_specialize=True), "cuda")
+    gather = Policy.make(BM=16, BK=64, TOPK=2)
+    with pytest.raises(DSLError, match="'moe_gather' has no warp-specialized \\(Gluon\\) lowering"):
+        moe_gather.triton_source(replace(gather, warp_specialize=True), "cuda")
+    up = Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, TOPK=2, GATHERED=1)
+    assert moe_gate_up.triton_source(replace(up, warp_specialize=True), "cuda") == \
+        moe_gate_up.triton_source(up, "cuda")
     gemm = Policy.make(BM=64, BN=64, BK=32, persistent=True)
     assert gemm_epilogue.triton_source(replace(gemm, warp_specialize=True), "cuda") == \
         gemm_epilogue.triton_source(gemm, "cuda")

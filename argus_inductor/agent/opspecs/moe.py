@@ -45,7 +45,7 @@ class MoeSpec(OpSpec):
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
         d = problem.dims
-        up, down = moe_policies(d["T"], d["TOPK"], d["E"], target)
+        up, down = moe_policies(d["T"], d["TOPK"], d["E"], target, gluon=problem.dtype in ("bfloat16", "float16"))
         down_knobs = down.as_dict()
         down_knobs.pop("BM", None)
         return Plan({"moe_gate_up": up.as_dict(), "moe_down": down_knobs}, ("moe-token-sorting",),

@@ -1,0 +1,220 @@
+"""moe_down lowered by hand to Gluon for Hopper (sm_90): the grouped down GEMM of a prefill MoE step,
+Y[token of p] += routing_weight[p] * (Hin[p] W2[e]^T), scattered back to token order in float32.
+
+One program takes one BM x BN tile: BM sorted rows of one expert block, BN of the HD output columns. Programs walk
+row blocks in groups of `group_m` (moe_gate_up_ws's order); a padding block (block_expert = E) returns at once.
+A 1-warp loader copies the Hin tile [BM, BK] and the W2 tile [BN, BK] (W2 viewed (E*HD, I)) of each K block
+through TMA into a ring; the consumer warp groups keep one wgmma in flight and release a slot once the wgmma
+reading it retired (hopper/gemm.py's ring). The epilogue scales each row by its pair's routing weight and adds it
+into Y with float32 atomics (two pairs of a token meet there); padding rows (id >= T*TOPK) and columns >= HD are
+masked. K past I reads zeros (TMA); a column block past HD reads the next expert's rows into masked columns.
+
+Preconditions (`declines`): bf16 or fp16 Hin and W2 alike, Y float32 and contiguous, Hin and W2 (as (E*HD, I))
+row-major with 16-byte row pitches, P = NB * BM, a compute capability 9.0 device. Anything else runs the Triton
+lowering at the policy's tiles (`fallback`).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import Any
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from ..dsl.policy import Policy
+from ..policies import GLUON_SMEM_BYTES
+from .device import capability, compile_sm90
+from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout
+from .moe_gate_up import grouped_tile
+from .rings import Ring, RingViolation, check_kernel
+
+
+def down_smem(bm: int, bn: int, bk: int, stages: int, elem: int = 2) -> int:
+    """Shared memory the kernel allocates: each slot's Hin and W2 tiles, the barriers (the epilogue has no tile)."""
+    return stages * (bm + bn) * bk * elem + 2 * stages * 8
+
+
+def policy_fits(policy: Policy) -> str | None:
+    """Why `policy` does not describe this lowering, or None."""
+    bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
+    if bm not in (64, 128):
+        return f"BM={bm} (64: one consumer warp group, 128: two)"
+    if policy.num_warps != bm // 16:
+        return f"num_warps={policy.num_warps} ({bm // 16}: {bm // 64} consumer warp group(s) of 64 rows)"
+    if bn not in (32, 64, 128, 256):
+        return f"BN={bn} (a power of two from 32 to 256: a TMA box and one wgmma's width)"
+    if bk not in (32, 64, 128):
+        return f"BK={bk} (32, 64 or 128)"
+    if not 2 <= policy.num_stages <= 8:
+        return f"num_stages={policy.num_stages} (a ring of 2 to 8 slots)"
+    if down_smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
+        return f"{policy.num_stages} slots of {bm}x{bk} + {bn}x{bk} tiles exceed shared memory"
+    return None
+
+
+@gluon.jit
+def _loader(h_desc, w_desc, h_bufs, w_bufs, ready, empty, off_m, w_row, n_blocks,
+            BK: gl.constexpr, STAGES: gl.constexpr):
+    nbytes: gl.constexpr = h_desc.block_type.nbytes + w_desc.block_type.nbytes
+    for j in range(n_blocks):
+        slot = j % STAGES
+        ph = (j // STAGES) & 1
+        mbarrier.wait(empty.index(slot), ph ^ 1)  # the first pass over the ring does not wait
+        mbarrier.expect(ready.index(slot), nbytes)
+        tma.async_copy_global_to_shared(h_desc, [off_m, j * BK], ready.index(slot), h_bufs.index(slot))
+        tma.async_copy_global_to_shared(w_desc, [w_row, j * BK], ready.index(slot), w_bufs.index(slot))
+
+
+@gluon.jit
+def _consumer(h_bufs, w_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS, n_blocks,
+              BM: gl.constexpr, BN: gl.constexpr, CW: gl.constexpr, TOPK: gl.constexpr, STAGES: gl.constexpr):
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+    mbarrier.wait(ready.index(0), 0)
+    acc = warpgroup_mma(h_bufs.index(0), w_bufs.index(0).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    for j in range(1, n_blocks):
+        slot = j % STAGES
+        ph = (j // STAGES) & 1
+        mbarrier.wait(ready.index(slot), ph)
+        acc = warpgroup_mma(h_bufs.index(slot), w_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    mbarrier.arrive(empty.index((n_blocks - 1) % STAGES), count=1)
+
+    rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
+    pair = gl.load(sorted_ids_ptr + rows)
+    real = pair < PAIRS  # padding rows carry the id T*TOPK
+    weight = gl.load(weights_ptr + pair, mask=real, other=0.0).to(gl.float32)
+    cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    tok = (pair // TOPK).to(gl.int64)
+    ptrs = y_ptr + gl.expand_dims(tok * HD, 1) + gl.expand_dims(cols, 0)
+    mask = gl.expand_dims(real, 1) & gl.expand_dims(cols < HD, 0)
+    gl.atomic_add(ptrs, acc * gl.expand_dims(weight, 1), mask=mask, sem="relaxed")
+
+
+@gluon.jit
+def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y_ptr, NB, I, HD, E, PAIRS,
+                BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                TOPK: gl.constexpr, LOADER_REGS: gl.constexpr):
+    n_n = gl.cdiv(HD, BN)
+    pb, pn = grouped_tile(gl.program_id(0), NB, n_n, GROUP)
+    e = gl.load(block_expert_ptr + pb)
+    if e >= E:  # a padding block past the last real one
+        return
+    dtype: gl.constexpr = h_desc.dtype
+    off_m = pb * BM
+    off_n = pn * BN
+    n_blocks = gl.cdiv(I, BK)
+
+    h_bufs = gl.allocate_shared_memory(dtype, [STAGES] + h_desc.block_type.shape, h_desc.layout)
+    w_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)  # one consumer partition releases each slot
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (h_bufs, w_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS,
+                     n_blocks, BM, BN, BM // 16, TOPK, STAGES)),
+        (_loader, (h_desc, w_desc, h_bufs, w_bufs, ready, empty, off_m, e * HD + off_n, n_blocks, BK, STAGES)),
+    ], [1], [LOADER_REGS])
+
+
+RINGS = (Ring("Hin", "h_bufs", "ready", "empty"), Ring("W2", "w_bufs", "ready", "empty"))
+
+
+@functools.cache
+def prove_rings(stages: int) -> tuple[RingViolation, ...]:
+    """The ring discipline of this kernel proved from its source at `stages` slots: the violations, empty when
+    proved."""
+    return tuple(check_kernel(moe_down_ws, RINGS, (stages,)))
+
+
+def supported(h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
+              weights: torch.Tensor, y: torch.Tensor, bm: int) -> str | None:
+    """Why this lowering cannot take the launch, or None when it can."""
+    if h.dtype not in _GL_DTYPES or h.dtype != w2.dtype:
+        return f"dtypes {h.dtype}, {w2.dtype} (bf16 or fp16 operands alike)"
+    if y.dtype != torch.float32 or not y.is_contiguous():
+        return "Y is not a contiguous float32 tensor"
+    if h.dim() != 2 or w2.dim() != 3 or y.dim() != 2 or w2.shape[2] != h.shape[1] or y.shape[1] != w2.shape[1] or \
+            h.shape[0] != sorted_ids.numel() or sorted_ids.numel() != block_expert.numel() * bm:
+        return "shapes (P = NB * BM)"
+    if not w2.is_contiguous() or not _rows_ok(w2.view(-1, w2.shape[2])) or not _rows_ok(h):
+        return "Hin or W2 is not row-major with 16-byte aligned rows"
+    if sorted_ids.dtype != torch.int32 or block_expert.dtype != torch.int32 or not sorted_ids.is_contiguous() or \
+            not block_expert.is_contiguous() or not weights.is_contiguous():
+        return "the routing vectors are not contiguous (int32 ids)"
+    if not h.is_cuda or capability(h.device) != (9, 0):
+        return "not a compute capability 9.0 device"
+    return None
+
+
+def declines(policy: Policy, h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
+             weights: torch.Tensor, y: torch.Tensor) -> str | None:
+    """Why this lowering does not take moe_down's launch under `policy`, or None when it does."""
+    return policy_fits(policy) or supported(h, w2, sorted_ids, block_expert, weights, y, policy.const("BM"))
+
+
+def _descriptors(h: torch.Tensor, w2: torch.Tensor, bm: int, bn: int, bk: int) -> tuple[Any, ...]:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    w = w2.view(-1, w2.shape[2])
+    return (TensorDescriptor.from_tensor(h, [bm, bk], _smem_layout((bm, bk), h.dtype)),
+            TensorDescriptor.from_tensor(w, [bn, bk], _smem_layout((bn, bk), w.dtype)))
+
+
+def _consts(policy: Policy) -> dict[str, int]:
+    return dict(BM=policy.const("BM"), BN=policy.const("BN"), BK=policy.const("BK"), STAGES=policy.num_stages,
+                GROUP=policy.group_m if policy.grid_order == "grouped" else 1, TOPK=policy.const("TOPK", 2),
+                LOADER_REGS=LOADER_REGS)
+
+
+def launch(policy: Policy, h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
+           weights: torch.Tensor, y: torch.Tensor) -> bool:
+    """Run moe_down's arguments through the Gluon kernel unless it `declines`; False (nothing launched) if so."""
+    if declines(policy, h, w2, sorted_ids, block_expert, weights, y) is not None:
+        return False
+    c = _consts(policy)
+    e, hd, i = w2.shape
+    nb = block_expert.numel()
+    grid = (nb * triton.cdiv(hd, c["BN"]), )
+    moe_down_ws[grid](*_descriptors(h, w2, c["BM"], c["BN"], c["BK"]), sorted_ids, block_expert, weights, y, nb, i,
+                      hd, e, weights.numel(), **c, num_warps=policy.num_warps)
+    return True
+
+
+def fallback(policy: Policy, *args: Any) -> Policy:
+    """The Triton policy of a launch `launch` declined: the policy's own tiles, without the Gluon request."""
+    return replace(policy, warp_specialize=False)
+
+
+def compile_for_sm90(policy: Policy, dtype: torch.dtype = torch.bfloat16) -> Any:
+    """Compile the kernel for sm_90 without a GPU (hopper.device.compile_sm90); returns Triton's compiled kernel."""
+    c = _consts(policy)
+    h = torch.empty(512, 768, dtype=dtype)
+    w2 = torch.empty(4, 1024, 768, dtype=dtype)
+    descs = _descriptors(h, w2, c["BM"], c["BN"], c["BK"])
+    wt = "*bf16" if dtype == torch.bfloat16 else "*fp16"
+    scalars = dict(sorted_ids_ptr="*i32", block_expert_ptr="*i32", weights_ptr=wt, y_ptr="*fp32", NB="i32", I="i32",
+                   HD="i32", E="i32", PAIRS="i32")
+    return compile_sm90(moe_down_ws, dict(zip(("h_desc", "w_desc"), descs)), scalars, c, num_warps=policy.num_warps)
+
+
+__all__ = ["launch", "declines", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90",
+           "moe_down_ws", "down_smem"]
