@@ -84,6 +84,19 @@ def test_what_the_reader_cannot_follow_is_reported_not_passed() -> None:
     assert "never fills q_bufs" in found["fill", "_loader"] and "never" in found["release-once", "_consumer"]
 
 
+def test_a_release_under_a_runtime_condition_is_reported_not_counted() -> None:
+    """`if j > 1: arrive(...)` never releases block 0's K slot. The reader used to read a wait or release under a
+    condition as unconditional (to let attention's turn-taking barriers through) and passed it; now a ring barrier
+    under a condition is reported, while the turn barriers, which no ring uses, still pass."""
+    bad = edited(CONSUMER, "        mbarrier.arrive(k_empty.index(slot), count=1)\n",
+                 "        if j > 1:\n            mbarrier.arrive(k_empty.index(slot), count=1)\n")
+    found = check_rings(LOADER, [bad], RINGS, (2,))
+    assert ("unsupported", line_of(bad, "            mbarrier.arrive(k_empty.index(slot)")) in \
+        {(v.kind, v.line) for v in found}
+    assert any("arrive under a runtime condition" in v.message for v in found)
+    assert "if PINGPONG:" in CONSUMER and check_rings(LOADER, [CONSUMER], RINGS, (3,)) == []
+
+
 def test_verify_reports_a_lowering_whose_rings_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     from argus_inductor.dsl.policy import Policy
     from argus_inductor.invariants.api import verify
