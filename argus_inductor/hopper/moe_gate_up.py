@@ -14,6 +14,11 @@ One program takes one BM x BN tile of Hout: BM sorted rows of one expert block, 
   those (warpgroup_mma_wait(2)) and release block j - 1's slot: the ring discipline `warp_specialized_staging`
   describes (the tiles of the loop's last mma released one iteration late).
 - The epilogue computes silu(gate) * up in float32 and stores the tile through TMA.
+A persistent policy launches moe_gate_up_persistent_ws instead: one program an SM, walking the tiles of the real
+row blocks (counted from block_expert, so padding blocks are no tiles) pid, pid + nprog, ...; its loader runs one
+loop over every K block of those tiles, so it fills the next tile's slots while the consumers retire the tile
+before (a `warpgroup_mma_wait(0)` under the tile-boundary condition) and store it, the store left in flight until
+the next tile's epilogue needs the C tile again.
 Ragged edges are TMA's: K past HD reads zeros; a column block past I reads the next rows of W1 (the up rows, the
 next expert's) into output columns >= I, which the store to Hout (P, I) drops.
 
@@ -158,6 +163,121 @@ def moe_gate_up_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, HD, E,
     ], [1], [LOADER_REGS])
 
 
+@gluon.jit
+def real_blocks(block_expert_ptr, NB, E, NUM_WARPS: gl.constexpr):
+    """How many row blocks carry a real expert (block_expert < E): moe_align puts the padding blocks last."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
+    count = 0
+    for c in range(0, NB, 32 * NUM_WARPS):
+        offs = c + gl.arange(0, 32 * NUM_WARPS, layout=layout)
+        be = gl.load(block_expert_ptr + offs, mask=offs < NB, other=E)
+        count += gl.sum((be < E).to(gl.int32), 0)
+    return count
+
+
+@gluon.jit
+def _persistent_loader(x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal,
+                       n_n, kb, up_offset, n_blocks, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                       GROUP: gl.constexpr, STAGES: gl.constexpr):
+    nbytes: gl.constexpr = x_desc.block_type.nbytes + 2 * w_desc.block_type.nbytes
+    off_m = 0
+    w_row = 0
+    # block g of this program's run: K block g % kb of its tile g // kb (tiles pid, pid + nprog, ...)
+    for g in range(n_blocks):
+        if g % kb == 0:  # a new tile: its rows and its expert's weight rows
+            pb, pn = grouped_tile(pid + (g // kb) * nprog, nreal, n_n, GROUP)
+            off_m = pb * BM
+            w_row = gl.load(block_expert_ptr + pb) * 2 * up_offset + pn * BN
+        slot = g % STAGES
+        ph = (g // STAGES) & 1
+        mbarrier.wait(empty.index(slot), ph ^ 1)  # the first pass over the ring does not wait
+        mbarrier.expect(ready.index(slot), nbytes)
+        k = (g % kb) * BK
+        tma.async_copy_global_to_shared(x_desc, [off_m, k], ready.index(slot), x_bufs.index(slot))
+        tma.async_copy_global_to_shared(w_desc, [w_row, k], ready.index(slot), g_bufs.index(slot))
+        tma.async_copy_global_to_shared(w_desc, [w_row + up_offset, k], ready.index(slot), u_bufs.index(slot))
+
+
+@gluon.jit
+def _store_tile(h_desc, c_smem, gate, up, t, nreal, n_n, GROUP: gl.constexpr):
+    """silu(gate) * up of tile t into Hout through c_smem, once the previous tile's store has left it."""
+    BM: gl.constexpr = c_smem.type.shape[0]
+    BN: gl.constexpr = c_smem.type.shape[1]
+    pb, pn = grouped_tile(t, nreal, n_n, GROUP)
+    h = gate / (1.0 + gl.exp(-gate)) * up
+    tma.store_wait(pendings=0)
+    c_smem.store(h.to(h_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(h_desc, [pb * BM, pn * BN], c_smem)
+
+
+@gluon.jit
+def _persistent_consumer(h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb, n_blocks,
+                         BN: gl.constexpr, CW: gl.constexpr, GROUP: gl.constexpr, STAGES: gl.constexpr):
+    BM: gl.constexpr = c_smem.type.shape[0]
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
+                                                         instr_shape=[16, BN, 16])
+    gate = gl.zeros([BM, BN], gl.float32, acc_layout)
+    up = gl.zeros([BM, BN], gl.float32, acc_layout)
+    mbarrier.wait(ready.index(0), 0)
+    gate = warpgroup_mma(x_bufs.index(0), g_bufs.index(0).permute((1, 0)), gate, is_async=True)
+    up = warpgroup_mma(x_bufs.index(0), u_bufs.index(0).permute((1, 0)), up, is_async=True)
+    gate, up = warpgroup_mma_wait(num_outstanding=2, deps=(gate, up))
+    for g in range(1, n_blocks):
+        slot = g % STAGES
+        ph = (g // STAGES) & 1
+        if g % kb == 0:  # the tile before is complete: its epilogue runs while the loader fills this one's slots
+            gate, up = warpgroup_mma_wait(num_outstanding=0, deps=(gate, up))
+            _store_tile(h_desc, c_smem, gate, up, pid + (g // kb - 1) * nprog, nreal, n_n, GROUP)
+            gate = gl.zeros([BM, BN], gl.float32, acc_layout)
+            up = gl.zeros([BM, BN], gl.float32, acc_layout)
+        mbarrier.wait(ready.index(slot), ph)
+        gate = warpgroup_mma(x_bufs.index(slot), g_bufs.index(slot).permute((1, 0)), gate, is_async=True)
+        up = warpgroup_mma(x_bufs.index(slot), u_bufs.index(slot).permute((1, 0)), up, is_async=True)
+        gate, up = warpgroup_mma_wait(num_outstanding=2, deps=(gate, up))
+        mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)
+    gate, up = warpgroup_mma_wait(num_outstanding=0, deps=(gate, up))
+    mbarrier.arrive(empty.index((n_blocks - 1) % STAGES), count=1)
+    _store_tile(h_desc, c_smem, gate, up, pid + (n_blocks // kb - 1) * nprog, nreal, n_n, GROUP)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def moe_gate_up_persistent_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, HD, E,
+                              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                              GROUP: gl.constexpr, LOADER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """moe_gate_up_ws with one program an SM: each walks the tiles pid, pid + nprog, ... of the real row blocks
+    (padding blocks are not tiles), its loader filling the ring across tile boundaries while the consumers store
+    the tile before."""
+    nreal = real_blocks(block_expert_ptr, NB, E, NUM_WARPS)
+    n_n = gl.cdiv(I, BN)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    my_tiles = gl.cdiv(nreal * n_n - pid, nprog)
+    if my_tiles <= 0:
+        return
+    kb = gl.cdiv(HD, BK)
+    n_blocks = my_tiles * kb
+    dtype: gl.constexpr = x_desc.dtype
+    x_bufs = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    g_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    u_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, h_desc.block_type.shape, h_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)  # one consumer partition releases each slot
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_persistent_consumer, (h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb,
+                                n_blocks, BN, BM // 16, GROUP, STAGES)),
+        (_persistent_loader, (x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog,
+                              nreal, n_n, kb, I, n_blocks, BM, BN, BK, GROUP, STAGES)),
+    ], [1], [LOADER_REGS])
+
+
 # X, the gate rows and the up rows share one ready and one empty barrier a slot
 RINGS = (Ring("X", "x_bufs", "ready", "empty"), Ring("gate", "g_bufs", "ready", "empty"),
          Ring("up", "u_bufs", "ready", "empty"))
@@ -165,9 +285,10 @@ RINGS = (Ring("X", "x_bufs", "ready", "empty"), Ring("gate", "g_bufs", "ready", 
 
 @functools.cache
 def prove_rings(stages: int) -> tuple[RingViolation, ...]:
-    """The ring discipline of this kernel proved from its source at `stages` slots: the violations, empty when
-    proved."""
-    return tuple(check_kernel(moe_gate_up_ws, RINGS, (stages,)))
+    """The ring discipline of both kernels (one tile a program, and persistent) proved from their sources at
+    `stages` slots: the violations, empty when proved."""
+    return tuple(check_kernel(moe_gate_up_ws, RINGS, (stages,)) +
+                 check_kernel(moe_gate_up_persistent_ws, RINGS, (stages,)))
 
 
 def supported(x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
@@ -212,16 +333,27 @@ def _consts(policy: Policy) -> dict[str, int]:
 
 def launch(policy: Policy, x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
            h: torch.Tensor) -> bool:
-    """Run moe_gate_up's arguments through the Gluon kernel unless it `declines`; False (nothing launched) if so."""
+    """Run moe_gate_up's arguments through the Gluon kernel unless it `declines`; False (nothing launched) if so.
+    A persistent policy runs one program an SM (moe_gate_up_persistent_ws), else one a tile."""
     if declines(policy, x, w1, sorted_ids, block_expert, h) is not None:
         return False
     c = _consts(policy)
     e, i2, hd = w1.shape
     nb = block_expert.numel()
-    grid = (nb * triton.cdiv(i2 // 2, c["BN"]), )
-    moe_gate_up_ws[grid](*_descriptors(x, w1, h, c["BM"], c["BN"], c["BK"]), block_expert, nb, i2 // 2, hd, e,
-                         **c, num_warps=policy.num_warps)
+    tiles = nb * triton.cdiv(i2 // 2, c["BN"])
+    descs = _descriptors(x, w1, h, c["BM"], c["BN"], c["BK"])
+    if policy.persistent:
+        grid = (min(tiles, _sms(x.device) * policy.programs_per_sm), )
+        moe_gate_up_persistent_ws[grid](*descs, block_expert, nb, i2 // 2, hd, e, **c, NUM_WARPS=policy.num_warps,
+                                        num_warps=policy.num_warps)
+    else:
+        moe_gate_up_ws[(tiles, )](*descs, block_expert, nb, i2 // 2, hd, e, **c, num_warps=policy.num_warps)
     return True
+
+
+@functools.cache
+def _sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def fallback(policy: Policy, *args: Any) -> Policy:
@@ -231,16 +363,20 @@ def fallback(policy: Policy, *args: Any) -> Policy:
 
 
 def compile_for_sm90(policy: Policy, dtype: torch.dtype = torch.bfloat16) -> Any:
-    """Compile the kernel for sm_90 without a GPU (hopper.device.compile_sm90); returns Triton's compiled kernel."""
+    """Compile the kernel the policy launches for sm_90 without a GPU (hopper.device.compile_sm90); returns Triton's
+    compiled kernel."""
     c = _consts(policy)
+    if policy.persistent:
+        c["NUM_WARPS"] = policy.num_warps
     x = torch.empty(512, 1024, dtype=dtype)
     w1 = torch.empty(4, 2 * 768, 1024, dtype=dtype)
     h = torch.empty(512, 768, dtype=dtype)
     descs = _descriptors(x, w1, h, c["BM"], c["BN"], c["BK"])
     scalars = dict(block_expert_ptr="*i32", NB="i32", I="i32", HD="i32", E="i32")
-    return compile_sm90(moe_gate_up_ws, dict(zip(("x_desc", "w_desc", "h_desc"), descs)), scalars, c,
+    kernel = moe_gate_up_persistent_ws if policy.persistent else moe_gate_up_ws
+    return compile_sm90(kernel, dict(zip(("x_desc", "w_desc", "h_desc"), descs)), scalars, c,
                         num_warps=policy.num_warps)
 
 
 __all__ = ["launch", "declines", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90",
-           "moe_gate_up_ws", "grouped_tile", "gate_up_smem"]
+           "moe_gate_up_ws", "moe_gate_up_persistent_ws", "grouped_tile", "real_blocks", "gate_up_smem"]

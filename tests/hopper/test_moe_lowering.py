@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -220,6 +221,8 @@ def _reference(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, tw: torch.Te
 @pytest.mark.parametrize("t,hd,inter,e,up_pol,down_pol,dtype", [
     (2048, 4096, 14336, 8, ws_up(), ws_down(), torch.bfloat16),              # Mixtral's layer at 2048 tokens
     (700, 1032, 200, 6, ws_up(), ws_down(bn=128, stages=3), torch.bfloat16),  # ragged I, HD and expert runs
+    (700, 1032, 200, 6, replace(ws_up(), persistent=True), ws_down(), torch.bfloat16),  # one program an SM
+    (2048, 4096, 14336, 8, moe_policies(2048, 2, 8, "cuda", gluon=True)[0], ws_down(), torch.bfloat16),
     (300, 512, 384, 4, ws_up(64, 64, 128, 3), ws_down(64, 64, 128, 2), torch.float16)])
 def test_on_the_h100_they_match_a_float32_reference(t: int, hd: int, inter: int, e: int, up_pol: Policy,
                                                      down_pol: Policy, dtype: torch.dtype) -> None:
