@@ -223,10 +223,15 @@ def attn_candidates(s: int, d: int) -> list[Policy]:
             itertools.product(tiles, (False, True)) if not (d >= 256 and bm * bn > 8192)]
 
 
-def sweep_attention(rows: list[dict]) -> None:
+def sweep_attention(rows: list[dict], shapes: list[tuple] | None = None) -> None:
+    """`shapes` (--attn-shape): these shapes instead of ops.py's, timed by CUDA-graph replay (as a compiled model
+    runs them) instead of back-to-back events, with the Gluon lowering's policy among the candidates."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    for z, h, hk, s, t, d, causal in ATTN:
+    from argus_inductor.policies import attention_policy
+
+    timer = bench if shapes else bench_events
+    for z, h, hk, s, t, d, causal in shapes or ATTN:
         q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
@@ -237,13 +242,17 @@ def sweep_attention(rows: list[dict]) -> None:
         for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
                 with sdpa_kernel([be]):
-                    peers[name] = bench_events(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                                               enable_gqa=h != hk))
+                    peers[name] = timer(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                        enable_gqa=h != hk))
             except RuntimeError:
                 pass
         peer = min(peers.values()) if peers else math.nan
         best = None
-        for pol in attn_candidates(s, d):
+        cands = attn_candidates(s, d)
+        if shapes and d in (64, 128) and s % 128 == 0 and t % 128 == 0:  # the Gluon lowering, were it taken here
+            ws = attention_policy(max(s, 1024), d, "cuda")
+            cands += [ws, replace(ws, num_stages=3)]
+        for pol in cands:
             try:
                 out.fill_(float("nan"))
                 attention(q, k, v, causal, out=out, policy=pol)
@@ -252,7 +261,7 @@ def sweep_attention(rows: list[dict]) -> None:
                     rows.append(dict(op="attention", shape=[z, h, hk, s, t, d, causal], policy=pol.as_dict(),
                                      error=f"rel err {err}"))
                     continue
-                tm = bench_events(lambda: attention(q, k, v, causal, out=out, policy=pol))
+                tm = timer(lambda: attention(q, k, v, causal, out=out, policy=pol))
             except Exception as e:
                 rows.append(dict(op="attention", shape=[z, h, hk, s, t, d, causal], policy=pol.as_dict(),
                                  error=str(e)[:200]))
@@ -419,6 +428,9 @@ def main() -> None:
                          "template; MoE prefill: the Gluon gate-up and down lowerings against the template's "
                          "Triton kernels")
     ap.add_argument("--gemv-n", help="gemv: only the shapes with these N (comma-separated)")
+    ap.add_argument("--attn-shape", action="append", default=[],
+                    help="attention: Z,H,HK,S,T,D,causal (repeatable) instead of ops.py's shapes, timed by CUDA-graph "
+                         "replay, the Gluon lowering among the candidates")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -436,7 +448,8 @@ def main() -> None:
         elif op.strip() == "gemv":
             sweep_gemv(rows, {int(n) for n in args.gemv_n.split(",")} if args.gemv_n else None)
         else:
-            sweep_attention(rows)
+            shapes = [tuple(int(x) for x in sh.split(",")) for sh in args.attn_shape]
+            sweep_attention(rows, [(*sh[:6], bool(sh[6])) for sh in shapes] or None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
