@@ -39,7 +39,6 @@ def variants(tokens: int) -> tuple[dict[str, Policy], dict[str, Policy]]:
     up, down = moe_policies(tokens, TOPK, EXPERTS, "cuda", gluon=True)
     down = down.with_consts(BM=up.const("BM"), TOPK=TOPK)
     ups = {"triton template": moe_gate_up_fallback(up), "gluon template": up,
-           "gluon one tile a program": replace(up, persistent=False),
            "gluon 3 slots": replace(up, num_stages=3), "gluon bands of 16": replace(up, group_m=16),
            "gluon bands of 4": replace(up, group_m=4)}
     downs = {"triton template": down, "gluon 4 slots": replace(down, warp_specialize=True, num_stages=4),

@@ -50,20 +50,31 @@ LOADER_REGS = 24     # registers a loader thread keeps (setmaxnreg)
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
-def policy_fits(policy: Policy) -> str | None:
-    """Why `policy` does not describe this lowering, or None. The checker proves the DSL kernel under the same
-    tiles and ring (warp_specialized_staging)."""
+def ring_tiles_fit(policy: Policy, widths: tuple[int, ...], why_width: str) -> str | None:
+    """Why `policy`'s tiles and ring are not those of a GEMM-shaped Gluon lowering here (64- or 128-row tiles over
+    one or two consumer warp groups, BN one of `widths`, a K step of 32-128, 2-8 slots), or None."""
     bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
     if bm not in (64, 128):
         return f"BM={bm} (64: one consumer warp group, 128: two)"
     if policy.num_warps != bm // 16:
         return f"num_warps={policy.num_warps} ({bm // 16}: {bm // 64} consumer warp group(s) of 64 rows)"
-    if bn not in (16, 32, 64, 128, 256):
-        return f"BN={bn} (a power of two from 16 to 256: a TMA box and one wgmma's width)"
+    if bn not in widths:
+        return f"BN={bn} ({why_width})"
     if bk not in (32, 64, 128):
         return f"BK={bk} (32, 64 or 128)"
     if not 2 <= policy.num_stages <= 8:
         return f"num_stages={policy.num_stages} (a ring of 2 to 8 slots)"
+    return None
+
+
+def policy_fits(policy: Policy) -> str | None:
+    """Why `policy` does not describe this lowering, or None. The checker proves the DSL kernel under the same
+    tiles and ring (warp_specialized_staging)."""
+    why = ring_tiles_fit(policy, (16, 32, 64, 128, 256), "a power of two from 16 to 256: a TMA box and one wgmma's "
+                         "width")
+    if why is not None:
+        return why
+    bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
     if gluon_gemm_smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
         return f"{policy.num_stages} slots of {bm}x{bk} + {bn}x{bk} tiles and the C tile exceed shared memory"
     return None

@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..dsl.policy import Policy
 from ..policies import GLUON_SMEM_BYTES
 from .device import capability, compile_sm90
-from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout
+from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
 from .moe_gate_up import grouped_tile
 from .rings import Ring, RingViolation, check_kernel
 
@@ -46,17 +46,10 @@ def down_smem(bm: int, bn: int, bk: int, stages: int, elem: int = 2) -> int:
 
 def policy_fits(policy: Policy) -> str | None:
     """Why `policy` does not describe this lowering, or None."""
+    why = ring_tiles_fit(policy, (32, 64, 128, 256), "a power of two from 32 to 256: a TMA box and one wgmma's width")
+    if why is not None:
+        return why
     bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
-    if bm not in (64, 128):
-        return f"BM={bm} (64: one consumer warp group, 128: two)"
-    if policy.num_warps != bm // 16:
-        return f"num_warps={policy.num_warps} ({bm // 16}: {bm // 64} consumer warp group(s) of 64 rows)"
-    if bn not in (32, 64, 128, 256):
-        return f"BN={bn} (a power of two from 32 to 256: a TMA box and one wgmma's width)"
-    if bk not in (32, 64, 128):
-        return f"BK={bk} (32, 64 or 128)"
-    if not 2 <= policy.num_stages <= 8:
-        return f"num_stages={policy.num_stages} (a ring of 2 to 8 slots)"
     if down_smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
         return f"{policy.num_stages} slots of {bm}x{bk} + {bn}x{bk} tiles exceed shared memory"
     return None

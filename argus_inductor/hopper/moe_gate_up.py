@@ -2,23 +2,22 @@
 Hout[p] = silu(x_p W_gate[e]^T) * (x_p W_up[e]^T), for routed rows already gathered into expert order
 (GATHERED=1: row p of X is sorted pair p's token row).
 
-One program takes one BM x BN tile of Hout: BM sorted rows of one expert block, BN of its I columns.
-- Programs walk row blocks in groups of `group_m` (grid_order="grouped"): a group's row blocks read each expert
-  column block together, so a weight tile comes from memory about once a group, and a group's X rows stay in L2
-  while its column blocks go by.
-- A padding block (block_expert = E: past the last real block) returns before it allocates anything.
-- A 1-warp loader partition copies three tiles a K block through TMA into one ring slot: X [BM, BK], the gate rows
-  W1[e, off_n:off_n+BN] and the up rows W1[e, I+off_n:I+off_n+BN] as [BN, BK] tiles of W1 viewed (E*2I, HD). One
-  ready and one empty barrier guard the slot's three tiles.
+One program runs on each SM and walks the BM x BN tiles of Hout (BM sorted rows of one expert block, BN of its I
+columns) pid, pid + nprog, ...; the tiles are those of the real row blocks, which it counts from block_expert
+(moe_align puts the padding blocks, block_expert = E, last), so padding blocks cost nothing.
+- Tiles go in groups of `group_m` row blocks (grid_order="grouped"): a group's row blocks read each expert column
+  block together, so a weight tile comes from memory about once a group, and a group's X rows stay in L2 while its
+  column blocks go by.
+- A 1-warp loader partition runs one loop over every K block of the program's tiles, copying three tiles a block
+  through TMA into one ring slot: X [BM, BK], the gate rows W1[e, off_n:off_n+BN] and the up rows
+  W1[e, I+off_n:I+off_n+BN] as [BN, BK] tiles of W1 viewed (E*2I, HD). One ready and one empty barrier guard the
+  slot's three tiles. It fills the next tile's slots while the consumers finish the tile before.
 - The consumer warp groups issue block j's two wgmma (gate, up) while block j - 1's are still running, then retire
   those (warpgroup_mma_wait(2)) and release block j - 1's slot: the ring discipline `warp_specialized_staging`
-  describes (the tiles of the loop's last mma released one iteration late).
-- The epilogue computes silu(gate) * up in float32 and stores the tile through TMA.
-A persistent policy launches moe_gate_up_persistent_ws instead: one program an SM, walking the tiles of the real
-row blocks (counted from block_expert, so padding blocks are no tiles) pid, pid + nprog, ...; its loader runs one
-loop over every K block of those tiles, so it fills the next tile's slots while the consumers retire the tile
-before (a `warpgroup_mma_wait(0)` under the tile-boundary condition) and store it, the store left in flight until
-the next tile's epilogue needs the C tile again.
+  describes (the tiles of the loop's last mma released one iteration late). At a tile boundary they retire
+  everything (a `warpgroup_mma_wait(0)` under that condition, which the ring proof reads as absent: it only retires
+  more), compute silu(gate) * up in float32 and store the tile through TMA, leaving the store in flight until the
+  next tile's epilogue needs the C tile again.
 Ragged edges are TMA's: K past HD reads zeros; a column block past I reads the next rows of W1 (the up rows, the
 next expert's) into output columns >= I, which the store to Hout (P, I) drops.
 
@@ -46,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..dsl.policy import Policy
 from ..policies import GLUON_SMEM_BYTES, moe_gate_up_fallback
 from .device import capability, compile_sm90
-from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout
+from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
 from .rings import Ring, RingViolation, check_kernel
 
 
@@ -57,19 +56,12 @@ def gate_up_smem(bm: int, bn: int, bk: int, stages: int, elem: int = 2) -> int:
 
 def policy_fits(policy: Policy) -> str | None:
     """Why `policy` does not describe this lowering, or None."""
-    bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
     if policy.const("GATHERED", 0) != 1:
         return "GATHERED=0 (the lowering reads routed rows gathered into expert order)"
-    if bm not in (64, 128):
-        return f"BM={bm} (64: one consumer warp group, 128: two)"
-    if policy.num_warps != bm // 16:
-        return f"num_warps={policy.num_warps} ({bm // 16}: {bm // 64} consumer warp group(s) of 64 rows)"
-    if bn not in (32, 64, 128):
-        return f"BN={bn} (32, 64 or 128: two accumulators of BN columns)"
-    if bk not in (32, 64, 128):
-        return f"BK={bk} (32, 64 or 128)"
-    if not 2 <= policy.num_stages <= 8:
-        return f"num_stages={policy.num_stages} (a ring of 2 to 8 slots)"
+    why = ring_tiles_fit(policy, (32, 64, 128), "32, 64 or 128: two accumulators of BN columns")
+    if why is not None:
+        return why
+    bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
     if gate_up_smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
         return f"{policy.num_stages} slots of {bm}x{bk} + 2 x {bn}x{bk} tiles and the Hout tile exceed shared memory"
     return None
@@ -86,84 +78,6 @@ def grouped_tile(pid, n_rows, n_cols, GROUP: gl.constexpr):
 
 
 @gluon.jit
-def _loader(x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, off_m, w_row, up_offset, n_blocks,
-            BK: gl.constexpr, STAGES: gl.constexpr):
-    nbytes: gl.constexpr = x_desc.block_type.nbytes + 2 * w_desc.block_type.nbytes
-    for j in range(n_blocks):
-        slot = j % STAGES
-        ph = (j // STAGES) & 1
-        mbarrier.wait(empty.index(slot), ph ^ 1)  # the first pass over the ring does not wait
-        mbarrier.expect(ready.index(slot), nbytes)
-        tma.async_copy_global_to_shared(x_desc, [off_m, j * BK], ready.index(slot), x_bufs.index(slot))
-        tma.async_copy_global_to_shared(w_desc, [w_row, j * BK], ready.index(slot), g_bufs.index(slot))
-        tma.async_copy_global_to_shared(w_desc, [w_row + up_offset, j * BK], ready.index(slot), u_bufs.index(slot))
-
-
-@gluon.jit
-def _consumer(h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, off_m, off_n, n_blocks,
-              BN: gl.constexpr, CW: gl.constexpr, STAGES: gl.constexpr):
-    BM: gl.constexpr = c_smem.type.shape[0]
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
-                                                         instr_shape=[16, BN, 16])
-    gate = gl.zeros([BM, BN], gl.float32, acc_layout)
-    up = gl.zeros([BM, BN], gl.float32, acc_layout)
-    mbarrier.wait(ready.index(0), 0)
-    gate = warpgroup_mma(x_bufs.index(0), g_bufs.index(0).permute((1, 0)), gate, is_async=True)
-    up = warpgroup_mma(x_bufs.index(0), u_bufs.index(0).permute((1, 0)), up, is_async=True)
-    gate, up = warpgroup_mma_wait(num_outstanding=2, deps=(gate, up))  # both stay in flight: the loop carries tensors
-    # block j's two wgmma run while block j - 1's finish; retiring those frees block j - 1's slot
-    for j in range(1, n_blocks):
-        slot = j % STAGES
-        ph = (j // STAGES) & 1
-        mbarrier.wait(ready.index(slot), ph)
-        gate = warpgroup_mma(x_bufs.index(slot), g_bufs.index(slot).permute((1, 0)), gate, is_async=True)
-        up = warpgroup_mma(x_bufs.index(slot), u_bufs.index(slot).permute((1, 0)), up, is_async=True)
-        gate, up = warpgroup_mma_wait(num_outstanding=2, deps=(gate, up))
-        mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
-    gate, up = warpgroup_mma_wait(num_outstanding=0, deps=(gate, up))
-    mbarrier.arrive(empty.index((n_blocks - 1) % STAGES), count=1)
-
-    h = gate / (1.0 + gl.exp(-gate)) * up
-    c_smem.store(h.to(h_desc.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(h_desc, [off_m, off_n], c_smem)
-    tma.store_wait(pendings=0)
-
-
-@gluon.jit
-def moe_gate_up_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, HD, E,
-                   BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                   GROUP: gl.constexpr, LOADER_REGS: gl.constexpr):
-    n_n = gl.cdiv(I, BN)
-    pb, pn = grouped_tile(gl.program_id(0), NB, n_n, GROUP)
-    e = gl.load(block_expert_ptr + pb)
-    if e >= E:  # a padding block past the last real one: nothing to compute, nothing to store
-        return
-    dtype: gl.constexpr = x_desc.dtype
-    off_m = pb * BM
-    off_n = pn * BN
-    n_blocks = gl.cdiv(HD, BK)
-
-    x_bufs = gl.allocate_shared_memory(dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    g_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    u_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, h_desc.block_type.shape, h_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)  # one consumer partition releases each slot
-    fence_async_shared()
-
-    gl.warp_specialize([
-        (_consumer, (h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, off_m, off_n, n_blocks, BN, BM // 16,
-                     STAGES)),
-        (_loader, (x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, off_m, e * 2 * I + off_n, I, n_blocks, BK,
-                   STAGES)),
-    ], [1], [LOADER_REGS])
-
-
-@gluon.jit
 def real_blocks(block_expert_ptr, NB, E, NUM_WARPS: gl.constexpr):
     """How many row blocks carry a real expert (block_expert < E): moe_align puts the padding blocks last."""
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])
@@ -176,7 +90,7 @@ def real_blocks(block_expert_ptr, NB, E, NUM_WARPS: gl.constexpr):
 
 
 @gluon.jit
-def _persistent_loader(x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal,
+def _loader(x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal,
                        n_n, kb, up_offset, n_blocks, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                        GROUP: gl.constexpr, STAGES: gl.constexpr):
     nbytes: gl.constexpr = x_desc.block_type.nbytes + 2 * w_desc.block_type.nbytes
@@ -212,7 +126,7 @@ def _store_tile(h_desc, c_smem, gate, up, t, nreal, n_n, GROUP: gl.constexpr):
 
 
 @gluon.jit
-def _persistent_consumer(h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb, n_blocks,
+def _consumer(h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb, n_blocks,
                          BN: gl.constexpr, CW: gl.constexpr, GROUP: gl.constexpr, STAGES: gl.constexpr):
     BM: gl.constexpr = c_smem.type.shape[0]
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
@@ -243,12 +157,11 @@ def _persistent_consumer(h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, p
 
 
 @gluon.jit
-def moe_gate_up_persistent_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, HD, E,
+def moe_gate_up_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, HD, E,
                               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                               GROUP: gl.constexpr, LOADER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr):
-    """moe_gate_up_ws with one program an SM: each walks the tiles pid, pid + nprog, ... of the real row blocks
-    (padding blocks are not tiles), its loader filling the ring across tile boundaries while the consumers store
-    the tile before."""
+    """One program an SM: each walks the tiles pid, pid + nprog, ... of the real row blocks (padding blocks are no
+    tiles), its loader filling the ring across tile boundaries while the consumers store the tile before."""
     nreal = real_blocks(block_expert_ptr, NB, E, NUM_WARPS)
     n_n = gl.cdiv(I, BN)
     pid = gl.program_id(0)
@@ -271,9 +184,9 @@ def moe_gate_up_persistent_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, H
     fence_async_shared()
 
     gl.warp_specialize([
-        (_persistent_consumer, (h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb,
+        (_consumer, (h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb,
                                 n_blocks, BN, BM // 16, GROUP, STAGES)),
-        (_persistent_loader, (x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog,
+        (_loader, (x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog,
                               nreal, n_n, kb, I, n_blocks, BM, BN, BK, GROUP, STAGES)),
     ], [1], [LOADER_REGS])
 
@@ -285,10 +198,9 @@ RINGS = (Ring("X", "x_bufs", "ready", "empty"), Ring("gate", "g_bufs", "ready", 
 
 @functools.cache
 def prove_rings(stages: int) -> tuple[RingViolation, ...]:
-    """The ring discipline of both kernels (one tile a program, and persistent) proved from their sources at
-    `stages` slots: the violations, empty when proved."""
-    return tuple(check_kernel(moe_gate_up_ws, RINGS, (stages,)) +
-                 check_kernel(moe_gate_up_persistent_ws, RINGS, (stages,)))
+    """The ring discipline of this kernel proved from its source at `stages` slots: the violations, empty when
+    proved."""
+    return tuple(check_kernel(moe_gate_up_ws, RINGS, (stages,)))
 
 
 def supported(x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
@@ -328,26 +240,22 @@ def _descriptors(x: torch.Tensor, w1: torch.Tensor, h: torch.Tensor, bm: int, bn
 
 def _consts(policy: Policy) -> dict[str, int]:
     return dict(BM=policy.const("BM"), BN=policy.const("BN"), BK=policy.const("BK"), STAGES=policy.num_stages,
-                GROUP=policy.group_m if policy.grid_order == "grouped" else 1, LOADER_REGS=LOADER_REGS)
+                GROUP=policy.group_m if policy.grid_order == "grouped" else 1, LOADER_REGS=LOADER_REGS,
+                NUM_WARPS=policy.num_warps)
 
 
 def launch(policy: Policy, x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
            h: torch.Tensor) -> bool:
     """Run moe_gate_up's arguments through the Gluon kernel unless it `declines`; False (nothing launched) if so.
-    A persistent policy runs one program an SM (moe_gate_up_persistent_ws), else one a tile."""
+    One program an SM (times programs_per_sm), at most one a tile."""
     if declines(policy, x, w1, sorted_ids, block_expert, h) is not None:
         return False
     c = _consts(policy)
     e, i2, hd = w1.shape
     nb = block_expert.numel()
-    tiles = nb * triton.cdiv(i2 // 2, c["BN"])
-    descs = _descriptors(x, w1, h, c["BM"], c["BN"], c["BK"])
-    if policy.persistent:
-        grid = (min(tiles, _sms(x.device) * policy.programs_per_sm), )
-        moe_gate_up_persistent_ws[grid](*descs, block_expert, nb, i2 // 2, hd, e, **c, NUM_WARPS=policy.num_warps,
-                                        num_warps=policy.num_warps)
-    else:
-        moe_gate_up_ws[(tiles, )](*descs, block_expert, nb, i2 // 2, hd, e, **c, num_warps=policy.num_warps)
+    grid = (min(nb * triton.cdiv(i2 // 2, c["BN"]), _sms(x.device) * policy.programs_per_sm), )
+    moe_gate_up_ws[grid](*_descriptors(x, w1, h, c["BM"], c["BN"], c["BK"]), block_expert, nb, i2 // 2, hd, e, **c,
+                         num_warps=policy.num_warps)
     return True
 
 
@@ -363,20 +271,16 @@ def fallback(policy: Policy, *args: Any) -> Policy:
 
 
 def compile_for_sm90(policy: Policy, dtype: torch.dtype = torch.bfloat16) -> Any:
-    """Compile the kernel the policy launches for sm_90 without a GPU (hopper.device.compile_sm90); returns Triton's
-    compiled kernel."""
+    """Compile the kernel for sm_90 without a GPU (hopper.device.compile_sm90); returns Triton's compiled kernel."""
     c = _consts(policy)
-    if policy.persistent:
-        c["NUM_WARPS"] = policy.num_warps
     x = torch.empty(512, 1024, dtype=dtype)
     w1 = torch.empty(4, 2 * 768, 1024, dtype=dtype)
     h = torch.empty(512, 768, dtype=dtype)
     descs = _descriptors(x, w1, h, c["BM"], c["BN"], c["BK"])
     scalars = dict(block_expert_ptr="*i32", NB="i32", I="i32", HD="i32", E="i32")
-    kernel = moe_gate_up_persistent_ws if policy.persistent else moe_gate_up_ws
-    return compile_sm90(kernel, dict(zip(("x_desc", "w_desc", "h_desc"), descs)), scalars, c,
+    return compile_sm90(moe_gate_up_ws, dict(zip(("x_desc", "w_desc", "h_desc"), descs)), scalars, c,
                         num_warps=policy.num_warps)
 
 
 __all__ = ["launch", "declines", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90",
-           "moe_gate_up_ws", "moe_gate_up_persistent_ws", "grouped_tile", "real_blocks", "gate_up_smem"]
+           "moe_gate_up_ws", "grouped_tile", "real_blocks", "gate_up_smem"]

@@ -81,19 +81,29 @@ def test_both_lowerings_keep_their_rings(stages: int) -> None:
 
 
 def test_releasing_a_slot_before_its_gate_and_up_wgmma_retire_is_caught() -> None:
-    """The release of block j - 1 moved above warpgroup_mma_wait(2): block j - 1's gate and up wgmma, issued in the
+    """The release of block g - 1 moved above warpgroup_mma_wait(2): block g - 1's gate and up wgmma, issued in the
     previous iteration (or before the loop), still read its slot."""
     wait = "        gate, up = warpgroup_mma_wait(num_outstanding=2, deps=(gate, up))\n"
-    release = "        mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)\n"
+    release = "        mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)\n"
     bad = edited(CONSUMER, wait + release, release + wait)
     found = check_rings(LOADER, [bad], gluon_up.RINGS, (3,))
     assert {v.kind for v in found} == {"release-after-retire"} and {v.ring for v in found} == {"X", "gate", "up"}
-    assert all(v.line == line_of(bad, "mbarrier.arrive(empty.index((j - 1) % STAGES)") for v in found)
-    assert all("STAGES=3" in v.message and "j=" in v.message for v in found)
+    assert all(v.line == line_of(bad, "mbarrier.arrive(empty.index((g - 1) % STAGES)") for v in found)
+    assert all("STAGES=3" in v.message and "g=" in v.message for v in found)
+
+
+def test_a_release_moved_under_the_tile_boundary_is_reported() -> None:
+    """The persistent consumer finishes a tile under `if g % kb == 0`; a release moved there would free a slot only
+    at tile boundaries. The proof does not read a release under a runtime condition as always made: it says so."""
+    release = "        mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)\n"
+    boundary = "        if g % kb == 0:  # the tile before is complete"
+    bad = edited(edited(CONSUMER, release, ""), boundary, "        if g % kb == 0:\n" + "    " + release + boundary)
+    found = check_rings(LOADER, [bad], gluon_up.RINGS, (4,))
+    assert any(v.kind == "unsupported" and "arrive under a runtime condition" in v.message for v in found)
 
 
 def test_an_up_tile_filled_into_the_next_slot_is_caught() -> None:
-    bad = edited(LOADER, "ready.index(slot), u_bufs.index(slot))", "ready.index(slot), u_bufs.index((j + 1) % STAGES))")
+    bad = edited(LOADER, "ready.index(slot), u_bufs.index(slot))", "ready.index(slot), u_bufs.index((g + 1) % STAGES))")
     (v,) = check_rings(bad, [CONSUMER], gluon_up.RINGS, (4,))
     assert (v.kind, v.ring) == ("fill", "up") and "does not fill the slot" in v.message and "STAGES=4" in v.message
 
@@ -221,7 +231,7 @@ def _reference(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, tw: torch.Te
 @pytest.mark.parametrize("t,hd,inter,e,up_pol,down_pol,dtype", [
     (2048, 4096, 14336, 8, ws_up(), ws_down(), torch.bfloat16),              # Mixtral's layer at 2048 tokens
     (700, 1032, 200, 6, ws_up(), ws_down(bn=128, stages=3), torch.bfloat16),  # ragged I, HD and expert runs
-    (700, 1032, 200, 6, replace(ws_up(), persistent=True), ws_down(), torch.bfloat16),  # one program an SM
+    (700, 1032, 200, 6, replace(ws_up(), programs_per_sm=2), ws_down(), torch.bfloat16),  # two programs an SM
     (2048, 4096, 14336, 8, moe_policies(2048, 2, 8, "cuda", gluon=True)[0], ws_down(), torch.bfloat16),
     (300, 512, 384, 4, ws_up(64, 64, 128, 3), ws_down(64, 64, 128, 2), torch.float16)])
 def test_on_the_h100_they_match_a_float32_reference(t: int, hd: int, inter: int, e: int, up_pol: Policy,
