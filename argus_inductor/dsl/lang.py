@@ -102,7 +102,8 @@ assume = _builtin("assume", "assume(predicate): a precondition (e.g. on the cont
                             "checker may rely on for every element at this point; never checked, never run.")
 implies = _builtin("implies", "implies(a, b): (not a) or b, for tag assertions.")
 tag_of = _builtin("tag_of", "tag_of(x, name): the tag `name` of each element of x (only inside tags and "
-                            "assertions).")
+                            "assertions); name 'sum(K).lo' / 'sum(K).hi' bounds the K range x summed over, "
+                            "'each(K).lo' / '.hi' the K indices loops added into x element-wise.")
 static_range = _builtin("static_range", "static_range(n): a loop unrolled at compile time.")
 exp = _builtin("exp", "exp(x)")
 exp2 = _builtin("exp2", "exp2(x)")

@@ -1046,14 +1046,17 @@ class Interpreter:
 
     def cover_bound(self, op: Op, x: AVal, name: str) -> AVal | None:
         """tag_of(x, "sum(T).lo") / "max(T).hi" / "scale(T).lo": a bound of the range of T that x has summed
-        over, that its running max covers, or that the max it is normalised to covers."""
-        m = re.fullmatch(r"(sum|prod|max|scale)\((\w+)\)\.(lo|hi)", name)
+        over, that its running max covers, or that the max it is normalised to covers. "each(T).lo" / ".hi": of the
+        T indices loops added into x element-wise (a window's rows summed row by row); an element that took one of
+        them must have taken every index in between (checked here), so that a kernel can assert its whole window
+        was summed."""
+        m = re.fullmatch(r"(sum|prod|max|scale|each)\((\w+)\)\.(lo|hi)", name)
         if m is None:
             return None
         kind, d, end = m.groups()
         what = op.args[0].hint or "the tile"
-        if kind in ("sum", "prod"):
-            covers = x.sums.get(cover_key(kind, d), ())
+        if kind in ("sum", "prod", "each"):
+            covers = x.sums.get(each_key(d) if kind == "each" else cover_key(kind, d), ())
             if len(covers) != 1:
                 raise CheckerError(f"tag_of({what}, {name!r}): {what} has {len(covers)} reductions over {d}, not one",
                                    op.line)
@@ -1070,7 +1073,17 @@ class Interpreter:
         if len(ps) != 1 or ps[0].t is not None:
             raise CheckerError(f"tag_of({what}, {name!r}): the range is not one contiguous interval ({_rng(ps)})",
                                op.line)
-        return AVal(x.shape, "int", simp(ps[0].lo if end == "lo" else ps[0].hi), x.live)
+        p = ps[0]
+        if kind == "each":  # an element that took one index in the range took them all (a dead lane none)
+            i, j = fresh(f"x_{d}"), fresh(f"y_{d}")
+
+            def describe(w: dict[str, Any]) -> str:
+                return (f"{what} accumulated {d} indices [{w['lo']}, {w['hi']}) only in part: index {w['x']} was "
+                        f"added, index {w['y']} between them was not")
+            self.check("reduction-range", op, x.shape,
+                       conj([x.live, i >= p.lo, i < p.hi, j >= p.lo, j < p.hi, p.member(i), z3.Not(p.member(j))]),
+                       describe, {"x": i, "y": j, "lo": p.lo, "hi": p.hi}, related=p.src)
+        return AVal(x.shape, "int", simp(p.lo if end == "lo" else p.hi), x.live)
 
     def op_tag_of(self, op: Op) -> None:
         x = self.get(op.args[0])
@@ -1244,6 +1257,8 @@ class Interpreter:
             r = r.map(lambda e: subst(e, sub)) if sub else r
             h.tags = {n: alts for n, alts in r.tags.items()
                       if all(free(t.expr) and free(t.when) for t in alts)}
+            if i.zero:  # an accumulator from zero keeps a tag the same every iteration where one term was live
+                h.tags.update(self.invariant_tags(info, r, h, free))
             h.live = r.live if free(r.live) else i.live
             for d, cs in r.sums.items():
                 gen = []
@@ -1265,6 +1280,22 @@ class Interpreter:
             if i.kind == "float":
                 self.mark_lost(info, r, h, free)
         return heads
+
+    def invariant_tags(self, info: LoopInfo, r: AVal, h: AVal, free: Callable[[Expr], bool]) -> Tags:
+        """Tags of a loop's accumulator (from zero) whose index is the same every iteration but whose condition
+        moves with it (an inner column loop's mask, under a row index): after iterations 0..it-1 the element took
+        that index wherever some iteration's condition held; the first iteration's condition, once the loop has
+        run, is a part of that, so the tag is kept under it (never claimed where no term was live)."""
+        it = info.it
+        out: Tags = {}
+        for n, alts in r.tags.items():
+            if n in h.tags or len(alts) != 1 or not free(alts[0].expr) or free(alts[0].when):
+                continue
+            t = alts[0]
+            first = simp(subst(t.when, [(it, z3.IntVal(0))]))
+            if free(first):
+                out[n] = (Tag(t.expr, conj([it >= 1, info.trip >= 1, first]), t.src),)
+        return out
 
     def mark_lost(self, info: LoopInfo, r: AVal, h: AVal, free: Callable[[Expr], bool]) -> None:
         """A carried tile whose elements take a new index of a tensor dimension each iteration, with no

@@ -139,7 +139,9 @@ def adaptive_avg_pool_kernel(X: Tensor("NC", "D", "H", "W"), Y: Tensor("NC", "OD
                              BC: constexpr = 16, BW: constexpr = 32):
     """Y[c, od, oh, ow] = mean of X over [floor(o*I/O), ceil((o+1)*I/O)) along each spatial dimension.
 
-    The window is summed element-wise into a (BC, BW) tile and reduced across columns once at the end."""
+    Each window row is summed element-wise into a (BC, BW) tile and reduced across columns; rows add up into a
+    plane, planes into the total, so that the checker follows each dimension's indices (a row per iteration, a
+    depth slice per iteration) and the kernel can assert its whole window was summed."""
     pc, po = tile_grid(cdiv(NC, BC), OD * OH * OW)
     od = po // (OH * OW)
     oh = (po // OW) % OH
@@ -151,9 +153,11 @@ def adaptive_avg_pool_kernel(X: Tensor("NC", "D", "H", "W"), Y: Tensor("NC", "OD
     w0 = ow * W // OW
     w1 = cdiv((ow + 1) * W, OW)
     rc = pc * BC + arange(BC)
-    acc = zeros((BC, BW), float32)
+    total = zeros((BC,), float32)
     for idd in range(d0, d1):
+        plane = zeros((BC,), float32)
         for ih in range(h0, h1):
+            acc = zeros((BC, BW), float32)
             for iw0 in range(w0, w1, BW):
                 rw = iw0 + arange(BW)
                 # the mask states the whole window, so that the checker requires the sum over W to cover it
@@ -170,7 +174,13 @@ def adaptive_avg_pool_kernel(X: Tensor("NC", "D", "H", "W"), Y: Tensor("NC", "OD
                            & (tag_of(v, "W") * OW < (tag_of(v, "OW") + 1) * W),
                            "the column read lies in the output's own window")
                 acc = acc + v
-    store(Y[rc, od, oh, ow], sum(acc, 1) / ((d1 - d0) * (h1 - h0) * (w1 - w0)))
+            plane = plane + sum(acc, 1)
+        total = total + plane
+    assert_tag((tag_of(total, "each(D).lo") == d0) & (tag_of(total, "each(D).hi") == d1),
+               "every depth slice of the window is summed")
+    assert_tag((tag_of(total, "each(H).lo") == h0) & (tag_of(total, "each(H).hi") == h1),
+               "every row of the window is summed")
+    store(Y[rc, od, oh, ow], total / ((d1 - d0) * (h1 - h0) * (w1 - w0)))
 
 
 KERNELS: tuple[Kernel, ...] = (max_pool_kernel, avg_pool_kernel, adaptive_avg_pool_kernel)
