@@ -180,9 +180,9 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
         # the Gluon lowering's TMA loader warp and wgmma consumers at the same tile, four slots deep: 2.904 -> 2.790
         # ms at 2048 tokens and 5.318 -> 4.967 ms at 4096 for the whole expert step (Mixtral dims, gate-up alone
         # changed; `sweep.py --ops moe --gluon --moe-experts 8 --moe-tokens 2048,4096`, sweep-moe-gluon-2026-11-24
-        # .json; grouped_mm 3.128 and 5.653). Its down lowering measured no faster than the Triton down's. The
-        # template's persistent launch runs one program an SM: 1-1.4% faster than one a tile (benchmarks/moe_gemm.py,
-        # moe-gemm-persistent-h100-2026-11-24.json).
+        # .json; grouped_mm 3.128 and 5.653). The lowering runs one program an SM (the template is persistent):
+        # 1-1.4% faster than one a tile (benchmarks/moe_gemm.py, moe-gemm-persistent-h100-2026-11-24.json). The
+        # down GEMM's lowering (for plans that ask for it) measured no faster than the Triton down's.
         up = replace(up, num_stages=MOE_GATE_UP_GLUON_STAGES, warp_specialize=True)
     return (up, Policy.make(BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
                             persistent=True, tma=tma))
