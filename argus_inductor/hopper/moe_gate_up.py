@@ -90,9 +90,9 @@ def real_blocks(block_expert_ptr, NB, E, NUM_WARPS: gl.constexpr):
 
 
 @gluon.jit
-def _loader(x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal,
-                       n_n, kb, up_offset, n_blocks, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
-                       GROUP: gl.constexpr, STAGES: gl.constexpr):
+def _loader(x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n, kb,
+            up_offset, n_blocks, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP: gl.constexpr,
+            STAGES: gl.constexpr):
     nbytes: gl.constexpr = x_desc.block_type.nbytes + 2 * w_desc.block_type.nbytes
     off_m = 0
     w_row = 0
@@ -127,7 +127,7 @@ def _store_tile(h_desc, c_smem, gate, up, t, nreal, n_n, GROUP: gl.constexpr):
 
 @gluon.jit
 def _consumer(h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb, n_blocks,
-                         BN: gl.constexpr, CW: gl.constexpr, GROUP: gl.constexpr, STAGES: gl.constexpr):
+              BN: gl.constexpr, CW: gl.constexpr, GROUP: gl.constexpr, STAGES: gl.constexpr):
     BM: gl.constexpr = c_smem.type.shape[0]
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
                                                          instr_shape=[16, BN, 16])
@@ -158,8 +158,8 @@ def _consumer(h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, 
 
 @gluon.jit
 def moe_gate_up_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, HD, E,
-                              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                              GROUP: gl.constexpr, LOADER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr):
+                   BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                   GROUP: gl.constexpr, LOADER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr):
     """One program an SM: each walks the tiles pid, pid + nprog, ... of the real row blocks (padding blocks are no
     tiles), its loader filling the ring across tile boundaries while the consumers store the tile before."""
     nreal = real_blocks(block_expert_ptr, NB, E, NUM_WARPS)
@@ -184,10 +184,10 @@ def moe_gate_up_ws(x_desc, w_desc, h_desc, block_expert_ptr, NB, I, HD, E,
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb,
-                                n_blocks, BN, BM // 16, GROUP, STAGES)),
-        (_loader, (x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog,
-                              nreal, n_n, kb, I, n_blocks, BM, BN, BK, GROUP, STAGES)),
+        (_consumer, (h_desc, x_bufs, g_bufs, u_bufs, ready, empty, c_smem, pid, nprog, nreal, n_n, kb, n_blocks,
+                     BN, BM // 16, GROUP, STAGES)),
+        (_loader, (x_desc, w_desc, x_bufs, g_bufs, u_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n,
+                   kb, I, n_blocks, BM, BN, BK, GROUP, STAGES)),
     ], [1], [LOADER_REGS])
 
 
