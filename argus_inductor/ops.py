@@ -61,6 +61,7 @@ from .policies import (
     gemm_fallbacks,
     gemm_policy,
     gemv_policy,
+    gluon_reads,
     moe_gate_up_fallback,
     moe_policies,
     presplit_gemm_policy,
@@ -232,8 +233,8 @@ def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
     split = _presplit_template(sig, target)
     if split is not None:
         return split.as_dict()
-    # the Gluon lowering reads bf16 and fp16 operands only (its tiles are sized for them): others take Triton's
-    p = _gemm_base(sig, target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
+    # the Gluon lowering's tiles are sized for 2-byte operands: others take Triton's
+    p = _gemm_base(sig, target, gluon=gluon_reads(sig.dtypes[0]))
     return (p if p.warp_specialize else _for_dtype(p, sig, target)).as_dict()
 
 
@@ -304,9 +305,7 @@ def _gluon_fallbacks(kernel: Kernel, fallbacks: Callable[[Signature, Policy, int
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
     parts = _epi_parts(sig)
-    # the Gluon lowering reads bf16 and fp16 operands only: other dtypes take the Triton template
-    gluon = sig.dtypes[0] in ("bfloat16", "float16")
-    p = attention_policy(d["S"], d["D"], target, "mask" in parts, gluon=gluon)
+    p = attention_policy(d["S"], d["D"], target, "mask" in parts, gluon=gluon_reads(sig.dtypes[0]))
     if target != "interpret":
         p = fit_attention(p, builtins.max(16, pow2(d["D"])), _ELEM_BYTES.get(sig.dtypes[0], 4),
                           has_mask="mask" in parts, target=target)
@@ -343,8 +342,7 @@ def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Polic
 
 def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
-    # the Gluon gate-up reads bf16 and fp16 operands only
-    up, down = moe_policies(d["T"], d["TOPK"], d["E"], target, gluon=sig.dtypes[0] in ("bfloat16", "float16"))
+    up, down = moe_policies(d["T"], d["TOPK"], d["E"], target, gluon=gluon_reads(sig.dtypes[0]))
     if target != "interpret":  # gate and up tiles staged together; the down GEMM's rows are the gate-up's BM
         elem = _ELEM_BYTES.get(sig.dtypes[0], 4)
         if not up.warp_specialize:  # a Gluon ring's slots are sized by its lowering (policy_fits)

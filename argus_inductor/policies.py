@@ -52,6 +52,12 @@ def gemv_policy(m: int, n: int, target: str) -> Policy | None:
     return Policy.make(BM=1, BN=32, BK=256, num_warps=8, num_stages=3, GEMV=1)
 
 
+def gluon_reads(dtype: str) -> bool:
+    """Whether the Hopper Gluon lowerings read operands of `dtype` (a dtype name, as signatures and problems carry
+    it): bf16 and fp16 only; other dtypes take the Triton templates."""
+    return dtype in ("bfloat16", "float16")
+
+
 GLUON_GEMM_SMS = 132  # the H100 SXM's SMs: the Gluon GEMM's tiles are sized to fill one wave of them
 GLUON_SMEM_BYTES = 227 * 1024  # an sm_90 program's shared memory
 
@@ -174,8 +180,8 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
     # 4096 (Mixtral dims, sweep-moe-gather-2026-11-23.json; grouped_mm 3.08 and 5.50). Measured on the H100 only.
     tma = target == "cuda"
     gathered = {"GATHERED": 1} if tma and rows_per_expert >= 512 else {}
-    up = Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
-                     persistent=True, tma=tma, **gathered)
+    up = Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=MOE_GATE_UP_TRITON_STAGES, grid_order="grouped",
+                     group_m=8, persistent=True, tma=tma, **gathered)
     if gluon and gathered:
         # the Gluon lowering's TMA loader warp and wgmma consumers at the same tile, four slots deep: 2.904 -> 2.790
         # ms at 2048 tokens and 5.318 -> 4.967 ms at 4096 for the whole expert step (Mixtral dims, gate-up alone

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
 from ...kernels.moe import moe_align
-from ...policies import moe_policies
+from ...policies import gluon_reads, moe_policies
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, randn
@@ -45,7 +45,7 @@ class MoeSpec(OpSpec):
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
         d = problem.dims
-        up, down = moe_policies(d["T"], d["TOPK"], d["E"], target, gluon=problem.dtype in ("bfloat16", "float16"))
+        up, down = moe_policies(d["T"], d["TOPK"], d["E"], target, gluon=gluon_reads(problem.dtype))
         down_knobs = down.as_dict()
         down_knobs.pop("BM", None)
         return Plan({"moe_gate_up": up.as_dict(), "moe_down": down_knobs}, ("moe-token-sorting",),
