@@ -3,11 +3,12 @@ Y[token of p] += routing_weight[p] * (Hin[p] W2[e]^T), scattered back to token o
 
 One program takes one BM x BN tile: BM sorted rows of one expert block, BN of the HD output columns. Programs walk
 row blocks in groups of `group_m` (moe_gate_up_ws's order); a padding block (block_expert = E) returns at once.
-A 1-warp loader copies the Hin tile [BM, BK] and the W2 tile [BN, BK] (W2 viewed (E*HD, I)) of each K block
-through TMA into a ring; the consumer warp groups keep one wgmma in flight and release a slot once the wgmma
-reading it retired (hopper/gemm.py's ring). The epilogue scales each row by its pair's routing weight and adds it
-into Y with float32 atomics (two pairs of a token meet there); padding rows (id >= T*TOPK) and columns >= HD are
-masked. K past I reads zeros (TMA); a column block past HD reads the next expert's rows into masked columns.
+A 1-warp loader (hopper/gemm.py's, B read K-major) copies the Hin tile [BM, BK] and the W2 tile [BN, BK] (W2
+viewed (E*HD, I)) of each K block through TMA into a ring; the consumer warp groups keep one wgmma in flight and
+release a slot once the wgmma reading it retired (hopper/gemm.py's ring). The epilogue scales each row by its
+pair's routing weight and adds it into Y with float32 atomics (two pairs of a token meet there); padding rows
+(id >= T*TOPK) and columns >= HD are masked. K past I reads zeros (TMA); a column block past HD reads the next
+expert's rows into masked columns.
 
 Preconditions (`declines`): bf16 or fp16 Hin and W2 alike, Y float32 and contiguous, Hin and W2 (as (E*HD, I))
 row-major with 16-byte row pitches, P = NB * BM, a compute capability 9.0 device. Anything else runs the Triton
@@ -26,7 +27,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..dsl.policy import Policy
 from ..policies import GLUON_SMEM_BYTES
 from .device import capability, compile_sm90
-from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
+from .gemm import _GL_DTYPES, LOADER_REGS, _loader, _rows_ok, _smem_layout, ring_tiles_fit
 from .moe_gate_up import grouped_tile
 from .rings import Ring, RingViolation, check_kernel
 
@@ -56,32 +56,19 @@ def policy_fits(policy: Policy) -> str | None:
 
 
 @gluon.jit
-def _loader(h_desc, w_desc, h_bufs, w_bufs, ready, empty, off_m, w_row, n_blocks,
-            BK: gl.constexpr, STAGES: gl.constexpr):
-    nbytes: gl.constexpr = h_desc.block_type.nbytes + w_desc.block_type.nbytes
-    for j in range(n_blocks):
-        slot = j % STAGES
-        ph = (j // STAGES) & 1
-        mbarrier.wait(empty.index(slot), ph ^ 1)  # the first pass over the ring does not wait
-        mbarrier.expect(ready.index(slot), nbytes)
-        tma.async_copy_global_to_shared(h_desc, [off_m, j * BK], ready.index(slot), h_bufs.index(slot))
-        tma.async_copy_global_to_shared(w_desc, [w_row, j * BK], ready.index(slot), w_bufs.index(slot))
-
-
-@gluon.jit
-def _consumer(h_bufs, w_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS, n_blocks,
+def _consumer(a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS, n_blocks,
               BM: gl.constexpr, BN: gl.constexpr, CW: gl.constexpr, TOPK: gl.constexpr, STAGES: gl.constexpr):
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
                                                          instr_shape=[16, BN, 16])
     acc = gl.zeros([BM, BN], gl.float32, acc_layout)
     mbarrier.wait(ready.index(0), 0)
-    acc = warpgroup_mma(h_bufs.index(0), w_bufs.index(0).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(a_bufs.index(0), b_bufs.index(0).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
     for j in range(1, n_blocks):
         slot = j % STAGES
         ph = (j // STAGES) & 1
         mbarrier.wait(ready.index(slot), ph)
-        acc = warpgroup_mma(h_bufs.index(slot), w_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
         mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -112,8 +99,8 @@ def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y
     off_n = pn * BN
     n_blocks = gl.cdiv(I, BK)
 
-    h_bufs = gl.allocate_shared_memory(dtype, [STAGES] + h_desc.block_type.shape, h_desc.layout)
-    w_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + h_desc.block_type.shape, h_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -122,13 +109,15 @@ def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (h_bufs, w_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS,
+        (_consumer, (a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS,
                      n_blocks, BM, BN, BM // 16, TOPK, STAGES)),
-        (_loader, (h_desc, w_desc, h_bufs, w_bufs, ready, empty, off_m, e * HD + off_n, n_blocks, BK, STAGES)),
+        # the GEMM's loader, its B read K-major: row e * HD + off_n of W2 viewed (E*HD, I)
+        (_loader, (h_desc, w_desc, a_bufs, b_bufs, ready, empty, off_m, e * HD + off_n, n_blocks, BK, 1, STAGES)),
     ], [1], [LOADER_REGS])
 
 
-RINGS = (Ring("Hin", "h_bufs", "ready", "empty"), Ring("W2", "w_bufs", "ready", "empty"))
+# Hin and W2 by the names the GEMM's loader fills them under (its A and B)
+RINGS = (Ring("Hin", "a_bufs", "ready", "empty"), Ring("W2", "b_bufs", "ready", "empty"))
 
 
 @functools.cache
