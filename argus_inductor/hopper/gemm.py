@@ -26,6 +26,7 @@ shape (`fallback`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -50,9 +51,12 @@ LOADER_REGS = 24     # registers a loader thread keeps (setmaxnreg)
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
-def ring_tiles_fit(policy: Policy, widths: tuple[int, ...], why_width: str) -> str | None:
+def ring_tiles_fit(policy: Policy, widths: tuple[int, ...], why_width: str, smem: Callable[[int, int, int, int], int],
+                   tiles: str) -> str | None:
     """Why `policy`'s tiles and ring are not those of a GEMM-shaped Gluon lowering here (64- or 128-row tiles over
-    one or two consumer warp groups, BN one of `widths`, a K step of 32-128, 2-8 slots), or None."""
+    one or two consumer warp groups, BN one of `widths`, a K step of 32-128, 2-8 slots, and `smem(BM, BN, BK,
+    slots)` bytes of shared memory within an sm_90 program's), or None. `tiles` names a slot's tiles in the message,
+    formatted with bm, bn and bk."""
     bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
     if bm not in (64, 128):
         return f"BM={bm} (64: one consumer warp group, 128: two)"
@@ -64,20 +68,16 @@ def ring_tiles_fit(policy: Policy, widths: tuple[int, ...], why_width: str) -> s
         return f"BK={bk} (32, 64 or 128)"
     if not 2 <= policy.num_stages <= 8:
         return f"num_stages={policy.num_stages} (a ring of 2 to 8 slots)"
+    if smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
+        return f"{policy.num_stages} slots of {tiles.format(bm=bm, bn=bn, bk=bk)} exceed shared memory"
     return None
 
 
 def policy_fits(policy: Policy) -> str | None:
     """Why `policy` does not describe this lowering, or None. The checker proves the DSL kernel under the same
     tiles and ring (warp_specialized_staging)."""
-    why = ring_tiles_fit(policy, (16, 32, 64, 128, 256), "a power of two from 16 to 256: a TMA box and one wgmma's "
-                         "width")
-    if why is not None:
-        return why
-    bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
-    if gluon_gemm_smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
-        return f"{policy.num_stages} slots of {bm}x{bk} + {bn}x{bk} tiles and the C tile exceed shared memory"
-    return None
+    return ring_tiles_fit(policy, (16, 32, 64, 128, 256), "a power of two from 16 to 256: a TMA box and one wgmma's "
+                          "width", gluon_gemm_smem, "{bm}x{bk} + {bn}x{bk} tiles and the C tile")
 
 
 @gluon.jit

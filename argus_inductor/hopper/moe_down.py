@@ -32,7 +32,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
-from ..policies import GLUON_SMEM_BYTES
 from .device import capability, compile_sm90
 from .gemm import _GL_DTYPES, LOADER_REGS, _loader, _rows_ok, _smem_layout, ring_tiles_fit
 from .moe_gate_up import grouped_tile
@@ -46,13 +45,8 @@ def down_smem(bm: int, bn: int, bk: int, stages: int, elem: int = 2) -> int:
 
 def policy_fits(policy: Policy) -> str | None:
     """Why `policy` does not describe this lowering, or None."""
-    why = ring_tiles_fit(policy, (32, 64, 128, 256), "a power of two from 32 to 256: a TMA box and one wgmma's width")
-    if why is not None:
-        return why
-    bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
-    if down_smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
-        return f"{policy.num_stages} slots of {bm}x{bk} + {bn}x{bk} tiles exceed shared memory"
-    return None
+    return ring_tiles_fit(policy, (32, 64, 128, 256), "a power of two from 32 to 256: a TMA box and one wgmma's width",
+                          down_smem, "{bm}x{bk} + {bn}x{bk} tiles")
 
 
 @gluon.jit

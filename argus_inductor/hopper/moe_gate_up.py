@@ -43,7 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
-from ..policies import GLUON_SMEM_BYTES, moe_gate_up_fallback
+from ..policies import moe_gate_up_fallback
 from .device import capability, compile_sm90
 from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
 from .rings import Ring, RingViolation, check_kernel
@@ -58,13 +58,8 @@ def policy_fits(policy: Policy) -> str | None:
     """Why `policy` does not describe this lowering, or None."""
     if policy.const("GATHERED", 0) != 1:
         return "GATHERED=0 (the lowering reads routed rows gathered into expert order)"
-    why = ring_tiles_fit(policy, (32, 64, 128), "32, 64 or 128: two accumulators of BN columns")
-    if why is not None:
-        return why
-    bm, bn, bk = policy.const("BM"), policy.const("BN"), policy.const("BK")
-    if gate_up_smem(bm, bn, bk, policy.num_stages) > GLUON_SMEM_BYTES:
-        return f"{policy.num_stages} slots of {bm}x{bk} + 2 x {bn}x{bk} tiles and the Hout tile exceed shared memory"
-    return None
+    return ring_tiles_fit(policy, (32, 64, 128), "32, 64 or 128: two accumulators of BN columns", gate_up_smem,
+                          "{bm}x{bk} + 2 x {bn}x{bk} tiles and the Hout tile")
 
 
 @gluon.jit
