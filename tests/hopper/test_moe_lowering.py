@@ -128,14 +128,12 @@ def test_the_ring_keeps_every_gate_up_tile_one_iteration_longer() -> None:
 @pytest.mark.parametrize("stages", [2, 4])
 def test_the_checker_proves_the_gate_up_and_down_under_their_rings(stages: int) -> None:
     shapes = dict(T=4608, HD=4096, E=8, I2=28672, I=14336, P=4608, NB=36)
-    assumptions = ["0 <= block_expert <= E", "0 <= sorted_ids <= T * TOPK"]
     for kernel, pol in ((moe_gate_up, ws_up(stages=stages)), (moe_down, ws_down(stages=stages).with_consts(BM=128))):
         names = set(kernel.ir.symbols)
         res = verify(kernel, pol, {k: v for k, v in shapes.items() if k in names},
                      assumptions=["T == P"] if kernel is moe_gate_up else [])
-        assert res.ok, res.text()
+        assert res.proved, res.text()
         assert any(f"rings are proved at {stages} slots" in n for n in res.notes), res.notes
-    assert assumptions  # the plan test below proves them with the host's guarantees
 
 
 def test_a_mixtral_prefill_plan_proves_the_gluon_gate_up_and_its_triton_fallback() -> None:
