@@ -65,6 +65,11 @@ class Op:
     def result(self) -> Value:
         return self.results[0]
 
+    @property
+    def checker_only(self) -> bool:
+        """A statement for the checker (a tag, an assertion, what only feeds them): never lowered, never run."""
+        return self.ghost or self.kind in ("tag", "assert_tag", "tag_of")
+
 
 @dataclass(frozen=True)
 class TensorParam:

@@ -198,7 +198,7 @@ class _Emitter:
 
     def block(self, block: Block, indent: str, top: bool = False) -> None:
         for op in block.ops:
-            if op.ghost or op.kind in ("tag", "assert_tag", "tag_of"):
+            if op.checker_only:
                 continue
             self.op(op, indent)
             if top and op.kind == "tile_grid" and self.policy.persistent:

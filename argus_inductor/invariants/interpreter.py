@@ -115,20 +115,13 @@ def mmas_reading(loop: Op, load: Op) -> list[Op]:
     return out
 
 
-def mma_rank(loop: Op, load: Op) -> int | None:
-    """Which of the loop body's mma ops (0: the first) first reads the tile `load` makes; None if no mma does."""
-    readers = mmas_reading(loop, load)
-    return [op for op in loop.blocks[0].ops if op.kind == "mma"].index(readers[0]) if readers else None
-
-
 def only_accumulates(loop: Op, mma: Op) -> bool:
     """Whether the body uses `mma`'s result only by handing it to the next iteration (an accumulator the
     iteration does not read again; statements for the checker aside), so a lowering may leave that mma in flight
     across the iteration's end."""
     body = loop.blocks[0]
     out = id(mma.result)
-    used = any(id(a) == out for op in body.ops if not (op.ghost or op.kind in ("tag", "assert_tag", "tag_of"))
-               for a in op.args)
+    used = any(id(a) == out for op in body.ops if not op.checker_only for a in op.args)
     return not used and any(id(y) == out for y in body.yields)
 
 

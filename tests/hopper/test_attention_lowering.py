@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from argus_inductor.dsl.policy import Policy
 from argus_inductor.invariants.api import verify
-from argus_inductor.invariants.interpreter import Staging, mma_rank
+from argus_inductor.invariants.interpreter import Staging, mmas_reading
 from argus_inductor.kernels.attention import attention, attention_fwd, mask_operand
 from argus_inductor.policies import attention_policy
 
@@ -56,8 +56,11 @@ def test_the_checker_proves_attention_under_the_ring_and_catches_an_early_releas
     assert res.ok, res.text()
 
     def early_v(policy: Policy, loop, load) -> Staging | None:  # V released before P V retired
-        rank = mma_rank(loop, load)
-        return None if rank is None else Staging(policy.num_stages, policy.num_stages - 1, 1 if rank else 0)
+        readers = mmas_reading(loop, load)
+        if not readers:
+            return None
+        later = readers[0] is not next(op for op in loop.blocks[0].ops if op.kind == "mma")  # P V, not Q K^T
+        return Staging(policy.num_stages, policy.num_stages - 1, 1 if later else 0)
 
     bad = verify(attention_fwd, ws_policy(stages), shapes, staging=early_v)
     assert {v.kind for v in bad.violations} == {"pipeline-stage"}
