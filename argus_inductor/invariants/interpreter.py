@@ -41,6 +41,7 @@ from .tags import (
     covers_union,
     done_key,
     each_key,
+    end_to_end,
     expand,
     free_vars,
     fresh,
@@ -642,10 +643,8 @@ class Interpreter:
             if p.t is not None:
                 q = replace(q, t=p.t, count=p.count)
                 self.check_iterations_disjoint(op, d, q, q.count, shape)
-                if same(q.hi, subst(q.lo, [(p.t, p.t + 1)])) and not mentions(q.cond, p.t.decl().name()):
-                    # blocks laid end to end: one interval, the form a sum inside the loop gets (generalize_cover)
-                    q = Piece(simp(subst(q.lo, [(p.t, z3.IntVal(0))])), simp(subst(q.lo, [(p.t, p.count)])), q.cond,
-                              src=q.src)
+                # blocks laid end to end: one interval, the form a sum inside the loop gets (generalize_cover)
+                q = end_to_end(q, p.t, p.count, q.src) or q
             out.append(q)
         for i, p in enumerate(out):
             for q in out[i + 1:]:
@@ -1324,9 +1323,9 @@ class Interpreter:
             return None
         p = new[0]
         src = lines((info.line,), self.def_lines(info.bounds), p.src)
-        if same(p.hi, subst(p.lo, [(it, it + 1)])) and not mentions(p.cond, itn):
-            lo0 = simp(subst(p.lo, [(it, z3.IntVal(0))]))
-            return merge_pieces(tuple(init) + (Piece(lo0, p.lo, p.cond, src=src),))
+        joined = end_to_end(p, it, it, src)  # iterations 0..it-1 so far
+        if joined is not None:
+            return merge_pieces(tuple(init) + (joined,))
         if same(p.lo, subst(p.hi, [(it, it + 1)])) and not mentions(p.cond, itn):  # walking a range downwards
             hi0 = simp(subst(p.hi, [(it, z3.IntVal(0))]))
             return merge_pieces(tuple(init) + (Piece(p.hi, hi0, p.cond, src=src),))

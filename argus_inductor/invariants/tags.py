@@ -244,6 +244,14 @@ def reduced_dim(key: str) -> str:
     return key[5:-1] if key.startswith(("prod(", "each(", "lost(", "done(")) and key.endswith(")") else key
 
 
+def end_to_end(p: Piece, t: Expr, upto: Expr, src: tuple[int, ...]) -> Piece | None:
+    """The union over t in [0, upto) of p's blocks as one interval [lo(0), lo(upto)), where each block ends where
+    the next begins (hi(t) = lo(t + 1)) and the condition does not move with t; else None."""
+    if not same(p.hi, subst(p.lo, [(t, t + 1)])) or mentions(p.cond, t.decl().name()):
+        return None
+    return Piece(simp(subst(p.lo, [(t, z3.IntVal(0))])), simp(subst(p.lo, [(t, upto)])), p.cond, src=src)
+
+
 def merge_pieces(pieces: Iterable[Piece]) -> Pieces:
     """Drop duplicates and join adjacent plain intervals with the same condition."""
     out: list[Piece] = []
