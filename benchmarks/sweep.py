@@ -288,7 +288,7 @@ def moe_candidates(tokens: int, topk: int, experts: int, wide: bool = False, lau
                    gather: bool = False, tiles: bool = False, gluon: bool = False) -> list[tuple[Policy, Policy]]:
     prefill = tokens * topk > 64 * experts
     if prefill and gluon:
-        # prefill, the Gluon lowerings of the gate-up and down GEMMs (--moe-gluon) against the template's Triton
+        # prefill, the Gluon lowerings of the gate-up and down GEMMs (--gluon) against the template's Triton
         # kernels, each alone with the other's template and together
         launch_ = [{"grid_order": "grouped", "group_m": 8, "persistent": True, "tma": True}]
         base_up, base_down = (128, 128, 64, 8, 3), (256, 64, 8, 3)
