@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import sys
@@ -41,8 +42,13 @@ def variants(tokens: int) -> tuple[dict[str, Policy], dict[str, Policy]]:
     ups = {"triton template": moe_gate_up_fallback(up), "gluon template": up,
            "gluon 3 slots": replace(up, num_stages=3), "gluon bands of 16": replace(up, group_m=16),
            "gluon bands of 4": replace(up, group_m=4)}
+    # 64-row blocks: half the padding of each expert's last block, one consumer warp group a program
+    up64 = replace(up.with_consts(BM=64), num_warps=4)
+    ups.update({"gluon BM 64": up64, "gluon BM 64, 5 slots": replace(up64, num_stages=5),
+                "gluon BM 64, bands of 16": replace(up64, group_m=16),
+                "gluon BM 64, BK 128, 2 slots": replace(up64.with_consts(BK=128), num_stages=2)})
     downs = {"triton template": down, "gluon 4 slots": replace(down, warp_specialize=True, num_stages=4),
-             "gluon 3 slots": replace(down, warp_specialize=True)}
+             "gluon 3 slots": replace(down, warp_specialize=True), "triton template BM 64": down.with_consts(BM=64)}
     return ups, downs
 
 
@@ -53,20 +59,24 @@ def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
     tw, ti = torch.topk(torch.softmax(torch.randn(tokens, EXPERTS, device="cuda"), -1), TOPK)
     tw = tw.to(torch.bfloat16).reshape(-1).contiguous()
     ups, downs = variants(tokens)
-    bm = ups["gluon template"].const("BM")
-    ids, be = moe_align(ti, EXPERTS, bm)
-    xs = torch.empty(ids.numel(), HD, device="cuda", dtype=torch.bfloat16)
-    moe_gather(x, ids, xs, policy=gather_policy("cuda", TOPK))
     pairs = tokens * TOPK
     # the peer's rows: the same pairs sorted by expert, no padding
     flat = ti.reshape(-1)
     order = torch.argsort(flat, stable=True)
     offs = torch.cumsum(torch.bincount(flat, minlength=EXPERTS), 0).to(torch.int32)
     xp = x[order // TOPK]
-    real = ids < pairs
-    slot_of_pair = torch.empty(pairs, dtype=torch.long, device="cuda")
-    slot_of_pair[ids[real].long()] = real.nonzero().squeeze(1)
-    slots = slot_of_pair[order]  # the sorted padded slot of each of the peer's rows
+
+    @functools.cache
+    def routed(bm: int) -> tuple[torch.Tensor, ...]:
+        """The routing at bm-row blocks: sorted ids, block experts, gathered rows, and the padded slot of each of
+        the peer's rows."""
+        ids, be = moe_align(ti, EXPERTS, bm)
+        xs = torch.empty(ids.numel(), HD, device="cuda", dtype=torch.bfloat16)
+        moe_gather(x, ids, xs, policy=gather_policy("cuda", TOPK))
+        real = ids < pairs
+        slot_of_pair = torch.empty(pairs, dtype=torch.long, device="cuda")
+        slot_of_pair[ids[real].long()] = real.nonzero().squeeze(1)
+        return ids, be, xs, slot_of_pair[order]
 
     def peer_up() -> torch.Tensor:
         gu = torch._grouped_mm(xp, w1.transpose(1, 2), offs=offs)
@@ -79,10 +89,12 @@ def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
                      tflops=up_flop / peer_ms / 1e9))
     print(f"T={tokens} gate-up  grouped_mm + silu*up  {peer_ms:.4f} ms  {up_flop / peer_ms / 1e9:.0f} TFLOP/s",
           flush=True)
-    h = torch.empty(ids.numel(), INTER, device="cuda", dtype=torch.bfloat16)
     if "gate-up" not in kernels:  # the down GEMM reads the template's gate-up output
         ups = {"gluon template": ups["gluon template"]}
+    hs: dict[int, torch.Tensor] = {}  # each block height's gate-up output, for the downs of that height
     for name, pol in ups.items():
+        ids, be, xs, slots = routed(pol.const("BM"))
+        h = hs.setdefault(pol.const("BM"), torch.empty(ids.numel(), INTER, device="cuda", dtype=torch.bfloat16))
         h.fill_(float("nan"))
         moe_gate_up(xs, w1, ids, be, h, policy=pol)
         err = rel(h[slots], hp)
@@ -95,7 +107,7 @@ def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
     if "down" not in kernels:
         return
     down_flop = 2 * pairs * INTER * HD
-    hp_sorted = h[slots]
+    hp_sorted = hs[ups["gluon template"].const("BM")][routed(ups["gluon template"].const("BM"))[3]]
 
     def peer_down() -> torch.Tensor:
         return torch._grouped_mm(hp_sorted, w2.transpose(1, 2), offs=offs)
@@ -109,6 +121,10 @@ def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
           "TFLOP/s", flush=True)
     y = torch.zeros(tokens, HD, device="cuda")
     for name, pol in downs.items():
+        ids, be, _, _ = routed(pol.const("BM"))
+        if pol.const("BM") not in hs:
+            continue
+        h = hs[pol.const("BM")]
         y.zero_()
         moe_down(h, w2, ids, be, tw, y, policy=pol)
         err = rel(y, yp)

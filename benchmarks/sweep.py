@@ -381,25 +381,36 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
 
 
 def sweep_route(rows: list[dict]) -> None:
-    """The MoE routing sort alone: one moe_route launch against moe_align_block's torch ops, at decode sizes (rows
-    of 16 an expert block) and prefill sizes (rows of 128, the prefill tiles'), on both sides of the size up to
-    which moe_align takes the fused kernel (FUSED_ROUTE_MAX_CELLS)."""
-    from argus_inductor.kernels.moe import fused_route_takes, moe_align_block, moe_align_fused
+    """The MoE routing sort alone: one moe_route launch and the two of moe_count + moe_place against
+    moe_align_block's torch ops, at decode sizes (rows of 16 an expert block) and prefill sizes (rows of 128, the
+    prefill tiles'), on both sides of the size up to which moe_align takes moe_route (FUSED_ROUTE_MAX_CELLS)."""
+    from argus_inductor.kernels.moe import (
+        counted_route_takes,
+        fused_route_takes,
+        moe_align_block,
+        moe_align_counted,
+        moe_align_fused,
+    )
 
     shapes = [(e, k, t, 16) for e, k in ((8, 2), (128, 8)) for t in (1, 4, 16) if t * k <= 128]
-    shapes += [(8, 2, t, 128) for t in (512, 2048, 4096)] + [(60, 4, 512, 128)]
+    shapes += [(8, 2, t, 128) for t in (512, 2048, 4096)] + [(60, 4, 512, 128), (60, 4, 4096, 128),
+                                                              (256, 8, 2048, 128)]
     for experts, topk, t, bm in shapes:
-        fused_taken = fused_route_takes(t * topk, experts)
+        pairs = t * topk
+        takes = ("moe_route" if fused_route_takes(pairs, experts) else
+                 "moe_count + moe_place" if counted_route_takes(pairs, experts) else "the torch ops")
         ids = torch.stack([torch.randperm(experts, device="cuda")[:topk] for _ in range(t)])
-        want, got = moe_align_block(ids, experts, bm), moe_align_fused(ids, experts, bm)
-        same = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
-        torch_ms = bench(lambda: moe_align_block(ids, experts, bm))
-        fused_ms = bench(lambda: moe_align_fused(ids, experts, bm))
-        rows.append(dict(op="route", t=t, experts=experts, topk=topk, block_m=bm, same=same, torch_ms=torch_ms,
-                         fused_ms=fused_ms, moe_align_takes_fused=fused_taken))
-        print(f"route T={t} E={experts} k={topk} BM={bm}: torch ops {torch_ms * 1e3:.1f} us, moe_route "
-              f"{fused_ms * 1e3:.1f} us = {torch_ms / fused_ms:.2f}x, same result: {same}, moe_align takes "
-              f"{'moe_route' if fused_taken else 'the torch ops'}", flush=True)
+        want = moe_align_block(ids, experts, bm)
+        row = dict(op="route", t=t, experts=experts, topk=topk, block_m=bm, moe_align_takes=takes,
+                   torch_ms=bench(lambda: moe_align_block(ids, experts, bm)))
+        for name, fn in (("fused", moe_align_fused), ("counted", moe_align_counted)):
+            got = fn(ids, experts, bm)
+            row[f"{name}_same"] = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+            row[f"{name}_ms"] = bench(lambda fn=fn: fn(ids, experts, bm))
+        rows.append(row)
+        print(f"route T={t} E={experts} k={topk} BM={bm}: torch ops {row['torch_ms'] * 1e3:.1f} us, moe_route "
+              f"{row['fused_ms'] * 1e3:.1f} us (same: {row['fused_same']}), moe_count + moe_place "
+              f"{row['counted_ms'] * 1e3:.1f} us (same: {row['counted_same']}); moe_align takes {takes}", flush=True)
 
 
 def main() -> None:

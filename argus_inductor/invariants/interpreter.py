@@ -1152,7 +1152,9 @@ class Interpreter:
             self.put(r, a if a is b else self.select(cv, a, b, a.shape, a.kind, branch=True))
 
     def op_for(self, op: Op) -> None:
-        start, stop, step = (self.get(a).val for a in op.args[:3])
+        # a bound the checker cannot name (a sum over a loaded tile) is an unknown integer: the loop is read for
+        # every start and stop it may take
+        start, stop, step = (v if v is not None else self.havoc("int") for v in (self.get(a).val for a in op.args[:3]))
         inits = [self.get(a) for a in op.args[3:]]
         if op.attrs.get("static") and all(as_int(v) is not None for v in (start, stop, step)):
             self.unroll(op, range(as_int(start), as_int(stop), as_int(step)), inits)

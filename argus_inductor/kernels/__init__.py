@@ -7,11 +7,14 @@ from .gemm import ACTIVATIONS, bias_act_cast, bmm, bmm_kernel, gemm, gemm_epilog
 from .moe import (
     moe_align,
     moe_align_block,
+    moe_align_counted,
     moe_align_fused,
+    moe_count,
     moe_down,
     moe_expert_step,
     moe_gate_up,
     moe_gather,
+    moe_place,
     moe_route,
 )
 from .norms import layernorm, layernorm_kernel, rmsnorm, rmsnorm_kernel, softmax, softmax_kernel
@@ -20,7 +23,8 @@ __all__ = [
     "ACTIVATIONS", "gemm", "gemm_epilogue", "gemm_splitk", "bias_act_cast", "bmm", "bmm_kernel",
     "softmax", "softmax_kernel", "rmsnorm", "rmsnorm_kernel", "layernorm", "layernorm_kernel",
     "attention", "attention_fwd", "attention_decode",
-    "moe_align", "moe_align_block", "moe_align_fused", "moe_route", "moe_gate_up", "moe_gather", "moe_down",
+    "moe_align", "moe_align_block", "moe_align_fused", "moe_route", "moe_align_counted", "moe_count",
+    "moe_place", "moe_gate_up", "moe_gather", "moe_down",
     "moe_expert_step",
     "conv", "loss", "normalize", "pointwise", "pool", "reduce", "scan",
 ]

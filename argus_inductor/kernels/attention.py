@@ -159,7 +159,7 @@ def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) ->
     if mask is None:
         return torch.empty(1, dtype=torch.float32, device=q.device).expand(z, h, s, t)
     if mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(~mask, -1e30)
+        mask = torch.where(mask, 0.0, -1e30).to(torch.float32)  # one launch (a no-op cast under float32)
     elif not mask.is_floating_point():
         raise ValueError(f"an attention mask is bool or floating point, not {mask.dtype}")
     while mask.dim() < 4:

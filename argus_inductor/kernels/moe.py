@@ -158,6 +158,103 @@ def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=
     store(block_expert[rb], sum(before.to(int32), 1))
 
 
+@kernel
+def moe_count(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC", dtype=int32), E: int,
+              BN: constexpr = 256, BE: constexpr = 16):
+    """The first pass of a routing too large for moe_route: how many of chunk c's BN pairs chose each expert
+    (chunk_counts[c, e]; C = cdiv(N, BN), E <= BE = BEC)."""
+    (pc,) = tile_grid(C)
+    assume((E <= BE) & (BEC == BE))
+    rn = pc * BN + arange(BN)
+    valid = rn < N
+    re = arange(BE)
+    onehot = (load(topk_ids[rn], mask=valid, other=-1)[:, None] == re[None, :]) & valid[:, None]
+    store(chunk_counts[pc, re], sum(onehot.to(int32), 0))
+
+
+@kernel
+def moe_place(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC", dtype=int32),
+              sorted_ids: Tensor("S", dtype=int32), block_expert: Tensor("NB", dtype=int32), E: int,
+              BM: constexpr = 128, BN: constexpr = 256, BE: constexpr = 16, BC: constexpr = 16):
+    """The second pass: one program a block of BM slots fills them and the block's expert, by gathering (slot s
+    holds the pair whose sorted position is s, or the padding id N), so every output element is written once.
+
+    The experts' totals, and so each expert's blocks, come from moe_count's table; a block of expert e holds e's
+    pairs of ranks r0 .. r0 + BM - 1 in pair order, and only the chunks holding those pairs (a few, found from
+    the table's column e) are read, not every pair as moe_route's programs do."""
+    (pb,) = tile_grid(NB)
+    assume((E <= BE) & (BEC == BE) & (S == NB * BM) & (C <= BC) & (C * BN >= N) & (C * BN < N + BN))
+    re = arange(BE)
+    rc = arange(BC)
+    table = load(chunk_counts[rc, re], mask=(rc < C)[:, None], other=0)
+    blocks = (sum(table, 0) + BM - 1) // BM
+    block_end = cumsum(blocks, 0)
+    done = (block_end <= pb) & (re < E)  # the experts whose blocks end before this one
+    e = sum(done.to(int32), 0)  # E for the padding blocks after the last expert's
+    r0 = (pb - sum(where(re == e, block_end - blocks, 0), 0)) * BM
+    col = sum(where(re[None, :] == e, table, 0), 1)  # expert e's pairs in each chunk
+    upto = cumsum(col, 0)
+    passed = upto <= r0  # the chunks wholly before rank r0
+    reach = (upto - col < r0 + BM) & (rc < C)  # the chunks starting before rank r0 + BM
+    seen = sum(where(passed, col, 0), 0)  # e's pairs in the chunks wholly before rank r0
+    rs = arange(BM)
+    owner = zeros((BM,), int32)  # 1 + the pair sorted into each slot, 0 for a padding slot
+    for c in range(sum(passed.to(int32), 0), sum(reach.to(int32), 0)):
+        rn = c * BN + arange(BN)
+        valid = rn < N
+        hit = (load(topk_ids[rn], mask=valid, other=-1) == e) & valid
+        hits = hit.to(int32)
+        rank = cumsum(hits, 0) - hits + seen
+        match = (rank[None, :] == r0 + rs[:, None]) & hit[None, :]
+        owner = owner + sum(where(match, rn[None, :] + 1, 0), 1)
+        seen = seen + sum(hits, 0)
+    store(sorted_ids[pb * BM + rs], where(owner > 0, owner - 1, N))
+    rb = pb + arange(1)
+    store(block_expert[rb], zeros((1,), int32) + e)
+
+
+def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
+                      policy: Policy | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """moe_align_block's result from two DSL launches (moe_count, then moe_place) instead of a few dozen torch
+    launches, for up to 256 experts and COUNTED_ROUTE_MAX_CHUNKS chunks of pairs. Same layout, order, padding."""
+    flat = topk_ids.reshape(-1).to(torch.int32)
+    n = flat.numel()
+    if num_experts > 256:
+        raise ValueError(f"moe_align_counted takes up to 256 experts, got {num_experts}")
+    bn, chunks = _route_chunks(n, num_experts)
+    if chunks > COUNTED_ROUTE_MAX_CHUNKS:
+        raise ValueError(f"{n} pairs of {num_experts} experts make {chunks} chunks of {bn} pairs, more than "
+                         f"moe_align_counted's {COUNTED_ROUTE_MAX_CHUNKS}")
+    nb = min(num_experts, n) + n // block_m
+    be = _experts_tile(num_experts)
+    table = torch.empty(chunks, be, dtype=torch.int32, device=flat.device)
+    sorted_ids = torch.empty(nb * block_m, dtype=torch.int32, device=flat.device)
+    block_expert = torch.empty(nb, dtype=torch.int32, device=flat.device)
+    pol = (policy or Policy.make(num_warps=8 if block_m * bn >= 8192 else 4)).with_consts(
+        BM=block_m, BN=bn, BE=be, BC=pow2(chunks))
+    moe_count(flat, table, num_experts, policy=Policy.make(num_warps=4).with_consts(BN=bn, BE=be))
+    moe_place(flat, table, sorted_ids, block_expert, num_experts, policy=pol)
+    return sorted_ids, block_expert
+
+
+# moe_place reads its whole chunks x experts table: at most this many chunks of pairs (_route_chunks makes the
+# chunks longer to keep the table within 2**14 cells)
+COUNTED_ROUTE_MAX_CHUNKS = 256
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _route_chunks(pairs: int, num_experts: int) -> tuple[int, int]:
+    """(pairs a chunk, chunks) of a counted routing: chunks of 256 pairs, larger where the experts x chunks table
+    would pass 2**14 cells."""
+    bn = 256
+    while _cdiv(pairs, bn) * _experts_tile(num_experts) > 1 << 14:
+        bn *= 2
+    return bn, _cdiv(pairs, bn)
+
+
 def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
                     policy: Policy | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """moe_align_block's result from one DSL kernel (moe_route) instead of a few dozen torch launches, for up to 256
@@ -180,13 +277,18 @@ def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     return sorted_ids, block_expert
 
 
-# Routings of at most this many pairs x experts (experts rounded up to a power of two, at least 16) are sorted by
-# moe_route in one launch; larger ones by moe_align_block's torch ops, because every moe_route program reads every
-# pair twice. H100 (benchmarks/results/sweep-route-2026-11-24.json, `sweep.py --ops route`): 3.2-9.4 us against
-# 45-49 us for the torch ops at decode sizes; 1024 pairs of 8 experts (512 tokens) 37 us against 74; but 4096 and
-# 8192 pairs (Mixtral's 2048- and 4096-token prefills) 140 and 276 us against 81 and 123, and 2048 pairs of 60
-# experts 94 against 78.
-FUSED_ROUTE_MAX_CELLS = 1 << 14
+# Which routing sort moe_align runs, by pairs x experts (experts rounded up to a power of two, at least 16): up to
+# FUSED_ROUTE_MAX_CELLS one moe_route launch; up to COUNTED_ROUTE_MAX_CELLS moe_count + moe_place; beyond, the
+# torch ops of moe_align_block. H100, `sweep.py --ops route` (sweep-route-counted-h100-2026-11-24.json; us, torch
+# ops / moe_route / count + place):
+# - decode sizes (up to 128 pairs): 44-48 / 3.3-7.9 / 5.1-6.9; moe_route wins up to 4K cells, the two launches at 16K;
+# - 512 tokens of 8 experts (16K cells): 74 / 37 / 22;
+# - 2048 and 4096 tokens of 8 experts (64K, 128K cells): 82 / 140 / 30 and 125 / 275 / 30;
+# - 512 tokens of 60 experts, top 4 (128K cells): 78 / 103 / 33;
+# - 4096 tokens of 60 experts (1M cells) and 2048 tokens of 256 experts, top 8 (4M): 127 / 1549 / 160 and
+#   129 / 2916 / 429: a block of one of many experts holds few pairs a chunk, so moe_place reads many chunks.
+FUSED_ROUTE_MAX_CELLS = 1 << 13
+COUNTED_ROUTE_MAX_CELLS = 1 << 17
 _FUSED_ROUTE_FAILED: list[str] = []
 
 
@@ -200,19 +302,31 @@ def fused_route_takes(pairs: int, num_experts: int) -> bool:
     return 0 < pairs and num_experts <= 256 and pairs * _experts_tile(num_experts) <= FUSED_ROUTE_MAX_CELLS
 
 
+def counted_route_takes(pairs: int, num_experts: int) -> bool:
+    """Whether moe_align sorts a routing of `pairs` pairs with moe_count + moe_place: one too large for moe_route,
+    of at most COUNTED_ROUTE_MAX_CELLS pairs x experts (and so few enough chunks for moe_place's table)."""
+    return (0 < pairs and num_experts <= 256 and not fused_route_takes(pairs, num_experts)
+            and pairs * _experts_tile(num_experts) <= COUNTED_ROUTE_MAX_CELLS
+            and _route_chunks(pairs, num_experts)[1] <= COUNTED_ROUTE_MAX_CHUNKS)
+
+
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """sorted_ids and block_expert as moe_align_block defines them: one moe_route launch for routings of at most
-    FUSED_ROUTE_MAX_CELLS pairs x experts (and 256 experts), the torch ops otherwise or where the fused kernel failed
-    once in this process (said once, on the log)."""
-    if fused_route_takes(topk_ids.numel(), num_experts) and not _FUSED_ROUTE_FAILED:
+    FUSED_ROUTE_MAX_CELLS pairs x experts (and 256 experts), moe_count + moe_place for larger ones, the torch ops
+    beyond those or where a routing kernel failed once in this process (said once, on the log)."""
+    n = topk_ids.numel()
+    if not _FUSED_ROUTE_FAILED:
         try:
-            return moe_align_fused(topk_ids, num_experts, block_m)
+            if fused_route_takes(n, num_experts):
+                return moe_align_fused(topk_ids, num_experts, block_m)
+            if counted_route_takes(n, num_experts):
+                return moe_align_counted(topk_ids, num_experts, block_m)
         except Exception as e:  # a kernel that cannot launch here must not take the MoE op down with it
             import logging
 
             _FUSED_ROUTE_FAILED.append(f"{type(e).__name__}: {e}")
-            logging.getLogger("argus_inductor").warning("argus: the fused MoE routing kernel failed (%s); sorting "
-                                                        "with torch ops from now on", _FUSED_ROUTE_FAILED[0])
+            logging.getLogger("argus_inductor").warning("argus: a MoE routing kernel failed (%s); sorting with torch "
+                                                        "ops from now on", _FUSED_ROUTE_FAILED[0])
     return moe_align_block(topk_ids, num_experts, block_m)
 
 

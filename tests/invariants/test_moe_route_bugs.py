@@ -7,7 +7,7 @@ import pytest
 
 from argus_inductor.dsl import Policy, kernels_from_source
 from argus_inductor.invariants import verify
-from argus_inductor.kernels.moe import moe_route
+from argus_inductor.kernels.moe import moe_count, moe_place, moe_route
 
 POLICY = Policy.make(BM=16, BN=16, BE=16, BS=64, BB=4)
 SRC = "from argus_inductor.dsl import *\n" + moe_route.ir.source
@@ -47,3 +47,42 @@ def test_planted_chunk_loop_bug_is_rejected(old, new, kind):
     res = verify(bad, POLICY, dict(N=40, S=16 * 9, NB=9))
     assert not res.ok and kind in {v.kind for v in res.violations}, res.text()
     assert res.violations[0].executions or res.violations[0].values, res.text()
+
+
+COUNTED = Policy.make(BM=16, BN=16, BE=16, BC=8)
+PLACE_SRC = "from argus_inductor.dsl import *\n" + moe_place.ir.source
+COUNT_SRC = "from argus_inductor.dsl import *\n" + moe_count.ir.source
+
+
+def test_counted_routing_kernels_are_proven_for_every_shape():
+    """The two launches of a large routing: moe_count writes each chunk's counts once, moe_place each slot and each
+    block's expert once, for every N, C, S and NB (its chunk loop's bounds are sums over a loaded table)."""
+    for k, pol in ((moe_count, Policy.make(BN=16, BE=16)), (moe_place, COUNTED)):
+        res = verify(k, pol, None)
+        assert res.ok and res.mode == "symbolic", res.text()
+
+
+@pytest.mark.parametrize("old,new,kind", [
+    ("store(sorted_ids[pb * BM + rs]", "store(sorted_ids[pb * BM + rs // 2]", "write-once"),  # two slots, one pair
+    ("rb = pb + arange(1)", "rb = pb * 2 + arange(1)", "write-all"),  # every other block's expert never written
+    # the earlier chunks' pairs of the block's expert forgotten: each chunk would rank its pairs from 0
+    ("seen = seen + sum(hits, 0)", "seen = sum(hits, 0)", "loop-summary"),
+])
+def test_planted_counted_placement_bug_is_rejected(old, new, kind):
+    assert old in PLACE_SRC
+    bad = kernels_from_source(PLACE_SRC.replace(old, new))["moe_place"]
+    res = verify(bad, COUNTED, dict(N=40, S=16 * 9, NB=9, C=3, BEC=16))
+    assert not res.ok and kind in {v.kind for v in res.violations}, res.text()
+    assert ("thread" in res.text()) if kind == "write-once" else res.violations[0].executions or \
+        res.violations[0].values or "never written" in res.text(), res.text()
+
+
+@pytest.mark.parametrize("old,new,kind", [
+    ("store(chunk_counts[pc, re]", "store(chunk_counts[pc // 2, re]", "write-once"),  # two chunks, one row
+    ("rn = pc * BN + arange(BN)", "rn = pc * BN + arange(BN) // 2", "reduction-once"),  # a pair counted twice
+])
+def test_planted_chunk_count_bug_is_rejected(old, new, kind):
+    assert old in COUNT_SRC
+    bad = kernels_from_source(COUNT_SRC.replace(old, new))["moe_count"]
+    res = verify(bad, Policy.make(BN=16, BE=16), dict(N=40, C=3, BEC=16))
+    assert not res.ok and kind in {v.kind for v in res.violations}, res.text()

@@ -16,6 +16,7 @@ from argus_inductor.kernels import (
     gemm,
     layernorm,
     moe_align_block,
+    moe_align_counted,
     moe_align_fused,
     moe_expert_step,
     moe_gate_up,
@@ -381,22 +382,43 @@ def test_fused_routing_kernel_sorts_as_the_torch_ops_do():
         moe_align_fused(torch.zeros(6, 2, dtype=torch.long, device=DEVICE), 300, 16)
 
 
-def test_moe_align_takes_the_fused_kernel_up_to_its_size(monkeypatch):
-    """moe_align sorts with moe_route where the H100 measured it faster (up to FUSED_ROUTE_MAX_CELLS pairs x experts:
-    decode, and 512 prefill tokens of 8 experts) and with the torch ops beyond, where every moe_route program reading
-    every pair costs more than the launches it saves (2048 tokens); both paths give moe_align_block's result."""
+def test_counted_routing_kernels_sort_as_the_torch_ops_do():
+    """moe_count + moe_place (two launches, for routings too large for moe_route) against moe_align_block: the same
+    slots, order and padding on fresh random routings of one chunk and of many (the last ragged), sorted and
+    unsorted top-k, 60 and 256 experts, a skewed routing (every pair to one expert) and experts no pair chose."""
+    fresh_seed()
+    cases = [(1, 8, 2, 128), (600, 8, 2, 128), (2048, 8, 2, 128), (333, 60, 4, 64), (100, 256, 8, 64),
+             (50, 6, 3, 32), (40, 5, 1, 16)]
+    for t, e, k, bm in cases:
+        ids = torch.stack([torch.randperm(e, device=DEVICE)[:k] for _ in range(t)])
+        for routing in (ids, ids.sort(1).values):
+            want, got = moe_align_block(routing, e, bm), moe_align_counted(routing, e, bm)
+            assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1]), (t, e, k, bm)
+    for skew in (torch.full((700, 1), 3, device=DEVICE), torch.randint(2, 4, (300, 2), device=DEVICE)):
+        assert all(torch.equal(a, b) for a, b in zip(moe_align_block(skew, 8, 64), moe_align_counted(skew, 8, 64)))
+    with pytest.raises(ValueError, match="256 experts"):
+        moe_align_counted(torch.zeros(6, 2, dtype=torch.long, device=DEVICE), 300, 16)
+
+
+def test_moe_align_takes_the_routing_kernel_for_its_size(monkeypatch):
+    """moe_align sorts with moe_route where the H100 measured it fastest (up to FUSED_ROUTE_MAX_CELLS pairs x experts:
+    decode), with moe_count + moe_place beyond (512 and 2048 prefill tokens of 8 experts), and with the torch ops
+    past COUNTED_ROUTE_MAX_CELLS (1100 tokens of 60 experts) or 256 experts; every path gives moe_align_block's
+    result."""
     from argus_inductor.kernels import moe as moe_mod
 
     taken = []
-    fused, torch_ops = moe_mod.moe_align_fused, moe_mod.moe_align_block
+    fused, counted, torch_ops = moe_mod.moe_align_fused, moe_mod.moe_align_counted, moe_mod.moe_align_block
     monkeypatch.setattr(moe_mod, "moe_align_fused", lambda *a: taken.append("fused") or fused(*a))
+    monkeypatch.setattr(moe_mod, "moe_align_counted", lambda *a: taken.append("counted") or counted(*a))
     monkeypatch.setattr(moe_mod, "moe_align_block", lambda *a: taken.append("torch") or torch_ops(*a))
     fresh_seed()
-    for t, want in ((4, "fused"), (512, "fused"), (2048, "torch")):
-        ids = torch.stack([torch.randperm(8, device=DEVICE)[:2] for _ in range(t)])
-        got = moe_mod.moe_align(ids, 8, 128)
+    for t, e, want in ((4, 8, "fused"), (512, 8, "counted"), (2048, 8, "counted"), (1100, 60, "torch"),
+                       (8, 300, "torch")):
+        ids = torch.stack([torch.randperm(e, device=DEVICE)[:2] for _ in range(t)])
+        got = moe_mod.moe_align(ids, e, 128)
         assert taken[-1] == want, (t, taken)
-        ref = torch_ops(ids, 8, 128)
+        ref = torch_ops(ids, e, 128)
         assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), t
 
 
