@@ -183,6 +183,7 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
                 m = _match_gate_up(g, node, gid)
                 if m:
                     matches.append(m)
+        matches += _match_linear_cats(g, gid)
         for node in list(g.nodes):
             if _alive(node) and node.op in ("call_function", "call_method"):
                 m = _match_gemm(g, node, gid)
@@ -359,6 +360,53 @@ def _match_gate_up(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
         _drop(g, [node, act_node, gate, up])
         return Match("gemm", names)
     return None
+
+
+def _static_rows(x: torch.Tensor) -> int | None:
+    """The rows of a linear's input x (..., K), where every leading dim is a plain int (not symbolic)."""
+    lead = x.shape[:-1]
+    return math.prod(lead) if all(type(d) is int for d in lead) else None
+
+
+def _match_linear_cats(g: fx.Graph, gid: int) -> list[Match]:
+    """Three bias-free linears of one input with at most GEMV_CAT_MAX_M rows known at compile time (an attention's
+    q, k and v projections at decode) become one argus.linear_cat, its output sliced back into the three."""
+    from .policies import GEMV_CAT_MAX_M
+
+    order = {n: i for i, n in enumerate(g.nodes)}
+    by_input: dict[fx.Node, list[fx.Node]] = {}
+    for n in g.nodes:
+        lin = _plain_linear(n) if _alive(n) and n.op in ("call_function", "call_method") else None
+        if lin is not None and isinstance(lin[0], fx.Node) and isinstance(lin[1], fx.Node):
+            by_input.setdefault(lin[0], []).append(n)
+    matches = []
+    for x, lins in by_input.items():
+        xv = _val(x)
+        ws = [_val(n.args[1]) for n in lins]
+        if len(lins) != 3 or xv is None or any(w is None for w in ws):
+            continue
+        rows = _static_rows(xv)
+        if rows is None or not 1 <= rows <= GEMV_CAT_MAX_M or xv.dim() < 2:
+            continue
+        if any(w.dtype != xv.dtype or w.shape[1] != xv.shape[-1] or type(w.shape[0]) is not int for w in ws):
+            continue
+        weights = [n.args[1] for n in lins]
+        if any(order[w] > order[lins[0]] for w in weights):  # each weight must exist where the fused op goes
+            continue
+        node_id = f"g{gid}:{lins[0].name}"
+        names = [n.name for n in lins]
+        with g.inserting_before(lins[0]):
+            cat = g.call_function(torch.ops.argus.linear_cat.default, (x, *weights, node_id))
+            start = 0
+            for n, w in zip(lins, ws):
+                part = g.call_function(torch.ops.aten.slice.Tensor, (cat, -1, start, start + w.shape[0]))
+                part.meta.update(n.meta)
+                n.replace_all_uses_with(part)
+                start += w.shape[0]
+        report.record_match(node_id, "gemm", " + ".join(names))
+        _drop(g, lins)
+        matches.append(Match("gemm", names))
+    return matches
 
 
 def _replace(g: fx.Graph, node: fx.Node, kind: str, args: tuple, gid: int, names: list[str]) -> Match:

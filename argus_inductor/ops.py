@@ -43,8 +43,11 @@ from .kernels.gemm import (
     TF32_SPLIT_POLICY,
     bias_act_cast,
     bmm_kernel,
+    cat_epilogue,
+    cat_widths,
     gemm_epilogue,
     gemm_splitk,
+    gemv_cat,
     split_operands,
     tf32_split,
     tf32x3_split_pays,
@@ -60,6 +63,7 @@ from .policies import (
     fit_shared_memory,
     gemm_fallbacks,
     gemm_policy,
+    gemv_cat_policy,
     gemv_policy,
     gluon_reads,
     moe_gate_up_fallback,
@@ -257,6 +261,12 @@ def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
     return _for_dtype(p, sig, target, b_tiles=2).as_dict()
 
 
+def _cat_shapes(sig: Signature) -> dict[str, int]:
+    d = sig.dims()
+    n0, n1, n2 = cat_widths(sig.epilogue) or (0, 0, 0)
+    return {"M": d.get("M", 1), "K": d["K"], "N0": n0, "N1": n1, "N2": n2, "NC": d["N"]}
+
+
 def _gemm_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
     """gemm_epilogue, or with SPLIT_K > 1 the split-K kernel (fp32 partial sums) then bias/act/cast."""
     epi = _bias_consts(sig)
@@ -410,6 +420,8 @@ SPECS: dict[str, OpSpec] = {
     "gate_up": OpSpec("gate_up", (gemm_gate_up,), _gate_up_template,
                       lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)},
                       _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)}), presplit=("gemm_gate_up",)),
+    "gemv_cat": OpSpec("gemv_cat", (gemv_cat,), lambda s, target: gemv_cat_policy(target).as_dict(),
+                       lambda s: {}, lambda s: {"gemv_cat": _cat_shapes(s)}, _fused_select("gemv_cat", lambda s: {})),
     "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},
                   lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}, presplit=("bmm_kernel",)),
     "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,
@@ -446,6 +458,8 @@ def spec_for(sig: Signature) -> OpSpec:
             return SPECS["gate_up"]
         if "residual" in parts:
             return SPECS["gemm_residual"]
+        if cat_widths(sig.epilogue):
+            return SPECS["gemv_cat"]
     return SPECS[sig.op]
 
 
@@ -1082,6 +1096,35 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
 @gate_up.register_fake
 def _(x, w_gate, w_up, activation, node_id):
     return x.new_empty(*x.shape[:-1], w_gate.shape[0])
+
+
+@torch.library.custom_op("argus::linear_cat", mutates_args=())
+def linear_cat(x: Tensor, w0: Tensor, w1: Tensor, w2: Tensor, node_id: str) -> Tensor:
+    """[x @ w0.T | x @ w1.T | x @ w2.T] for x (..., K) and bias-free weights (N_i, K): three projections of one
+    input (an attention's q, k and v at decode) as one launch, their outputs side by side."""
+    k = x.shape[-1]
+    widths = (w0.shape[0], w1.shape[0], w2.shape[0])
+    n = builtins.sum(widths)
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+
+    def sig() -> Signature:
+        return make_signature("gemm", cat_epilogue(widths), [x2, w0, w1, w2], {"N": n, "K": k}, {"M": m})
+
+    def run(plan: Plan, target: str) -> Tensor:
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        plan.kernels["gemv_cat"](x2, w0.t(), w1.t(), w2.t(), out, policy=plan.policies["gemv_cat"], target=target)
+        return out.view(*x.shape[:-1], n)
+
+    def fallback() -> Tensor:
+        return torch.cat([F.linear(x, w) for w in (w0, w1, w2)], -1)
+
+    return run_op(node_id, sig, run, fallback, [x, w0, w1, w2], flops=2 * m * n * k)
+
+
+@linear_cat.register_fake
+def _(x, w0, w1, w2, node_id):
+    return x.new_empty(*x.shape[:-1], w0.shape[0] + w1.shape[0] + w2.shape[0])
 
 
 @torch.library.custom_op("argus::bmm", mutates_args=())

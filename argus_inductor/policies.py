@@ -52,6 +52,22 @@ def gemv_policy(m: int, n: int, target: str) -> Policy | None:
     return Policy.make(BM=1, BN=32, BK=256, num_warps=8, num_stages=3, GEMV=1)
 
 
+# Decode's few rows: the projections of one input fuse into one gemv_cat launch up to this many rows of A (each row
+# a program streaming its segment's weight columns; more rows take the tensor-core GEMMs one projection each).
+GEMV_CAT_MAX_M = 4
+
+
+def gemv_cat_policy(target: str) -> Policy:
+    """gemv_cat's tiles: BN columns of one segment a program, K in BK steps. H100, one row of K = 4096 against
+    4096 / 1024 / 1024 columns (Llama-3-8B's and Mixtral's q, k, v; `sweep.py --ops cat`,
+    sweep-cat-h100-2026-11-24.json): 21.1 us at these tiles (2.38 TB/s) against 32.7 us for the three launches at
+    their templates' tiles and 33.5 for three cuBLAS calls; BN=8 with BK 256-1024 within 0.5 us of each other,
+    BN=32 up to 37 us."""
+    if target == "interpret":
+        return Policy.make(BN=16, BK=16)
+    return Policy.make(BN=8, BK=1024, num_warps=4, num_stages=3)
+
+
 def gluon_reads(dtype: str) -> bool:
     """Whether the Hopper Gluon lowerings read operands of `dtype` (a dtype name, as signatures and problems carry
     it): bf16 and fp16 only; other dtypes take the Triton templates."""

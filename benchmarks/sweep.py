@@ -380,6 +380,46 @@ def sweep_moe(rows: list[dict], tokens: list[int] | None = None, wide: bool = Fa
                   f"= {peer / best[0]:.2f}x  up {best[1].key()} down {best[2].key()}", flush=True)
 
 
+def sweep_cat(rows: list[dict]) -> None:
+    """Decode's q, k and v projections at one row (Llama-3-8B and Mixtral-8x7B: 4096 / 1024 / 1024 of K = 4096):
+    one gemv_cat launch at several tiles against the three launches the backend runs without it (each at its
+    template's policy) and three cuBLAS calls, on the same data."""
+    from argus_inductor.kernels.gemm import gemv_cat
+    from argus_inductor.policies import gemv_cat_policy
+
+    for widths, k in (((4096, 1024, 1024), 4096),):
+        n = sum(widths)
+        a = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        ws = [torch.randn(w, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5 for w in widths]
+        ref = a.float() @ torch.cat(ws).float().t()
+        out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+        outs = [torch.empty(1, w, device="cuda", dtype=torch.bfloat16) for w in widths]
+
+        def three(pols: list[Policy]) -> None:
+            for w, o, pol in zip(ws, outs, pols):
+                gemm(a, w.t(), out=o, policy=pol)
+
+        tmpl = [gemm_policy(1, w, k, "cuda") for w in widths]
+        three(tmpl)
+        err3 = rel(torch.cat(outs, 1), ref)
+        sep = bench(lambda: three(tmpl))
+        peer = bench(lambda: [torch.matmul(a, w.t()) for w in ws])
+        row = dict(op="cat", widths=widths, k=k, three_launches_ms=sep, three_rel_err=err3, cublas_ms=peer)
+        print(f"cat {widths} K={k}: three launches {sep * 1e3:.1f} us (rel err {err3:.1e}), three cuBLAS calls "
+              f"{peer * 1e3:.1f} us", flush=True)
+        cands = [gemv_cat_policy("cuda")] + [Policy.make(BN=bn, BK=bk, num_warps=w, num_stages=3)
+                                             for bn, bk, w in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8))
+                                             if 2048 <= bn * bk <= 16384]
+        for pol in cands:
+            out.fill_(float("nan"))
+            gemv_cat(a, *(w.t() for w in ws), out, policy=pol)
+            err = rel(out, ref)
+            t = bench(lambda pol=pol: gemv_cat(a, *(w.t() for w in ws), out, policy=pol))
+            rows.append(dict(row, policy=pol.as_dict(), ms=t, rel_err=err, vs_three=sep / t, vs_cublas=peer / t))
+            print(f"  gemv_cat {pol.key()}: {t * 1e3:.1f} us ({2 * n * k / t / 1e9:.2f} TB/s), rel err {err:.1e}, "
+                  f"{sep / t:.2f}x the three launches, {peer / t:.2f}x cuBLAS", flush=True)
+
+
 def sweep_route(rows: list[dict]) -> None:
     """The MoE routing sort alone: one moe_route launch and the two of moe_count + moe_place against
     moe_align_block's torch ops, at decode sizes (rows of 16 an expert block) and prefill sizes (rows of 128, the
@@ -416,7 +456,8 @@ def sweep_route(rows: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="gemm,attention",
-                    help="comma-separated: gemm, attention, moe, route, gemv (M = 1 on the CUDA cores)")
+                    help="comma-separated: gemm, attention, moe, route, gemv (M = 1 on the CUDA cores), "
+                         "cat (decode's q, k and v in one launch)")
     ap.add_argument("--max-m", type=int, default=1 << 30, help="only GEMM shapes with M <= this")
     ap.add_argument("--min-m", type=int, default=0, help="only GEMM shapes with M >= this")
     ap.add_argument("--b-major", choices=("k", "n"), default="k",
@@ -456,6 +497,8 @@ def main() -> None:
                       args.gluon)
         elif op.strip() == "route":
             sweep_route(rows)
+        elif op.strip() == "cat":
+            sweep_cat(rows)
         elif op.strip() == "gemv":
             sweep_gemv(rows, {int(n) for n in args.gemv_n.split(",")} if args.gemv_n else None)
         else:

@@ -36,6 +36,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in [
                                "skinny-decode-tiles", "software-pipelining", "ragged-edge-masking",
                                "fp32-accumulation", "warp-count", "tma-block-pointers", "cuda-core-gemv"),
              "library:gemm"),
+    Template("gemv_cat", ("cuda-core-gemv", "horizontal-fusion"), "library:gemm"),
     Template("bmm_kernel", ("tile-shape", "batched-grid", "software-pipelining", "tma-block-pointers"),
              "library:gemm"),
     Template("gemm_residual", ("residual-epilogue", "epilogue-fusion", "tile-shape", "cuda-core-gemv"),

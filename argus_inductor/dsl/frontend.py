@@ -655,7 +655,8 @@ class Frontend:
 
     def call(self, node: ast.Call, statement: bool) -> Any:
         f = node.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, (ast.Name, ast.Subscript, ast.Call)):
+        if isinstance(f, ast.Attribute) and isinstance(f.value, (ast.Name, ast.Subscript, ast.Call, ast.Compare,
+                                                                 ast.BinOp, ast.UnaryOp)):
             recv = self.expr(f.value) if not (isinstance(f.value, ast.Name) and f.value.id not in self.env) \
                 else _MISSING
             if isinstance(recv, Value):

@@ -3,7 +3,7 @@ classes are modules of their own: conv, reduce (reductions, softmax), normalize,
 (elementwise chains, standalone or as a GEMM/conv epilogue)."""
 from . import conv, loss, normalize, pointwise, pool, reduce, scan
 from .attention import attention, attention_decode, attention_fwd
-from .gemm import ACTIVATIONS, bias_act_cast, bmm, bmm_kernel, gemm, gemm_epilogue, gemm_splitk
+from .gemm import ACTIVATIONS, bias_act_cast, bmm, bmm_kernel, gemm, gemm_epilogue, gemm_splitk, gemv_cat
 from .moe import (
     moe_align,
     moe_align_block,
@@ -20,7 +20,7 @@ from .moe import (
 from .norms import layernorm, layernorm_kernel, rmsnorm, rmsnorm_kernel, softmax, softmax_kernel
 
 __all__ = [
-    "ACTIVATIONS", "gemm", "gemm_epilogue", "gemm_splitk", "bias_act_cast", "bmm", "bmm_kernel",
+    "ACTIVATIONS", "gemm", "gemm_epilogue", "gemm_splitk", "gemv_cat", "bias_act_cast", "bmm", "bmm_kernel",
     "softmax", "softmax_kernel", "rmsnorm", "rmsnorm_kernel", "layernorm", "layernorm_kernel",
     "attention", "attention_fwd", "attention_decode",
     "moe_align", "moe_align_block", "moe_align_fused", "moe_route", "moe_align_counted", "moe_count",

@@ -69,6 +69,52 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
 
 
 @kernel
+def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), B2: Tensor("K", "N2"),
+             C: Tensor("M", "NC"), BN: constexpr = 32, BK: constexpr = 256):
+    """C = A @ [B0 | B1 | B2] for a few rows of A (decode): three projections of one input (an attention's q, k
+    and v) in one launch, their outputs side by side in C's columns. One program a row of A and BN columns of one
+    segment, on the CUDA cores; the other two segments' loads are masked off, so each program streams one weight's
+    columns and the launch streams all three weights at once, where three launches each stream one (the k and v
+    projections of decode alone are too small to reach the copy rate)."""
+    t0 = cdiv(N0, BN)
+    t1 = cdiv(N1, BN)
+    pm, pn = tile_grid(M, t0 + t1 + cdiv(N2, BN))
+    assume(NC == N0 + N1 + N2)
+    s1 = (pn >= t0).to(int32)  # past the first segment's tiles
+    s2 = (pn >= t0 + t1).to(int32)  # past the second's
+    rn = (pn - s1 * t0 - s2 * t1) * BN + arange(BN)  # the program's columns of its segment
+    in0 = (rn < N0) & (s1 == 0)
+    in1 = (rn < N1) & (s1 == 1) & (s2 == 0)
+    in2 = (rn < N2) & (s2 == 1)
+    dots = zeros((BN,), float32)
+    for k in range(0, K, BK):
+        rk = k + arange(BK)
+        b = load(B0[rk, rn], mask=in0[None, :], other=0.0).to(float32) + \
+            load(B1[rk, rn], mask=in1[None, :], other=0.0).to(float32) + \
+            load(B2[rk, rn], mask=in2[None, :], other=0.0).to(float32)
+        dots = dots + sum(load(A[pm, rk]).to(float32)[:, None] * b, 0)
+    store(C[pm, s1 * N0 + s2 * N1 + rn], dots, mask=in0 | in1 | in2)
+
+
+def cat_epilogue(widths: tuple[int, ...]) -> str:
+    """The epilogue string of a gemv_cat signature: the segments' widths, "cat4096/1024/1024"."""
+    return "cat" + "/".join(str(w) for w in widths)
+
+
+def cat_widths(epilogue: str) -> tuple[int, ...] | None:
+    """The segment widths a gemv_cat epilogue names, or None when `epilogue` is not one."""
+    if not epilogue.startswith("cat"):
+        return None
+    try:
+        widths = tuple(int(w) for w in epilogue[3:].split("/"))
+    except ValueError:
+        raise ValueError(f"unknown GEMM epilogue {epilogue!r}") from None
+    if len(widths) != 3 or min(widths) < 1:
+        raise ValueError(f"a cat epilogue names three positive widths, not {epilogue!r}")
+    return widths
+
+
+@kernel
 def bmm_kernel(A: Tensor("Bt", "M", "K"), B: Tensor("Bt", "K", "N"), C: Tensor("Bt", "M", "N"),
                BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32):
     """C[b] = A[b] @ B[b]."""

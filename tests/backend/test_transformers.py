@@ -189,3 +189,38 @@ def test_every_layers_attention_is_taken_in_a_static_cache_decode_step(fresh_cac
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     taken = {e.graph_node for e in report_mod.entries() if e.op == "attention" and e.calls}
     assert len(taken) == 2, taken
+
+
+@pytest.mark.parametrize("name", ["llama", "mixtral"])
+def test_decode_projections_of_one_input_fuse_into_one_launch(name: str, fresh_cache: Path) -> None:
+    """A batch-1 decode step (its one row known at compile time): each layer's q, k and v projections become one
+    argus.linear_cat whose kernel (gemv_cat) runs under the interpreter, and the logits match eager; the batch-2
+    step after it (rows now symbolic) keeps them three GEMMs and matches too."""
+    from transformers import StaticCache
+
+    cfg, cls_name = _config(name)
+    cfg.num_hidden_layers = 2
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(cfg).eval()
+    for batch, fused in ((1, True), (2, False)):
+        report_mod.clear()
+        cache = StaticCache(config=cfg, max_cache_len=24)
+        tokens = torch.randint(0, 64, (batch, 1))
+
+        def step(fn: Callable, at: int) -> torch.Tensor:
+            pos = torch.tensor([at])
+            with torch.no_grad():
+                return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
+                          use_cache=True).logits
+
+        step(model, 0)
+        compiled = torch.compile(model, backend="argus", dynamic=True)
+        out = step(compiled, 1)
+        ref = step(model, 1)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        cats = [e for e in report_mod.entries() if " + " in e.graph_node and e.calls]
+        assert len(cats) == (2 if fused else 0), [(e.graph_node, e.source) for e in report_mod.entries()]
+        if fused:
+            assert all(not e.source.startswith("fallback") and "cat32/16/16" in e.signature for e in cats), \
+                [(e.source, e.signature) for e in cats]

@@ -152,6 +152,26 @@ def test_gemm_gemv_path_with_epilogues(dtype, bm):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_cat_is_three_projections_side_by_side(dtype):
+    """gemv_cat (decode's q, k and v in one launch) against three float64 products: one to three rows, segment
+    widths that are and are not multiples of BN, K ragged against BK, weights K-contiguous as nn.Linear's."""
+    from argus_inductor.kernels.gemm import gemv_cat
+    from argus_inductor.policies import gemv_cat_policy
+
+    pol = gemv_cat_policy("cuda" if ON_GPU else "interpret")
+    cases = [(1, (4096, 1024, 1024), 4096), (3, (100, 36, 20), 1000)] if ON_GPU else \
+        [(1, (32, 16, 16), 40), (3, (20, 7, 33), 37)]
+    for m, widths, k in cases:
+        seed = fresh_seed()
+        a = randn(m, k, dtype=dtype)
+        ws = [randn(w, k, dtype=dtype, scale=k ** -0.5) for w in widths]
+        out = poisoned(m, sum(widths), dtype=dtype)
+        gemv_cat(a, *(w.t() for w in ws), out, policy=pol)
+        ref = torch.cat([a.double() @ w.double().t() for w in ws], 1)
+        check(out, ref, dtype, seed, f"gemv_cat {m} rows, widths {widths}, K={k}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_gemm_without_bias(dtype):
     m, n, k = GEMM_SHAPES[0]
     seed = fresh_seed()

@@ -65,6 +65,8 @@ def signature_for(problem: Problem, arch: str) -> Signature:
         epi = parse_epilogue(problem.epilogue)
         if epi.residual or epi.gate_up:  # [x, weight, residual] and [x, w_gate, w_up]
             ranks = (2, 2, 2)
+        elif epi.cat:  # [x, w0, w1, w2]
+            ranks = (2, 2, 2, 2)
     layouts = problem.layouts or tuple("row" if r > 1 else "vec" for r in ranks)
     dt = DTYPES[problem.dtype]
     tensors = [_view(lay, r).to(dt) if lay != "vec" else torch.empty(2, dtype=dt) for lay, r in zip(layouts, ranks)]

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
-from ...kernels.gemm import ACTIVATIONS, split_operands, tf32x3_split_pays
-from ...policies import gemm_policy, presplit_gemm_policy
+from ...kernels.gemm import ACTIVATIONS, cat_widths, split_operands, tf32x3_split_pays
+from ...policies import gemm_policy, gemv_cat_policy, presplit_gemm_policy
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, strided
@@ -23,10 +23,14 @@ class Epilogue:
     act: str
     residual: bool
     gate_up: bool   # act(A @ Bg) * (A @ Bu): argus_inductor.ops writes the epilogue "<act>*up"
+    cat: tuple[int, ...] = ()  # A @ [B0 | B1 | B2] of these widths (gemv_cat): the epilogue "cat<N0>/<N1>/<N2>"
 
 
 def parse_epilogue(epilogue: str) -> Epilogue:
-    """From argus_inductor.ops' epilogue strings: "bias+silu", "bias+gelu+residual", "silu*up"."""
+    """From argus_inductor.ops' epilogue strings: "bias+silu", "bias+gelu+residual", "silu*up", "cat4096/1024/1024"."""
+    widths = cat_widths(epilogue)
+    if widths:
+        return Epilogue(False, "none", False, False, widths)
     parts = [p for p in epilogue.replace(",", "+").split("+") if p]
     gate = [p for p in parts if p.endswith("*up")]
     if gate:
@@ -88,11 +92,14 @@ class GemmSpec(OpSpec):
     static: tuple[str, ...] = ("N", "K")
     dynamic: tuple[str, ...] = ("M",)
     tile_dims: dict[str, dict[str, str]] = field(default_factory=lambda: {
-        k: dict(_TILES) for k in ("gemm_epilogue", "gemm_residual", "gemm_splitk", "gemm_gate_up")})
+        **{k: dict(_TILES) for k in ("gemm_epilogue", "gemm_residual", "gemm_splitk", "gemm_gate_up")},
+        "gemv_cat": {"BN": "N", "BK": "K"}})
     aux: tuple[str, ...] = ("bias_act_cast",)
 
     def variants(self, problem: Problem) -> dict[str, dict[str, Kernel]]:
         epi = parse_epilogue(problem.epilogue)
+        if epi.cat:
+            return {"cat": {"gemv_cat": templates.kernel("gemv_cat")}}
         if epi.gate_up:
             return {"gateup": {"gemm_gate_up": templates.kernel("gemm_gate_up")}}
         if epi.residual:
@@ -105,6 +112,8 @@ class GemmSpec(OpSpec):
         return _regime(problem.dims["M"])
 
     def fixed_consts(self, problem: Problem, kernel: str, plan: Plan) -> dict[str, Any]:
+        if kernel == "gemv_cat":  # no epilogue: three projections side by side
+            return {}
         epi = parse_epilogue(problem.epilogue)
         consts: dict[str, Any] = {"HAS_BIAS": int(epi.bias), "ACT": ACTIVATIONS[epi.act]}
         if kernel == "bias_act_cast":  # the split-k epilogue pass: a light elementwise kernel
@@ -112,8 +121,11 @@ class GemmSpec(OpSpec):
         return consts
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
-        pol = _template(problem, target).as_dict()
         note = "template default (argus_inductor.policies)"
+        if parse_epilogue(problem.epilogue).cat:
+            return Plan({"gemv_cat": gemv_cat_policy(target).as_dict()}, ("cuda-core-gemv", "horizontal-fusion"),
+                        note)
+        pol = _template(problem, target).as_dict()
         if int(pol.get("SPLIT_K", 1)) > 1 and "splitk" in self.variants(problem):
             return Plan({"gemm_splitk": pol, "bias_act_cast": {}}, ("split-k",), note)
         pol.pop("SPLIT_K", None)
@@ -162,6 +174,10 @@ class GemmSpec(OpSpec):
                                      policy=policies["bias_act_cast"])
             return out
         out = empty((m, n), a.dtype, a.device, poison)
+        if "gemv_cat" in kernels:  # B's columns as the three weights
+            n0, n1, _ = parse_epilogue(problem.epilogue).cat
+            kernels["gemv_cat"](a, b[:, :n0], b[:, n0:n0 + n1], b[:, n0 + n1:], out, policy=policies["gemv_cat"])
+            return out
         if "gemm_gate_up" in kernels:
             pols, (a, b, bu) = mma_operands("gemm_gate_up", policies, a, b, inputs["b_up"])
             kernels["gemm_gate_up"](a, b, bu, out, policy=pols["gemm_gate_up"])
@@ -192,6 +208,9 @@ class GemmSpec(OpSpec):
 
     def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
         d = problem.dims
+        if kernel == "gemv_cat":
+            n0, n1, n2 = parse_epilogue(problem.epilogue).cat
+            return {"M": d["M"], "K": d["K"], "N0": n0, "N1": n1, "N2": n2, "NC": d["N"]}, []
         shapes = {"M": d["M"], "N": d["N"], "K": d["K"]}
         if kernel != "gemm_splitk" and presplits(policy, d["M"], d["N"], d["K"]):
             shapes["K"] *= 3  # the mma runs over the split operands, 3K long
