@@ -100,6 +100,9 @@ assert_tag = _builtin("assert_tag", "assert_tag(predicate, msg=''): a relation o
                                     "every element at this point.")
 assume = _builtin("assume", "assume(predicate): a precondition (e.g. on the contents of an index tensor) the "
                             "checker may rely on for every element at this point; never checked, never run.")
+padding_lanes = _builtin("padding_lanes", "padding_lanes(x, lanes) -> x: the elements of x where lanes holds are "
+                                          "padding, not results (a routed block's padding rows): a store of x may "
+                                          "leave their reductions empty (a partial one is still reported); never run.")
 implies = _builtin("implies", "implies(a, b): (not a) or b, for tag assertions.")
 tag_of = _builtin("tag_of", "tag_of(x, name): the tag `name` of each element of x (only inside tags and "
                             "assertions); name 'sum(K).lo' / 'sum(K).hi' bounds the K range x summed over, "

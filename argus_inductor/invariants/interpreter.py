@@ -22,6 +22,7 @@ from ..dsl.policy import Policy
 from ..dsl.types import TileType
 from .obligations import Access, Instance, LoopInfo, Obligation, Renamer, required
 from .tags import (
+    FALSE,
     TRUE,
     XV,
     AVal,
@@ -370,6 +371,8 @@ class Interpreter:
             if a.zero and b.zero:
                 res.zero = True
                 return
+            if res.kind == "float":  # a sum has a term where either side has one (a zero side has none)
+                res.live = b.live if a.zero else a.live if b.zero else simp(z3.Or(a.live, b.live))
             self.additive(op, a, b, res, sub=(o == "sub"))
         elif o in ("mul", "truediv"):
             if a.zero or (o == "mul" and b.zero):
@@ -966,13 +969,16 @@ class Interpreter:
                 self.check("store-coordinates", op, shape, conj([active, tag.when, tag.expr != addr[d]]), describe,
                            {"tag": tag.expr, "addr": addr[d]}, bits, lines(tag.src, self.def_lines([op.args[d]])))
         if kind == "store":
+            # a lane the kernel named padding may be left an empty sum (no live term), never a partial one
+            owed = conj([active, z3.Not(z3.And(padding(value), z3.Not(value.live)))])
             for d, cs in value.sums.items():
                 if is_pending(d) and not self.accumulated_reduction(d, cs, t):
                     continue
                 for ps in cs:
-                    self.check_complete(op, reduced_dim(d) if is_pending(d) else d, ps, active, shape, bits, addr)
+                    self.check_complete(op, reduced_dim(d) if is_pending(d) else d, ps, owed, shape, bits, addr,
+                                        value.live)
             if value.maxof and value.maxof.dim:
-                self.check_complete(op, value.maxof.dim, value.maxof.pieces, active, shape, bits, addr)
+                self.check_complete(op, value.maxof.dim, value.maxof.pieces, owed, shape, bits, addr, value.live)
         if not self.muted:
             parts = self.ctx + conjuncts(active)
             geometry = conj([c for c in parts if not any(n.startswith(("uf:", "hv#")) for n in _names(c))])
@@ -990,7 +996,12 @@ class Interpreter:
                        if e is not None)
 
     def check_complete(self, op: Op, d: str, ps: Pieces, active: Expr, shape: tuple[int, ...], bits: int,
-                       addr: list[Expr] | None = None) -> None:
+                       addr: list[Expr] | None = None, live: Expr = TRUE) -> None:
+        """A stored element's reduction over d covers all of [0, extent) (but the indices its masks relate to the
+        element: a causal row). `live`: where the stored value has a term at all. A cover keeps only the conditions
+        on the reduced index; a mask conjunct that kills a whole lane (`(rm < 2)[:, None]`, a padding row) without
+        naming the index leaves that lane's value live nowhere, so its reduction covered nothing: reported, unless
+        the kernel named the lane padding (`padding_lanes`; the caller takes such empty lanes out of `active`)."""
         ext = self.dim_extent(d)
         if ext is None:
             return
@@ -1004,20 +1015,25 @@ class Interpreter:
                 return
         x = fresh(f"x_{d}")
 
-        watch: dict[str, Expr] = {"x": x, "ext": ext}
+        watch: dict[str, Expr] = {"x": x, "ext": ext, "live": live}
         for i, p in enumerate(ps):
             if p.t is None:
                 watch[f"lo{i}"], watch[f"hi{i}"] = p.lo, p.hi
+                watch[f"on{i}"] = conj([c for c in conjuncts(p.cond) if not mentions(c, "_x")])
 
         def describe(w: dict[str, Any]) -> str:
-            here = [f"[{w[f'lo{i}']}, {w[f'hi{i}']})" if f"lo{i}" in w else _rng((p,)) for i, p in enumerate(ps)]
+            here = [(f"[{w[f'lo{i}']}, {w[f'hi{i}']})" if w[f"on{i}"] is not False else None) if f"lo{i}" in w
+                    else _rng((p,)) for i, p in enumerate(ps)]
             dn = reduced_dim(d)
-            return (f"{op.kind} writes a value whose {'product' if is_product(d) else 'reduction'} over {dn} never "
-                    f"included {dn} index {w['x']} of "
-                    f"[0, {w['ext']}) (it covers {' and '.join(here) or 'nothing'})")
+            what = f"{op.kind} writes a value whose {'product' if is_product(d) else 'reduction'} over {dn}"
+            if w["live"] is False or not [h for h in here if h is not None]:
+                return (f"{what} covered nothing at this element ({dn} index {w['x']} of [0, {w['ext']}) left out): "
+                        "a mask kills its lane in every term, and the kernel did not name it padding (padding_lanes)")
+            return (f"{what} never included {dn} index {w['x']} of [0, {w['ext']}) "
+                    f"(it covers {' and '.join(h for h in here if h is not None)})")
         self.check("reduction-complete", op, shape,
-                   conj([active, x >= 0, x < ext, required(ps, x), z3.Not(member(ps, x))]), describe, watch,
-                   bits, lines(*(p.src for p in ps)))
+                   conj([active, x >= 0, x < ext, required(ps, x), z3.Not(z3.And(live, member(ps, x)))]), describe,
+                   watch, bits, lines(*(p.src for p in ps)))
 
     def op_store(self, op: Op) -> None:
         self.write(op, "store")
@@ -1035,6 +1051,25 @@ class Interpreter:
                 raise CheckerError(f"tag '{name}' is not an integer expression the checker can follow", op.line)
             tags[name] = (Tag(to_int(ev.val), conj([x.live, ev.live]), (op.line,)),)
         self.put(op.args[0], replace(x, tags=tags))
+
+    def op_padding_lanes(self, op: Op) -> None:
+        """padding_lanes(x, lanes): the kernel's word that x's elements where `lanes` holds are padding (rows no
+        consumer reads as results), so a store of x may leave their reductions empty: where such an element has no
+        live term at all, the store owes no reduction; a padding lane that summed part of the range is still
+        reported (padding is left empty, never half summed), and one that summed all of it needs no excuse.
+
+        Why a named annotation and not a store mask: the MoE kernels store their padding rows (zeros, an empty sum
+        where the routed row's load is masked off) and later kernels read them whole (moe_down's Hin rows, the
+        Gluon lowerings' TMA tiles), so masking the store would change what those rows hold. The checker cannot
+        tell a padding row from a dropped real row by itself: both are lanes every load kills. The annotation is
+        carried as a tag (`PADDING_TAG`, dotted so that no reduction or mma reads it as an index), so it follows
+        the value through element-wise ops to the store; it emits nothing in the lowerings (a ghost op)."""
+        x = self.get(op.args[0])
+        p = broadcast(self.get(op.args[1]), x.shape)
+        if p.val is None:
+            raise CheckerError("padding_lanes' predicate is not something the checker can evaluate", op.line)
+        tag = Tag(to_int(to_bool(p.val)), p.live, (op.line,))
+        self.put(op.args[0], replace(x, tags={**x.tags, PADDING_TAG: (tag,)}))
 
     def cover_bound(self, op: Op, x: AVal, name: str) -> AVal | None:
         """tag_of(x, "sum(T).lo") / "max(T).hi" / "scale(T).lo": a bound of the range of T that x has summed
@@ -1465,6 +1500,15 @@ class Interpreter:
 
 
 _ids = iter(range(1, 1 << 62))
+
+
+PADDING_TAG = "padding.lanes"  # the tag padding_lanes attaches: 1 on the lanes it names
+
+
+def padding(v: AVal) -> Expr:
+    """Where v's elements were named padding (padding_lanes): by every operand that carries the name."""
+    alts = v.tags.get(PADDING_TAG, ())
+    return conj([z3.And(t.when, t.expr != 0) for t in alts]) if alts else FALSE
 
 
 def _names(e: Expr) -> frozenset[str]:

@@ -29,6 +29,7 @@ from .tags import (
     is_pending,
     member,
     member_pos,
+    mentions,
     simp,
     subst,
 )
@@ -605,13 +606,14 @@ def required(pieces: tuple, x: Expr) -> Expr:
     """Indices a reduction must include: those its masks relate to the element (e.g. causal).
 
     A condition that restricts the reduced index by itself (`k < K - 1`) is not a requirement:
-    dropping indices that way is exactly the bug to find.
+    dropping indices that way is exactly the bug to find. Nor is one that does not name the index (a lane mask,
+    `rm < 2`): it says which elements got a term, not which indices they owe.
     """
     keep = []
     for p in pieces:  # pieces from different loops (e.g. below and on a causal diagonal): all must agree
         keep += [c for c in conjuncts(p.cond)
                  if (p.t is None or not free_vars(c) & {p.t.decl().name()})
-                 and any(n.startswith(INSTANCE_PREFIXES) for n in free_vars(c) - {"_x"})]
+                 and mentions(c, "_x") and any(n.startswith(INSTANCE_PREFIXES) for n in free_vars(c) - {"_x"})]
     return subst(conj(keep), [(XV, x)])
 
 

@@ -22,6 +22,7 @@ from ..dsl.lang import (
     int32,
     load,
     mma,
+    padding_lanes,
     silu,
     store,
     sum,
@@ -72,7 +73,9 @@ def moe_gate_up(X: Tensor("T", "HD"), W1: Tensor("E", "I2", "HD"), sorted_ids: T
             gate = mma(x, trans(wg), gate)
             up = mma(x, trans(wu), up)
             assert_tag(tag_of(gate, "expert") == tag_of(gate, "E"), "each row meets its own expert's weights")
-        store(Hout[rp, rn], silu(gate) * up)
+        h = silu(gate) * up
+        padding_lanes(h, ((tok < 0) | (tok >= T))[:, None])  # a padding pair's row: zeros, never read as a result
+        store(Hout[rp, rn], h)
 
 
 @kernel
