@@ -43,13 +43,25 @@ def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Pol
 
 def gemv_policy(m: int, n: int, target: str) -> Policy | None:
     """The CUDA-core path (GEMV=1) of gemm_epilogue, gemm_residual and gemm_gate_up for one row of A against a very
-    wide weight (an LM head), else None. From the H100 sweeps of M = 1 with K-contiguous weights: at N = 128256,
-    K = 4096 it streams 3.07 TB/s (0.342 ms; sweep-gemv-lmhead-2026-11-23.json) against 2.95 for the tensor-core
-    template and 2.79 for cuBLAS; at N <= 14336 the template was as fast or faster (sweep-gemv-2026-11-23.json, an
-    earlier form of the path that summed after the K loop), so only wide weights take it."""
-    if m != 1 or n < 65536 or target != "cuda":
+    wide or a very narrow weight, else None.
+    - Wide (an LM head): from the H100 sweeps of M = 1 with K-contiguous weights, at N = 128256, K = 4096 it streams
+      3.07 TB/s (0.342 ms; sweep-gemv-lmhead-2026-11-23.json) against 2.95 for the tensor-core template and 2.79 for
+      cuBLAS; at N <= 14336 the template was as fast or faster (sweep-gemv-2026-11-23.json, an earlier form of the
+      path that summed after the K loop), so only wide weights take it.
+    - Narrow (a MoE router: 8-256 experts): a few programs walk K, so the time is their serial K steps; long steps
+      (BK = 2048) and 8-column blocks. H100 (`sweep.py --ops router`, sweep-router-h100-2026-11-24.json): N=8, K=4096
+      3.34 us against 7.92 for the template and 5.24 for cuBLAS; N=60, K=2048 2.37 against 4.98 and 4.30; N=256,
+      K=7168 8.14 against 13.14 and 6.13."""
+    if m != 1 or target != "cuda":
+        return None
+    if n <= GEMV_NARROW_N:
+        return Policy.make(BM=1, BN=8, BK=2048, num_warps=8, num_stages=3, GEMV=1)
+    if n < 65536:
         return None
     return Policy.make(BM=1, BN=32, BK=256, num_warps=8, num_stages=3, GEMV=1)
+
+
+GEMV_NARROW_N = 256  # the widest weight gemv_policy gives the narrow GEMV tiles (a router's experts)
 
 
 # Decode's few rows: the projections of one input fuse into one gemv_cat launch up to this many rows of A (each row

@@ -420,6 +420,37 @@ def sweep_cat(rows: list[dict]) -> None:
                   f"{sep / t:.2f}x the three launches, {peer / t:.2f}x cuBLAS", flush=True)
 
 
+def sweep_router(rows: list[dict]) -> None:
+    """One row against a MoE router's few columns (Mixtral's 8 experts of 4096, Qwen2-MoE's 60 of 2048,
+    DeepSeek-V3's 256 of 7168): the GEMV path's narrow tiles against the tensor-core template and cuBLAS."""
+    from argus_inductor.policies import gemv_policy
+
+    for n, k in ((8, 4096), (60, 2048), (256, 7168)):
+        a = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        b = _weight(n, k, "k")
+        ref = a.float() @ b.float()
+        out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+        peer = bench(lambda: torch.matmul(a, b))
+        tmpl = gemm_policy(1, n, k, "cuda")
+        cands = [tmpl] + [Policy.make(BM=1, BN=bn, BK=bk, num_warps=w, num_stages=3, GEMV=1)
+                          for bn, bk, w in itertools.product((8, 16), (512, 1024, 2048, 4096), (4, 8))]
+        chosen = gemv_policy(1, n, "cuda")
+        timed = []
+        for pol in cands:
+            out.fill_(float("nan"))
+            gemm(a, b, out=out, policy=pol)
+            err = rel(out, ref)
+            t = bench(lambda pol=pol: gemm(a, b, out=out, policy=pol))
+            rows.append(dict(op="router", m=1, n=n, k=k, policy=pol.as_dict(), ms=t, peer_ms=peer, rel_err=err,
+                             template=pol == tmpl, chosen=pol == chosen))
+            timed.append((t, pol))
+        timed.sort(key=lambda tp: tp[0])
+        mine = next(t for t, p in timed if p == chosen)
+        print(f"router N={n} K={k}: gemv_policy's {mine * 1e3:.2f} us, best {timed[0][0] * 1e3:.2f} us "
+              f"({timed[0][1].key()}), template {next(t for t, p in timed if p == tmpl) * 1e3:.2f} us, cuBLAS "
+              f"{peer * 1e3:.2f} us", flush=True)
+
+
 def sweep_route(rows: list[dict]) -> None:
     """The MoE routing sort alone: one moe_route launch and the two of moe_count + moe_place against
     moe_align_block's torch ops, at decode sizes (rows of 16 an expert block) and prefill sizes (rows of 128, the
@@ -457,7 +488,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="gemm,attention",
                     help="comma-separated: gemm, attention, moe, route, gemv (M = 1 on the CUDA cores), "
-                         "cat (decode's q, k and v in one launch)")
+                         "cat (decode's q, k and v in one launch), router (one row, a MoE router's columns)")
     ap.add_argument("--max-m", type=int, default=1 << 30, help="only GEMM shapes with M <= this")
     ap.add_argument("--min-m", type=int, default=0, help="only GEMM shapes with M >= this")
     ap.add_argument("--b-major", choices=("k", "n"), default="k",
@@ -499,6 +530,8 @@ def main() -> None:
             sweep_route(rows)
         elif op.strip() == "cat":
             sweep_cat(rows)
+        elif op.strip() == "router":
+            sweep_router(rows)
         elif op.strip() == "gemv":
             sweep_gemv(rows, {int(n) for n in args.gemv_n.split(",")} if args.gemv_n else None)
         else:

@@ -27,6 +27,8 @@ def test_gemv_cat_is_proven(shapes, policy):
     ("rn = (pn - s1 * t0 - s2 * t1) * BN", "rn = (pn - s1 * t0 - s2 * t0) * BN", "write-all"),
     # the third segment written at the first's offset: the first segment's columns written twice
     ("store(C[pm, s1 * N0 + s2 * N1 + rn]", "store(C[pm, s1 * N0 - s2 * N0 + rn]", "write-once"),
+    # the third segment masked to the second's width: its columns past N1 never written
+    ("in2 = (rn < N2) & (s2 == 1)", "in2 = (rn < N1) & (s2 == 1)", "write-all"),
 ])
 def test_planted_segment_bug_is_rejected(old, new, kind):
     assert old in SRC

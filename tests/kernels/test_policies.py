@@ -62,7 +62,8 @@ def test_moe_prefill_gathers_rows_only_where_it_was_measured_faster():
 
 def test_one_row_against_a_wide_weight_takes_the_cuda_core_path():
     """M = 1 against an LM head's 128256 columns streamed 3.07 TB/s on the CUDA cores (GEMV=1) against 2.95 for the
-    tensor-core tile (sweep-gemv-lmhead-2026-11-23.json); at N <= 14336, at M > 1 and off NVIDIA the templates stay."""
+    tensor-core tile (sweep-gemv-lmhead-2026-11-23.json), and a router's 8-256 columns in long K steps; between
+    them, at M > 1 and off NVIDIA the templates stay."""
     from argus_inductor.invariants import verify
     from argus_inductor.kernels.gemm import gemm_epilogue
     from argus_inductor.policies import gemv_policy
@@ -70,8 +71,12 @@ def test_one_row_against_a_wide_weight_takes_the_cuda_core_path():
     p = gemv_policy(1, 128256, "cuda")
     assert p is not None and (p.const("GEMV"), p.const("BM")) == (1, 1)
     assert gemv_policy(1, 14336, "cuda") is None and gemv_policy(2, 128256, "cuda") is None
+    router = gemv_policy(1, 8, "cuda")  # a MoE router's few columns: long K steps on the CUDA cores
+    assert router.const("GEMV") == 1 and router.const("BN") == 8 and router.const("BK") == 2048
+    assert gemv_policy(1, 257, "cuda") is None and gemv_policy(4, 8, "cuda") is None
     assert gemv_policy(1, 128256, "hip") is None and gemv_policy(1, 128256, "interpret") is None
     assert verify(gemm_epilogue, p.with_consts(HAS_BIAS=0, ACT=0), {"M": 1, "N": 128256, "K": 4096}).ok
+    assert verify(gemm_epilogue, router.with_consts(HAS_BIAS=0, ACT=0), {"M": 1, "N": 8, "K": 4096}).ok
 
 
 def test_the_gemm_templates_take_the_cuda_core_path_where_their_kernel_has_one():
