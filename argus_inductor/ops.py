@@ -36,7 +36,17 @@ from . import reporting as _report
 from .cache import CacheEntry, KernelCache
 from .config import Options
 from .dsl import Kernel, Policy, kernels_from_source
-from .kernels.attention import attention_decode, attention_fwd, mask_operand, nonnegative_scale
+from .kernels.attention import (
+    attention_decode,
+    attention_decode_merge,
+    attention_decode_part,
+    attention_decode_split,
+    attention_fwd,
+    decode_split_chunks,
+    mask_operand,
+    nonnegative_scale,
+    split_policies,
+)
 from .kernels.gemm import (
     ACTIVATION_FNS,
     ACTIVATIONS,
@@ -312,6 +322,28 @@ def _gluon_fallbacks(kernel: Kernel, fallbacks: Callable[[Signature, Policy, int
     return host_kernels
 
 
+def _split_policies(group: int, d: int, masked: bool, decode: Policy) -> tuple[Policy, Policy]:
+    """The split-KV decode kernels' policies for a plan whose decode kernel runs under `decode`."""
+    return split_policies(group, d, int(masked), decode.const("BN", 64), decode)
+
+
+_attention_gluon_fallbacks = _gluon_fallbacks(attention_fwd, lambda s, p, elem: attention_fallbacks(p, elem))
+
+
+def _attention_host_kernels(sig: Signature, policies: dict[str, Policy],
+                            target: str | None) -> dict[str, tuple[Kernel, Policy]]:
+    """The Gluon lowering's Triton fallbacks, and for a decode plan the split-KV kernels its host runs where the
+    batch's key/value heads are too few programs for the GPU (kernels.attention.decode_split_chunks)."""
+    out = _attention_gluon_fallbacks(sig, policies, target)
+    dec = policies.get("attention_decode")
+    if dec is not None:
+        d = sig.dims()
+        part, merge = _split_policies(d["H"] // d["HK"], d["D"], "mask" in sig.epilogue.split(","), dec)
+        out["attention_decode_part (split-KV)"] = (attention_decode_part, part)
+        out["attention_decode_merge (split-KV)"] = (attention_decode_merge, merge)
+    return out
+
+
 def _attention_template(sig: Signature, target: str) -> dict[str, Any]:
     d = sig.dims()
     parts = _epi_parts(sig)
@@ -426,8 +458,7 @@ SPECS: dict[str, OpSpec] = {
                   lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}, presplit=("bmm_kernel",)),
     "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,
                         lambda s: {n: _attention_dims(s) for n in ("attention_fwd", "attention_decode")},
-                        _attention_select, host_kernels=_gluon_fallbacks(
-                            attention_fwd, lambda s, p, elem: attention_fallbacks(p, elem))),
+                        _attention_select, host_kernels=_attention_host_kernels),
     "moe": OpSpec("moe", (moe_gate_up, moe_down), _moe_template, _moe_consts,
                   lambda s: {"moe_gate_up": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]},
                              "moe_down": {"HD": s.dims()["HD"], "I": s.dims()["I"], "E": s.dims()["E"]}},
@@ -1184,6 +1215,10 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
         pol = plan.policies[name]
         if pol.warp_specialize and target == "cuda":
             _report.note(node_id, _lowering_note(name, pol, qs, k, v, out, scs))
+        chunks = decode_split_chunks(z, hk, t) if name == "attention_decode" else 1
+        if chunks > 1 and attention_decode_split(qs, k, v, mask_operand(mask, q, k), out, scs, chunks,
+                                                 *_split_policies(h // hk, d, mask is not None, pol), target):
+            return out
         plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=pol, target=target)
         return out
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..kernels.gemm import cat_epilogue
+from ..policies import GEMV_CAT_MAX_M
 from ..signature import Signature
 from .opspecs import SPECS, Problem, attention_epilogue, moe_epilogue, problem_from_signature, signature_for
 
@@ -127,9 +129,15 @@ def from_config(config: dict[str, Any], tokens: list[int], dtype: str = "bfloat1
 
     for t in tokens:
         m = t * batch if t == 1 else t
-        add("gemm", "", {"N": nh * hd, "K": h, "M": m}, f"q_proj T={t}")
-        if nkv != nh:
-            add("gemm", "", {"N": nkv * hd, "K": h, "M": m}, f"k/v_proj T={t}")
+        # the backend fuses a few-row step's q, k and v projections into one launch where its rows are known at
+        # compile time (one row always is; 2-4 under static shapes only)
+        if m <= GEMV_CAT_MAX_M:
+            add("gemm", cat_epilogue((nh * hd, nkv * hd, nkv * hd)), {"N": (nh + 2 * nkv) * hd, "K": h, "M": m},
+                f"q/k/v_proj T={t}")
+        if m > 1:
+            add("gemm", "", {"N": nh * hd, "K": h, "M": m}, f"q_proj T={t}")
+            if nkv != nh:
+                add("gemm", "", {"N": nkv * hd, "K": h, "M": m}, f"k/v_proj T={t}")
         add("gemm", "", {"N": h, "K": nh * hd, "M": m}, f"o_proj T={t}")
         if experts and topk:
             add("gemm", "", {"N": int(experts), "K": h, "M": m}, f"router T={t}")

@@ -144,6 +144,67 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
     store(O[z, hrow, 0, rd], acc / l_i[:, None], mask=(rg < g)[:, None])
 
 
+@kernel
+def attention_decode_part(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "C", "TS", "D"),
+                          V: Tensor("Z", "HK", "C", "TS", "D"), Mask: Tensor("Z", "H", "S", "C", "TS"),
+                          Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: Tensor("Z", "H", "C", dtype=float32),
+                          Den: Tensor("Z", "H", "C", dtype=float32), scale: float, BG: constexpr = 16,
+                          BN: constexpr = 64, BD: constexpr = 64, HAS_MASK: constexpr = 0):
+    """Split-KV decode, first pass: the KV cache viewed as C chunks of TS keys, one program a (batch, key/value head,
+    chunk) with the group's query heads packed in its rows (as attention_decode). Each chunk's softmax statistics
+    over its own keys: the running max (Max, log2 units), the sum of exp2(s - max) (Den) and the unnormalized
+    output (Acc); attention_decode_merge combines the chunks."""
+    zk, c = tile_grid(Z * HK, C)
+    z = zk // HK
+    hk = zk % HK
+    g = H // HK
+    assume((S == 1) & (H % HK == 0) & (g <= BG) & (D <= BD))
+    rg = arange(BG)
+    hrow = hk * g + rg
+    rd = arange(BD)
+    qk_scale = scale * 1.4426950408889634
+    q = load(Q[z, hrow, 0, rd], mask=(rg < g)[:, None])
+    m_i = full((BG,), -inf, float32)
+    l_i = zeros((BG,), float32)
+    acc = zeros((BG, BD), float32)
+    for n0 in range(0, TS, BN):
+        rn = n0 + arange(BN)
+        k = load(K[z, hk, c, rn, rd])
+        v = load(V[z, hk, c, rn, rd])
+        s = where(rn[None, :] < TS, mma(q, trans(k)) * qk_scale, -inf)
+        if HAS_MASK == 1:
+            s = s + maximum(load(Mask[z, hrow, 0, c, rn], mask=(rg < g)[:, None]).to(float32), -1e30) * \
+                1.4426950408889634
+        m_new = maximum(m_i, max(s, 1))
+        alpha = exp2(m_i - m_new)
+        p = exp2(s - m_new[:, None])
+        l_i = l_i * alpha + sum(p, 1)
+        acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
+        m_i = m_new
+    store(Acc[z, hrow, c, rd], acc, mask=(rg < g)[:, None])
+    store(Max[z, hrow, c], m_i, mask=rg < g)
+    store(Den[z, hrow, c], l_i, mask=rg < g)
+
+
+@kernel
+def attention_decode_merge(Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: Tensor("Z", "H", "C", dtype=float32),
+                           Den: Tensor("Z", "H", "C", dtype=float32), O: Tensor("Z", "H", "S", "D"),
+                           BC: constexpr = 16, BD: constexpr = 64):
+    """Split-KV decode, second pass: one program a (batch, query head) rescales each chunk's statistics to the
+    largest chunk max and sums them: O = sum_c 2^(m_c - m) Acc_c / sum_c 2^(m_c - m) Den_c."""
+    (zh,) = tile_grid(Z * H)
+    z = zh // H
+    h = zh % H
+    assume((S == 1) & (C <= BC) & (D <= BD))
+    rc = arange(BC)
+    rd = arange(BD)
+    m_c = load(Max[z, h, rc], mask=rc < C, other=-inf)
+    w = exp2(m_c - max(m_c, 0))
+    den = sum(w * load(Den[z, h, rc], mask=rc < C, other=0.0), 0)
+    acc = sum(w[:, None] * load(Acc[z, h, rc, rd], mask=(rc < C)[:, None], other=0.0), 0)
+    store(O[z, h, 0, rd], acc / den)
+
+
 def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
     """(q, scale) as the kernels take them: they take the row maximum of unscaled scores, so scale >= 0; for a
     negative one, (-q) k^T |scale| is the same softmax input."""
@@ -169,6 +230,59 @@ def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) ->
     except RuntimeError:
         raise ValueError(f"attention mask of shape {tuple(mask.shape)} does not broadcast to (Z, H, S, T) = "
                          f"{(z, h, s, t)}") from None
+
+
+# Split-KV decode pays where a decode step's (batch, key/value head) programs are too few to fill the GPU: each
+# walks the whole cache alone. Chunks of at least SPLIT_MIN_KEYS keys, as many as bring the programs to about
+# SPLIT_TARGET_PROGRAMS.
+SPLIT_TARGET_PROGRAMS = 128
+SPLIT_MIN_KEYS = 64
+SPLIT_MAX_CHUNKS = 64  # the merge's chunk tile (BC): one program reads every chunk's statistics
+
+
+def decode_split_chunks(z: int, hk: int, t: int) -> int:
+    """How many chunks of the KV cache split-KV decode runs for Z x HK programs over T keys: 1 (no split) where the
+    programs fill the GPU already or no chunk count divides T into chunks of SPLIT_MIN_KEYS or more."""
+    want = -(-SPLIT_TARGET_PROGRAMS // (z * hk))
+    if want < 2:
+        return 1
+    for c in range(want, builtins.min(4 * want, t // SPLIT_MIN_KEYS, SPLIT_MAX_CHUNKS) + 1):  # the smallest divisor
+        if t % c == 0:
+            return c
+    return 1
+
+
+def attention_decode_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, out: torch.Tensor,
+                           scale: float, chunks: int, part: Policy, merge: Policy, target: str | None = None) -> bool:
+    """Split-KV decode into `out` (attention_decode_part over `chunks` chunks of the cache, then
+    attention_decode_merge); `mask` is mask_operand's (Z, H, 1, T) view. False, with nothing launched, where the
+    cache or the mask does not view as chunks (a layout whose key stride cannot split)."""
+    z, h, _, d = q.shape
+    t = k.shape[2]
+    try:
+        kc, vc = k.unflatten(2, (chunks, t // chunks)), v.unflatten(2, (chunks, t // chunks))
+        mc = mask.unflatten(3, (chunks, t // chunks))
+    except RuntimeError:
+        return False
+    acc = torch.empty(z, h, chunks, d, dtype=torch.float32, device=q.device)
+    mx = torch.empty(z, h, chunks, dtype=torch.float32, device=q.device)
+    den = torch.empty(z, h, chunks, dtype=torch.float32, device=q.device)
+    extra = {"target": target} if target else {}
+    attention_decode_part(q, kc, vc, mc, acc, mx, den, scale, policy=part, **extra)
+    attention_decode_merge(acc, mx, den, out, policy=merge, **extra)
+    return True
+
+
+def split_policies(group: int, d: int, has_mask: int, bn: int = 64,
+                   base: Policy | None = None) -> tuple[Policy, Policy]:
+    """attention_decode_part's and attention_decode_merge's policies: the decode kernel's packing and key block,
+    the launch of `base` (the plan's decode policy) where given; the merge reads up to SPLIT_MAX_CHUNKS chunks. The
+    same for every chunk count, so a plan proves the policies its decode steps run."""
+    bd = builtins.max(16, pow2(d))
+    part = Policy.make(BG=builtins.max(16, pow2(group)), BN=bn, BD=bd, HAS_MASK=has_mask)
+    if base is not None:
+        part = replace(part, num_warps=base.num_warps, num_stages=base.num_stages)
+    return part, Policy.make(BC=SPLIT_MAX_CHUNKS, BD=bd, num_warps=4)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -199,6 +313,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask)
         if policy is not None:
             dec = replace(dec, num_warps=policy.num_warps, num_stages=policy.num_stages)
+        chunks = decode_split_chunks(q.shape[0], k.shape[1], k.shape[2])
+        if chunks > 1 and attention_decode_split(q, k, v, m, out, scale, chunks,
+                                                 *split_policies(group, d, has_mask, bn, dec)):
+            return out
         attention_decode(q, k, v, m, out, scale, policy=dec)
         return out
     policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal), HAS_MASK=has_mask)

@@ -78,6 +78,9 @@ def test_misses_and_model_configs_become_jobs(tmp_path: Path) -> None:
     jobs = shapes.from_config(mixtral, [1, 2048])
     ops = [(j.problem.op, j.problem.epilogue, j.problem.dims.get("M", j.problem.dims.get("T"))) for j in jobs]
     assert ("moe", "top2,silu", 1) in ops and ("moe", "top2,silu", 2048) in ops
+    # decode's q, k and v as the one launch the backend fuses them into; prefill's as three GEMMs
+    assert ("gemm", "cat4096/1024/1024", 1) in ops and ("gemm", "", 2048) in ops
+    assert not any(e.startswith("cat") and m == 2048 for _, e, m in ops)
     assert ("attention", "causal,gqa4", None) in [(o, e, None) for o, e, _ in ops]
     decode = [j for j in jobs if j.problem.op == "attention" and j.problem.dims["S"] == 1]
     assert decode and decode[0].problem.dims["T"] == 4096 and decode[0].problem.epilogue == "gqa4"

@@ -244,3 +244,36 @@ def test_attention_fallback_returns_the_layout_its_fake_promises():
     torch.testing.assert_close(out, f(q, k, mask))
     direct = torch.ops.argus.attention_mask(q, k, k, mask, None, "test")
     assert direct.is_contiguous()
+
+
+def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, monkeypatch):
+    """A decode step (one query token) of one sequence against a long cache: the op runs split-KV decode
+    (attention_decode_part over chunks, attention_decode_merge), proven with the plan (its verification lists both
+    kernels), and matches SDPA with the cache's key mask."""
+    import sys
+
+    from argus_inductor import ops
+
+    attn_mod = sys.modules["argus_inductor.kernels.attention"]
+    monkeypatch.setattr(attn_mod, "SPLIT_MIN_KEYS", 16)  # the interpreter's small cache: chunks of 16 keys
+    monkeypatch.setattr(attn_mod, "SPLIT_TARGET_PROGRAMS", 8)
+    ran = []
+    real = ops.attention_decode_split
+    monkeypatch.setattr(ops, "attention_decode_split", lambda *a, **kw: ran.append(a[6]) or real(*a, **kw))
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 64, 16), torch.randn(1, 2, 64, 16)
+    mask = torch.arange(64)[None, None, None, :] < 40  # a static cache filled to 40 keys
+    out = torch.ops.argus.attention_mask(q, k, v, mask, None, "split-decode")
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert ran == [4]
+    entry = next(e for e in report_mod.entries() if e.calls)
+    assert not entry.source.startswith("fallback"), entry.source
+    sig = ops.make_signature("attention", "gqa2,mask", [q, k, v], {"H": 4, "HK": 2, "D": 16},
+                             {"Z": 1, "S": 1, "T": 64})
+    spec = ops.spec_for(sig)
+    for target in ("interpret", "cuda"):  # the plan's kernels and the split-KV ones, at each target's template
+        pols = spec.policies(spec.template(sig, target), sig)
+        res = ops.verify_plan(spec, sig, ops.library_kernels(spec, pols), pols, target)
+        assert {"attention_decode_part (split-KV)", "attention_decode_merge (split-KV)"} <= set(res["kernels"])
+        assert res["status"] == "verified", res

@@ -255,6 +255,41 @@ def test_attention_key_blocks_wider_than_query_blocks_and_a_negative_scale(dtype
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_split_kv_decode_matches_the_whole_cache(dtype, monkeypatch):
+    """Split-KV decode (attention_decode_part over chunks of the cache, attention_decode_merge): against float64 on
+    fresh data, with and without a key mask that empties whole chunks (a short sequence in a long static cache),
+    for chunk counts the host picks and for one chunk per key block; the host takes it only where the batch's
+    key/value heads are few programs and a chunk count divides the cache."""
+    import sys
+
+    attn_mod = sys.modules["argus_inductor.kernels.attention"]  # the module (the package exports the function)
+    z, h, hk, d = 2, 8, 2, 16
+    t = 4096 if ON_GPU else 96
+    if not ON_GPU:  # small caches: chunks of 16 keys, 24 programs wanted
+        monkeypatch.setattr(attn_mod, "SPLIT_MIN_KEYS", 16)
+        monkeypatch.setattr(attn_mod, "SPLIT_TARGET_PROGRAMS", 24)
+    chunks = attn_mod.decode_split_chunks(z, hk, t)
+    assert chunks > 1 and t % chunks == 0 and attn_mod.decode_split_chunks(64, 8, t) == 1
+    calls = []
+    real = attn_mod.attention_decode_split
+    monkeypatch.setattr(attn_mod, "attention_decode_split", lambda *a, **kw: calls.append(a[6]) or real(*a, **kw))
+    for masked in (False, True):
+        seed = fresh_seed()
+        q, k, v = randn(z, h, 1, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype), randn(z, hk, t, d, dtype=dtype)
+        keep = torch.arange(t, device=DEVICE)[None, None, None, :] < torch.tensor([t, 5], device=DEVICE).view(z, 1, 1, 1)
+        out = poisoned(z, h, 1, d, dtype=dtype)
+        attention(q, k, v, out=out, mask=keep if masked else None,
+                  policy=Policy.make(BN=64 if ON_GPU else 16, num_warps=4, num_stages=2))
+        rep = h // hk
+        sc = q.double() @ k.double().repeat_interleave(rep, 1).transpose(-1, -2) / math.sqrt(d)
+        if masked:
+            sc = sc.masked_fill(~keep, float("-inf"))
+        ref = torch.softmax(sc, -1) @ v.double().repeat_interleave(rep, 1)
+        check(out, ref, dtype, seed, f"split-KV decode, {chunks} chunks, masked={masked}")
+    assert calls == [chunks, chunks]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("form", ["bool_padding", "float_kv_cache_decode", "float_bias_gqa"])
 def test_attention_with_a_mask_tensor(dtype, form):
     """The kernels read a broadcast mask themselves: key padding (bool), a static KV cache's decode mask (float,
