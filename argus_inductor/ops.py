@@ -1218,6 +1218,8 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
         chunks = decode_split_chunks(z, hk, t) if name == "attention_decode" else 1
         if chunks > 1 and attention_decode_split(qs, k, v, mask_operand(mask, q, k), out, scs, chunks,
                                                  *_split_policies(h // hk, d, mask is not None, pol), target):
+            _report.note(node_id, f"split-KV decode: {chunks} chunks of {t // chunks} keys a program "
+                                  "(attention_decode_part + attention_decode_merge)")
             return out
         plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=pol, target=target)
         return out

@@ -263,12 +263,14 @@ def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, 
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 64, 16), torch.randn(1, 2, 64, 16)
     mask = torch.arange(64)[None, None, None, :] < 40  # a static cache filled to 40 keys
+    report_mod.record_match("split-decode", "attention", "sdpa")  # as the matcher does before the op runs
     out = torch.ops.argus.attention_mask(q, k, v, mask, None, "split-decode")
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert ran == [4]
     entry = next(e for e in report_mod.entries() if e.calls)
     assert not entry.source.startswith("fallback"), entry.source
+    assert any("split-KV decode: 4 chunks of 16 keys" in n for n in entry.notes), entry.notes
     sig = ops.make_signature("attention", "gqa2,mask", [q, k, v], {"H": 4, "HK": 2, "D": 16},
                              {"Z": 1, "S": 1, "T": 64})
     spec = ops.spec_for(sig)
