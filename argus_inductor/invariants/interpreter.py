@@ -325,7 +325,8 @@ class Interpreter:
         shape = self.shape_of(op.result)
         a, b = broadcast(self.get(op.args[0]), shape), broadcast(self.get(op.args[1]), shape)
         kind = _kind(op.result.dtype)
-        res = AVal(shape, kind, self.int_binary(o, a, b, kind), conj([a.live, b.live]), merge_tags(a.tags, b.tags))
+        res = AVal(shape, kind, self.int_binary(o, a, b, kind), conj([a.live, b.live]),
+                   merge_tags(a.tags, b.tags, both=kind == "float" and o == "mul"))
         if kind == "float" or o in ("add", "sub", "mul", "truediv", "max", "min"):
             self.float_binary(op, o, a, b, res)
         self.put(op.result, res)

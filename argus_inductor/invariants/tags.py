@@ -362,8 +362,10 @@ class Tag:
 Tags = dict[str, tuple[Tag, ...]]
 
 
-def merge_tags(a: Tags, b: Tags) -> Tags:
-    """Union of two operands' tags; a name both carry with different expressions keeps both."""
+def merge_tags(a: Tags, b: Tags, both: bool = False) -> Tags:
+    """Union of two operands' tags; a name both carry with different expressions keeps both. `both`: the result
+    has a term only where both operands do (a product), so a name both carry with the same expression holds where
+    both say it does (the conjunction of their conditions, as an mma's operands' are), not where the first does."""
     out: Tags = dict(a)
     for name, alts in b.items():
         if name not in out:
@@ -371,8 +373,12 @@ def merge_tags(a: Tags, b: Tags) -> Tags:
             continue
         cur = list(out[name])
         for t in alts:
-            if not any(same(t.expr, c.expr) for c in cur):
+            i = next((i for i, c in enumerate(cur) if same(t.expr, c.expr)), None)
+            if i is None:
                 cur.append(t)
+            elif both:
+                c = cur[i]
+                cur[i] = Tag(c.expr, simp(z3.And(c.when, t.when)), tuple(dict.fromkeys(c.src + t.src)))
         out[name] = tuple(cur)
     return out
 

@@ -40,6 +40,14 @@ def test_planted_chunk_bug_is_rejected(old, new, kind):
     # the last chunk's max left out of the merge: the chunks are rescaled to a max that is not all of theirs
     ("m_c = load(Max[z, h, rc], mask=rc < C, other=-inf)", "m_c = load(Max[z, h, rc], mask=rc < C - 1, other=-inf)",
      "reduction-complete"),
+    # the last chunk's accumulator left out, under the rescaling weights: a product has a term only where both
+    # factors do (it proved while the weights' wider cover stood for the product's)
+    ("acc = sum(w[:, None] * load(Acc[z, h, rc, rd], mask=(rc < C)[:, None], other=0.0), 0)",
+     "acc = sum(w[:, None] * load(Acc[z, h, rc, rd], mask=(rc < C - 1)[:, None], other=0.0), 0)",
+     "reduction-complete"),
+    # the last chunk's denominator left out: the output divides sums over different chunks
+    ("den = sum(w * load(Den[z, h, rc], mask=rc < C, other=0.0), 0)",
+     "den = sum(w * load(Den[z, h, rc], mask=rc < C - 1, other=0.0), 0)", "reduction-range"),
 ])
 def test_planted_merge_bug_is_rejected(old, new, kind):
     assert old in MERGE_SRC
