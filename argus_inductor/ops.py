@@ -42,7 +42,6 @@ from .kernels.attention import (
     attention_decode_part,
     attention_decode_split,
     attention_fwd,
-    decode_split_chunks,
     mask_operand,
     nonnegative_scale,
     split_policies,
@@ -322,11 +321,6 @@ def _gluon_fallbacks(kernel: Kernel, fallbacks: Callable[[Signature, Policy, int
     return host_kernels
 
 
-def _split_policies(group: int, d: int, masked: bool, decode: Policy) -> tuple[Policy, Policy]:
-    """The split-KV decode kernels' policies for a plan whose decode kernel runs under `decode`."""
-    return split_policies(group, d, int(masked), decode.const("BN", 64), decode)
-
-
 _attention_gluon_fallbacks = _gluon_fallbacks(attention_fwd, lambda s, p, elem: attention_fallbacks(p, elem))
 
 
@@ -338,7 +332,7 @@ def _attention_host_kernels(sig: Signature, policies: dict[str, Policy],
     dec = policies.get("attention_decode")
     if dec is not None:
         d = sig.dims()
-        part, merge = _split_policies(d["H"] // d["HK"], d["D"], "mask" in sig.epilogue.split(","), dec)
+        part, merge = split_policies(d["H"] // d["HK"], d["D"], "mask" in sig.epilogue.split(","), dec)
         out["attention_decode_part (split-KV)"] = (attention_decode_part, part)
         out["attention_decode_merge (split-KV)"] = (attention_decode_merge, merge)
     return out
@@ -1215,13 +1209,14 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
         pol = plan.policies[name]
         if pol.warp_specialize and target == "cuda":
             _report.note(node_id, _lowering_note(name, pol, qs, k, v, out, scs))
-        chunks = decode_split_chunks(z, hk, t) if name == "attention_decode" else 1
-        if chunks > 1 and attention_decode_split(qs, k, v, mask_operand(mask, q, k), out, scs, chunks,
-                                                 *_split_policies(h // hk, d, mask is not None, pol), target):
+        m = mask_operand(mask, q, k)
+        chunks = attention_decode_split(qs, k, v, m, out, scs, *split_policies(h // hk, d, mask is not None, pol),
+                                        target) if name == "attention_decode" else 0
+        if chunks:
             _report.note(node_id, f"split-KV decode: {chunks} chunks of {t // chunks} keys a program "
                                   "(attention_decode_part + attention_decode_merge)")
-            return out
-        plan.kernels[name](qs, k, v, mask_operand(mask, q, k), out, scs, policy=pol, target=target)
+        else:
+            plan.kernels[name](qs, k, v, m, out, scs, policy=pol, target=target)
         return out
 
     def fallback_contiguous() -> Tensor:  # SDPA returns q's layout; the op's fake (and the kernels) a contiguous one

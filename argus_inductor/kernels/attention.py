@@ -253,35 +253,37 @@ def decode_split_chunks(z: int, hk: int, t: int) -> int:
 
 
 def attention_decode_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, out: torch.Tensor,
-                           scale: float, chunks: int, part: Policy, merge: Policy, target: str | None = None) -> bool:
-    """Split-KV decode into `out` (attention_decode_part over `chunks` chunks of the cache, then
-    attention_decode_merge); `mask` is mask_operand's (Z, H, 1, T) view. False, with nothing launched, where the
-    cache or the mask does not view as chunks (a layout whose key stride cannot split)."""
+                           scale: float, part: Policy, merge: Policy, target: str | None = None) -> int:
+    """Split-KV decode into `out` where it pays (decode_split_chunks): attention_decode_part over the cache's
+    chunks, then attention_decode_merge; `mask` is mask_operand's (Z, H, 1, T) view. Returns the chunk count it
+    ran, or 0 with nothing launched where the split does not pay or the cache or the mask does not view as chunks
+    (a layout whose key stride cannot split)."""
     z, h, _, d = q.shape
     t = k.shape[2]
+    chunks = decode_split_chunks(z, k.shape[1], t)
+    if chunks < 2:
+        return 0
     try:
         kc, vc = k.unflatten(2, (chunks, t // chunks)), v.unflatten(2, (chunks, t // chunks))
         mc = mask.unflatten(3, (chunks, t // chunks))
     except RuntimeError:
-        return False
+        return 0
     acc = torch.empty(z, h, chunks, d, dtype=torch.float32, device=q.device)
     mx = torch.empty(z, h, chunks, dtype=torch.float32, device=q.device)
     den = torch.empty(z, h, chunks, dtype=torch.float32, device=q.device)
     extra = {"target": target} if target else {}
     attention_decode_part(q, kc, vc, mc, acc, mx, den, scale, policy=part, **extra)
     attention_decode_merge(acc, mx, den, out, policy=merge, **extra)
-    return True
+    return chunks
 
 
-def split_policies(group: int, d: int, has_mask: int, bn: int = 64,
-                   base: Policy | None = None) -> tuple[Policy, Policy]:
-    """attention_decode_part's and attention_decode_merge's policies: the decode kernel's packing and key block,
-    the launch of `base` (the plan's decode policy) where given; the merge reads up to SPLIT_MAX_CHUNKS chunks. The
-    same for every chunk count, so a plan proves the policies its decode steps run."""
+def split_policies(group: int, d: int, has_mask: bool, decode: Policy) -> tuple[Policy, Policy]:
+    """attention_decode_part's and attention_decode_merge's policies: the decode kernel's packing, and the key block
+    and launch of `decode` (the decode policy the step would run unsplit); the merge reads up to SPLIT_MAX_CHUNKS
+    chunks. The same for every chunk count, so a plan proves the policies its decode steps run."""
     bd = builtins.max(16, pow2(d))
-    part = Policy.make(BG=builtins.max(16, pow2(group)), BN=bn, BD=bd, HAS_MASK=has_mask)
-    if base is not None:
-        part = replace(part, num_warps=base.num_warps, num_stages=base.num_stages)
+    part = Policy.make(BG=builtins.max(16, pow2(group)), BN=decode.const("BN", 64), BD=bd, HAS_MASK=int(has_mask))
+    part = replace(part, num_warps=decode.num_warps, num_stages=decode.num_stages)
     return part, Policy.make(BC=SPLIT_MAX_CHUNKS, BD=bd, num_warps=4)
 
 
@@ -313,11 +315,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask)
         if policy is not None:
             dec = replace(dec, num_warps=policy.num_warps, num_stages=policy.num_stages)
-        chunks = decode_split_chunks(q.shape[0], k.shape[1], k.shape[2])
-        if chunks > 1 and attention_decode_split(q, k, v, m, out, scale, chunks,
-                                                 *split_policies(group, d, has_mask, bn, dec)):
-            return out
-        attention_decode(q, k, v, m, out, scale, policy=dec)
+        if not attention_decode_split(q, k, v, m, out, scale, *split_policies(group, d, has_mask, dec)):
+            attention_decode(q, k, v, m, out, scale, policy=dec)
         return out
     policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal), HAS_MASK=has_mask)
     attention_fwd(q, k, v, m, out, scale, policy=policy)
