@@ -228,7 +228,7 @@ def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     if chunks > COUNTED_ROUTE_MAX_CHUNKS:
         raise ValueError(f"{n} pairs of {num_experts} experts make {chunks} chunks of {bn} pairs, more than "
                          f"moe_align_counted's {COUNTED_ROUTE_MAX_CHUNKS}")
-    nb = min(num_experts, n) + n // block_m
+    nb = route_blocks(n, num_experts, block_m)
     be = _experts_tile(num_experts)
     table = torch.empty(chunks, be, dtype=torch.int32, device=flat.device)
     sorted_ids = torch.empty(nb * block_m, dtype=torch.int32, device=flat.device)
@@ -243,6 +243,12 @@ def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
 # moe_place reads its whole chunks x experts table: at most this many chunks of pairs (_route_chunks makes the
 # chunks longer to keep the table within 2**14 cells)
 COUNTED_ROUTE_MAX_CHUNKS = 256
+
+
+def route_blocks(pairs: int, num_experts: int, block_m: int) -> int:
+    """NB, the blocks of block_m slots any routing of `pairs` pairs over `num_experts` experts fills (each expert's
+    run padded up to whole blocks): the length of block_expert, and sorted_ids is NB * block_m."""
+    return builtins.min(num_experts, pairs) + pairs // block_m
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -267,7 +273,7 @@ def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     n = flat.numel()
     if num_experts > 256:
         raise ValueError(f"moe_align_fused takes up to 256 experts, got {num_experts}")
-    nb = min(num_experts, n) + n // block_m
+    nb = route_blocks(n, num_experts, block_m)
     sorted_ids = torch.empty(nb * block_m, dtype=torch.int32, device=flat.device)
     block_expert = torch.empty(nb, dtype=torch.int32, device=flat.device)
     bs = builtins.max(block_m, 64)
@@ -355,7 +361,7 @@ def moe_align_block(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> t
     expert_sorted = flat[order]
     first = torch.cumsum(counts, 0) - counts
     pos = torch.arange(n, device=dev) - first[expert_sorted]
-    nb = min(num_experts, n) + n // block_m
+    nb = route_blocks(n, num_experts, block_m)
     sorted_ids = torch.full((nb * block_m,), n, dtype=torch.int32, device=dev)
     sorted_ids[row_start[expert_sorted] + pos] = order.to(torch.int32)
     block_expert = torch.searchsorted(block_end, torch.arange(nb, device=dev), right=True).to(torch.int32)

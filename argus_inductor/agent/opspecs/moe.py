@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
-from ...kernels.moe import moe_align
+from ...kernels.moe import moe_align, route_blocks
 from ...policies import gluon_reads, moe_policies
 from .. import templates
 from ..plan import Plan
@@ -112,7 +112,7 @@ class MoeSpec(OpSpec):
         t, k, e = d["T"], d["TOPK"], d["E"]
         bm = int(policy.const("BM", 16))
         # the row blocks moe_align_block allocates for T*TOPK pairs (blocks past the last real one carry expert E)
-        nb = min(e, t * k) + t * k // bm
+        nb = route_blocks(t * k, e, bm)
         shapes = {"T": t, "HD": d["HD"], "I": d["I"], "E": e, "NB": nb, "P": nb * bm}
         if kernel == "moe_gate_up":
             shapes["I2"] = 2 * d["I"]
