@@ -53,6 +53,7 @@ from .kernels.gemm import (
     bias_act_cast,
     bmm_kernel,
     cat_epilogue,
+    cat_shapes,
     cat_widths,
     gemm_epilogue,
     gemm_splitk,
@@ -270,12 +271,6 @@ def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
     return _for_dtype(p, sig, target, b_tiles=2).as_dict()
 
 
-def _cat_shapes(sig: Signature) -> dict[str, int]:
-    d = sig.dims()
-    n0, n1, n2 = cat_widths(sig.epilogue) or (0, 0, 0)
-    return {"M": d.get("M", 1), "K": d["K"], "N0": n0, "N1": n1, "N2": n2, "NC": d["N"]}
-
-
 def _gemm_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
     """gemm_epilogue, or with SPLIT_K > 1 the split-K kernel (fp32 partial sums) then bias/act/cast."""
     epi = _bias_consts(sig)
@@ -447,7 +442,8 @@ SPECS: dict[str, OpSpec] = {
                       lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)},
                       _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)}), presplit=("gemm_gate_up",)),
     "gemv_cat": OpSpec("gemv_cat", (gemv_cat,), lambda s, target: gemv_cat_policy(target).as_dict(),
-                       lambda s: {}, lambda s: {"gemv_cat": _cat_shapes(s)}, _fused_select("gemv_cat", lambda s: {})),
+                       lambda s: {}, lambda s: {"gemv_cat": cat_shapes(s.epilogue, s.dims())},
+                       _fused_select("gemv_cat", lambda s: {})),
     "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},
                   lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}, presplit=("bmm_kernel",)),
     "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,

@@ -114,6 +114,13 @@ def cat_widths(epilogue: str) -> tuple[int, ...] | None:
     return widths
 
 
+def cat_shapes(epilogue: str, dims: dict[str, int]) -> dict[str, int]:
+    """gemv_cat's shape symbols (what its proofs run at) for a signature's or problem's dims (M rows, K, the N
+    columns of C) and the widths its cat epilogue names."""
+    n0, n1, n2 = cat_widths(epilogue) or (0, 0, 0)
+    return {"M": dims.get("M", 1), "K": dims["K"], "N0": n0, "N1": n1, "N2": n2, "NC": dims["N"]}
+
+
 @kernel
 def bmm_kernel(A: Tensor("Bt", "M", "K"), B: Tensor("Bt", "K", "N"), C: Tensor("Bt", "M", "N"),
                BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32):

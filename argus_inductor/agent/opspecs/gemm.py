@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
-from ...kernels.gemm import ACTIVATIONS, cat_widths, split_operands, tf32x3_split_pays
+from ...kernels.gemm import ACTIVATIONS, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
 from ...policies import gemm_policy, gemv_cat_policy, presplit_gemm_policy
 from .. import templates
 from ..plan import Plan
@@ -209,8 +209,7 @@ class GemmSpec(OpSpec):
     def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
         d = problem.dims
         if kernel == "gemv_cat":
-            n0, n1, n2 = parse_epilogue(problem.epilogue).cat
-            return {"M": d["M"], "K": d["K"], "N0": n0, "N1": n1, "N2": n2, "NC": d["N"]}, []
+            return cat_shapes(problem.epilogue, d), []
         shapes = {"M": d["M"], "N": d["N"], "K": d["K"]}
         if kernel != "gemm_splitk" and presplits(policy, d["M"], d["N"], d["K"]):
             shapes["K"] *= 3  # the mma runs over the split operands, 3K long
