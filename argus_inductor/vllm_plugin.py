@@ -521,8 +521,9 @@ def _argus_encoder_attention(op: Any, query: Tensor, key: Tensor, value: Tensor,
         if not op.__dict__.get("_argus_seen"):
             op.__dict__["_argus_seen"] = True
             reporting.record_match(node_id, "attention", f"{_layer_name(op)} (MMEncoderAttention, vLLM)")
-        out = torch.ops.argus.attention(q, k, v, False, float(op.scale), node_id).transpose(1, 2)
-        return out.reshape(b, s, h * d) if query.dim() == 3 else out.contiguous()
+        # positions=True: the output in (b, s, h, d) memory, so the transpose back is a view, not a copy
+        out = torch.ops.argus.attention(q, k, v, False, float(op.scale), node_id, True).transpose(1, 2)
+        return out.reshape(b, s, h * d) if query.dim() == 3 else out
     except Exception as e:
         _once(f"attn-error:{type(e).__name__}", logging.WARNING,
               "argus: the Argus encoder-attention path failed (%s: %s); vLLM's runs instead", type(e).__name__, e)

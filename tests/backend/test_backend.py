@@ -246,6 +246,50 @@ def test_attention_fallback_returns_the_layout_its_fake_promises():
     assert direct.is_contiguous()
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_writes_the_layout_its_transpose_reads(fresh_cache, masked):
+    """transformers hands attention's output to the output projection as o.transpose(1, 2).contiguous(): the
+    matcher asks the op for (Z, S, H, D) memory then, so that transpose is contiguous and the compiled graph makes no
+    copy between the op and the projection (Inductor's clone kernel, a 16 MB copy a layer at Llama-3-8B's 1x2048
+    prefill). The kernels and the aten fallback write that layout alike, and agree with SDPA."""
+    from torch._inductor.utils import run_and_get_code
+
+    from .graphs import capture
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 16, 4, 16).transpose(1, 2)  # (Z, H, S, D) in (Z, S, H, D) memory, as a model's q is
+    k, v = (torch.randn(2, 16, 2, 16).transpose(1, 2) for _ in range(2))
+    w = torch.randn(32, 64)
+    mask = torch.rand(2, 1, 16, 16) > 0.3 if masked else None
+    if masked:
+        mask[..., 0] = True
+
+    def f(q, k, v):
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not masked, enable_gqa=True)
+        return F.linear(o.transpose(1, 2).contiguous().view(2, 16, 64), w)
+
+    gm, _ = capture(f, q, k, v)
+    rewrite(gm, ("attention",))
+    (node,) = [n for n in gm.graph.nodes if n.target in (torch.ops.argus.attention.default,
+                                                          torch.ops.argus.attention_mask.default)]
+    assert node.args[-1] is True
+    torch._dynamo.reset()
+    report_mod.clear()
+    with torch.no_grad():
+        out, code = run_and_get_code(torch.compile(f, backend="argus"), q, k, v)
+    torch.testing.assert_close(out, f(q, k, v), rtol=1e-4, atol=1e-4)
+    kernels = [line for src in code for line in src.splitlines() if "async_compile." in line and " = " in line]
+    assert not [kn for kn in kernels if "clone" in kn], kernels
+    assert report_mod.entries() and all(e.calls for e in report_mod.entries())
+    for on_miss in ("default", "fallback"):  # a kernel and the aten fallback: the same layout and values
+        argus_inductor.ops.set_active_options(Options.resolve({"on_miss": on_miss}))
+        direct = (torch.ops.argus.attention_mask(q, k, v, mask, None, "direct", True) if masked else
+                  torch.ops.argus.attention(q, k, v, True, None, "direct", True))
+        assert direct.transpose(1, 2).is_contiguous()
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not masked, enable_gqa=True)
+        torch.testing.assert_close(direct, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, monkeypatch):
     """A decode step (one query token) of one sequence against a long cache: the op runs split-KV decode
     (attention_decode_part over chunks, attention_decode_merge), proven with the plan (its verification lists both

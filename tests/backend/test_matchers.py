@@ -205,3 +205,24 @@ def test_einsum_matmuls_are_gemms(eq, shapes, kinds) -> None:
         return torch.einsum(eq, a, b)
 
     _check(f, a, b, kinds=kinds)
+
+
+def test_outer_products_are_left_to_inductor() -> None:
+    """A reduced dim of 1 (rotary embeddings' inv_freq @ position_ids) is one multiply an element: no GEMM op, so
+    Inductor fuses it into the cos and sin that read it. A K of 2 still is one."""
+    torch.manual_seed(0)
+    inv_freq, pos = torch.rand(8), torch.arange(12.0)
+
+    def rope(inv_freq, pos):
+        freqs = inv_freq[None, :, None] @ pos[None, None, :]     # (1, 8, 1) @ (1, 1, 12): matmul of K = 1
+        emb = torch.cat((freqs, freqs), 1)
+        return emb.cos() + torch.bmm(inv_freq[None, :, None], pos[None, None, :]).sin().sum()
+
+    _check(rope, inv_freq, pos, kinds=[])
+
+    def k2(a, b):
+        return torch.bmm(a, b).cos()
+
+    _check(k2, torch.randn(2, 5, 2), torch.randn(2, 2, 7), kinds=["bmm"])
+    for f in (lambda a, b: a @ b, lambda a, b: F.linear(a, b.t()), lambda a, b: torch.addmm(b[0], a, b)):
+        _check(f, torch.randn(6, 1), torch.randn(1, 5), kinds=[])
