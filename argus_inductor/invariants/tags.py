@@ -194,8 +194,12 @@ def lines(*srcs: Iterable[int]) -> tuple[int, ...]:
 
 def xcond(e: Expr) -> Expr:
     """Keep the conjuncts of a cover's condition that constrain the reduced index `_x`; the others
-    describe the element (a row mask), not which indices it covers."""
-    return conj([c for c in conjuncts(simp(e)) if mentions(c, "_x")])
+    describe the element (a row mask), not which indices it covers. A condition that is False covers no index (a
+    product of factors live on disjoint lanes: the conjunction of their conditions), not every index: it is kept."""
+    s = simp(e)
+    if z3.is_false(s):
+        return FALSE
+    return conj([c for c in conjuncts(s) if mentions(c, "_x")])
 
 # Per reduced dimension, the covers of the separate reductions an element depends on: one cover is
 # one reduction (its partial sums accumulate into it); two reductions over the same dimension (the
