@@ -367,9 +367,11 @@ Tags = dict[str, tuple[Tag, ...]]
 
 
 def merge_tags(a: Tags, b: Tags, both: bool = False) -> Tags:
-    """Union of two operands' tags; a name both carry with different expressions keeps both. `both`: the result
-    has a term only where both operands do (a product), so a name both carry with the same expression holds where
-    both say it does (the conjunction of their conditions, as an mma's operands' are), not where the first does."""
+    """Union of two operands' tags; a name both carry with different expressions keeps both (a store must match
+    each; a reduction or a loop's accumulation over the name reads them together and checks that they agree:
+    Interpreter.joint_tag). `both`: the result has a term only where both operands do (a product), so a name both
+    carry with the same expression holds where both say it does (the conjunction of their conditions, as an mma's
+    operands' are), not where the first does."""
     out: Tags = dict(a)
     for name, alts in b.items():
         if name not in out:
