@@ -396,7 +396,7 @@ class Interpreter:
             res.sums = sums_union(a.sums, b.sums)
 
     def additive(self, op: Op, a: AVal, b: AVal, res: AVal, sub: bool) -> None:
-        a, b = self.loop_points(a, b), self.loop_points(b, a)
+        a, b = self.loop_points(op, a, b, res.shape), self.loop_points(op, b, a, res.shape)
         if a.zero:
             self.copy_props(b, res)
             return
@@ -417,19 +417,22 @@ class Interpreter:
         else:
             res.maxof = a.maxof if not b.maxof else (b.maxof if not a.maxof else None)
 
-    def loop_points(self, x: AVal, acc: AVal) -> AVal:
+    def loop_points(self, op: Op, x: AVal, acc: AVal, shape: tuple[int, ...]) -> AVal:
         """x as a term added to a loop's accumulator: each tensor dimension whose index in x moves with the iteration of
         a loop that carries the accumulator (and which the accumulator is not tagged with) adds that index to
-        `each(dim)`, the indices the accumulator's element has summed over the loop so far."""
+        `each(dim)`, the indices the accumulator's element has summed over the loop so far. A term whose factors are
+        at different indices of the dimension (acc += A[:, k] * B[k + 1, :]) is checked by joint_tag."""
         points: Sums = {}
         for name, alts in x.tags.items():
-            if name not in self.shapes or len(alts) != 1 or each_key(name) in x.sums:
+            if name not in self.shapes or each_key(name) in x.sums:
                 continue
             accumulating = each_key(name) in acc.sums  # acc already sums indices of `name` element-wise
             if name in acc.tags and not accumulating:
                 continue  # two tiles at the same index of `name`: element-wise, not an accumulation
-            t = alts[0]
-            if accumulating or mentions(t.expr, acc.carried):
+            if len(alts) > 1 and all(same(t.expr, alts[0].expr) for t in alts):
+                continue  # one index under the conditions of a where's branches: not followed (mark_lost)
+            if accumulating or any(mentions(t.expr, acc.carried) for t in alts):
+                t = self.joint_tag(op, name, alts, shape)
                 points[each_key(name)] = ((Piece(t.expr, simp(t.expr + 1), t.when, src=t.src),),)
         return replace(x, sums={**x.sums, **points}) if points else x
 
@@ -578,15 +581,17 @@ class Interpreter:
         self.put(op.result, transpose(self.get(op.args[0])))
 
     # ---- reductions --------------------------------------------------------------------------------------
-    def eliminate(self, x: AVal, r: Expr) -> tuple[Tags, dict[str, Tag], Expr, Sums]:
-        """Split x (with the reduced axis already renamed to `r`) into what survives the reduction:
-        (tags independent of r, tags that depend on r, live conjuncts without r, sums without r)."""
+    def eliminate(self, op: Op, x: AVal, r: Expr, n: int, shape: tuple[int, ...]
+                  ) -> tuple[Tags, dict[str, Tag], Expr, Sums]:
+        """Split x (with the reduced axis, of extent n, already renamed to `r`; `shape` the result's) into what survives
+        the reduction: (tags independent of r, tags that depend on r, live conjuncts without r, sums without r). A tag
+        that depends on r with alternatives at different indices (misaligned factors) is read by joint_tag."""
         rn = r.decl().name()
         keep: Tags = {}
         inner: dict[str, Tag] = {}
         for name, alts in x.tags.items():
             if any(mentions(t.expr, rn) for t in alts):
-                inner[name] = alts[0]
+                inner[name] = alts[0] if "." in name else self.joint_tag(op, name, alts, shape, r, n)
             else:
                 keep[name] = tuple(Tag(t.expr, conj([c for c in conjuncts(t.when) if not mentions(c, rn)]), t.src)
                                    for t in alts)
@@ -606,6 +611,37 @@ class Interpreter:
             if kept:
                 sums[d] = tuple(kept)
         return keep, inner, live, sums
+
+    def joint_tag(self, op: Op, name: str, alts: tuple[Tag, ...], shape: tuple[int, ...], r: Expr | None = None,
+                  n: int = 0) -> Tag:
+        """The one tag of `name` under which a term with these alternatives is added up: by a reduction over r in
+        [0, n), or (r None) by a loop's accumulation. Alternatives at different indices come from operands at
+        different indices of `name` (the split-KV merge's w[c] * Acc[c + 1]): a product has a term at an index only
+        where every factor is at it, so no one alternative says which index the sum covers. Checked: wherever all of
+        them hold, their indices agree (else the counterexample names both); the term is then at that index, under
+        all their conditions together (for a sum's operands, whose terms are separate, that is narrower than what
+        was added: the reduction is reported incomplete, never wrongly proved)."""
+        if len(alts) == 1 or all(same(t.expr, alts[0].expr) for t in alts):
+            return alts[0]
+        when = conj([t.when for t in alts])
+        src = lines(*(t.src for t in alts))
+        what = ("the loop's accumulation" if r is None else
+                {"mma": "the mma", "scan": "the scan"}.get(op.kind, f"the {op.attrs.get('op', 'reduction')}"))
+        rng = [] if r is None else [r >= 0, r < n]
+        for i, t1 in enumerate(alts):
+            for t2 in alts[i + 1:]:
+                if same(t1.expr, t2.expr):
+                    continue
+                watch = {"a": t1.expr, "b": t2.expr, **({"r": r} if r is not None else {})}
+
+                def describe(w: dict[str, Any], t1: Tag = t1, t2: Tag = t2) -> str:
+                    at = f", at position {w['r']} of the reduced axis" if "r" in w else ""
+                    return (f"{what} adds up products whose factors are at different {name} indices: {name} index "
+                            f"{w['a']}{_from(t1)} times {name} index {w['b']}{_from(t2)}{at}; a product has a term at "
+                            "an index only where all its factors are at it")
+                self.check("product-agreement", op, shape, conj(rng + [when, t1.expr != t2.expr]), describe, watch,
+                           related=src)
+        return Tag(alts[0].expr, when, src)
 
     def reduce_each(self, op: Op, x: AVal, r: Expr, n: int, shape: tuple[int, ...], summing: bool) -> Sums:
         """Take out of x (reduced axis renamed to r) the element-wise accumulations (`each(K)`, `lost(K)`) whose
@@ -684,7 +720,7 @@ class Interpreter:
         pairs = [(d, ax(d) if d < axis else (r if d == axis else ax(d - 1))) for d in range(x.rank)]
         x2 = remap_axes(x, pairs, shape)
         each = self.reduce_each(op, x2, r, n, shape, o == "sum")
-        tags, inner, live, sums = self.eliminate(x2, r)
+        tags, inner, live, sums = self.eliminate(op, x2, r, n, shape)
         res = AVal(shape, _kind(op.result.dtype), None, live, tags, sums_union(sums, each))
         covers = {name: self.cover_piece(op, name, t, r, n, shape) for name, t in inner.items()
                   if "." not in name and name not in each}
@@ -709,7 +745,7 @@ class Interpreter:
         r = fresh("_r")
         x2 = remap_axes(x, [(d, r if d == axis else ax(d)) for d in range(x.rank)], shape)
         self.reduce_each(op, x2, r, n, shape, False)
-        _, inner, _, _ = self.eliminate(x2, r)
+        _, inner, _, _ = self.eliminate(op, x2, r, n, shape)
         res = AVal(shape, _kind(op.result.dtype), None, x.live, dict(x.tags), x.sums)
         key = "prod" if o == "cumprod" else "sum"
         for name, t in inner.items():
@@ -736,8 +772,8 @@ class Interpreter:
         A2 = remap_axes(A, [(0, ax(0)), (1, r)], shape)
         B2 = remap_axes(B, [(0, r), (1, ax(1))], shape)
         each = sums_union(self.reduce_each(op, A2, r, bk, shape, True), self.reduce_each(op, B2, r, bk, shape, True))
-        ta, ia, la, sa = self.eliminate(A2, r)
-        tb, ib, lb, sb = self.eliminate(B2, r)
+        ta, ia, la, sa = self.eliminate(op, A2, r, bk, shape)
+        tb, ib, lb, sb = self.eliminate(op, B2, r, bk, shape)
         self.mma_agreement(op, A2, B2, r, bk, shape)
         inner_names = set(ia) | set(ib)
         tags = merge_tags({k: v for k, v in ta.items() if k not in inner_names},
@@ -1521,6 +1557,11 @@ def pretty(e: Expr) -> str:
     text = " ".join(str(simp(e)).split())
     text = re.sub(r"\b(?:pid|it|crd|param|carried|uf):", "", text)
     return re.sub(r"#\d+", "", text)
+
+
+def _from(t: Tag) -> str:
+    """Where a tag comes from, for a message: " (line L)", the line of the load (or tag) that made it."""
+    return f" (line {t.src[0]})" if t.src else ""
 
 
 def _rng(ps: Pieces) -> str:

@@ -194,8 +194,12 @@ def lines(*srcs: Iterable[int]) -> tuple[int, ...]:
 
 def xcond(e: Expr) -> Expr:
     """Keep the conjuncts of a cover's condition that constrain the reduced index `_x`; the others
-    describe the element (a row mask), not which indices it covers."""
-    return conj([c for c in conjuncts(simp(e)) if mentions(c, "_x")])
+    describe the element (a row mask), not which indices it covers. A condition that is False covers no index (a
+    product of factors live on disjoint lanes: the conjunction of their conditions), not every index: it is kept."""
+    s = simp(e)
+    if z3.is_false(s):
+        return FALSE
+    return conj([c for c in conjuncts(s) if mentions(c, "_x")])
 
 # Per reduced dimension, the covers of the separate reductions an element depends on: one cover is
 # one reduction (its partial sums accumulate into it); two reductions over the same dimension (the
@@ -363,9 +367,11 @@ Tags = dict[str, tuple[Tag, ...]]
 
 
 def merge_tags(a: Tags, b: Tags, both: bool = False) -> Tags:
-    """Union of two operands' tags; a name both carry with different expressions keeps both. `both`: the result
-    has a term only where both operands do (a product), so a name both carry with the same expression holds where
-    both say it does (the conjunction of their conditions, as an mma's operands' are), not where the first does."""
+    """Union of two operands' tags; a name both carry with different expressions keeps both (a store must match
+    each; a reduction or a loop's accumulation over the name reads them together and checks that they agree:
+    Interpreter.joint_tag). `both`: the result has a term only where both operands do (a product), so a name both
+    carry with the same expression holds where both say it does (the conjunction of their conditions, as an mma's
+    operands' are), not where the first does."""
     out: Tags = dict(a)
     for name, alts in b.items():
         if name not in out:

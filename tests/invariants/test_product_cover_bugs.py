@@ -37,3 +37,14 @@ def test_a_factor_that_drops_an_index_drops_it_from_the_sum(factor):
     res = verify(bad, Policy.make(BN=16, BK=16), SHAPES)
     assert not res.ok and "reduction-complete" in {v.kind for v in res.violations}, res.text()
     assert "K index 39" in res.text(), res.text()
+
+
+@pytest.mark.parametrize("mode", ["specialized", "symbolic"])
+def test_factors_live_on_disjoint_lanes_cover_nothing(mode):
+    """a is live where rk < K, b where rk >= K: every product is zero, so the sum covers no K index. Before, at
+    concrete shapes the conjunction of the factors' conditions simplified to False, and a cover condition that is
+    False was dropped as if it said nothing about the index, so the sum claimed all of K and the kernel proved."""
+    bad = kernels_from_source(SRC.replace("mask=(rk < K)[:, None],", "mask=(rk >= K)[:, None],"))["gemv"]
+    res = verify(bad, Policy.make(BN=16, BK=16), SHAPES if mode == "specialized" else None)
+    assert not res.ok and "reduction-complete" in {v.kind for v in res.violations}, res.text()
+    assert "K index 0 " in res.text(), res.text()
