@@ -176,8 +176,10 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
             m = _match_sdpa(g, node, gid) if _is(node, SDPA) else _match_eager_attention(g, node, gid)
             if m:
                 matches.append(m)
+    changed = False
     if "gemm" in enabled:
         _einsum_as_matmul(g)
+        changed = _outer_products_as_mul(g)
         for node in list(g.nodes):
             if _alive(node) and node.op in ("call_function", "call_method"):
                 m = _match_gate_up(g, node, gid)
@@ -194,7 +196,7 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
         from .library_match import rewrite_library
 
         matches += rewrite_library(g, gid, tuple(library))
-    if matches:
+    if matches or changed:
         g.lint()
         gm.recompile()
     return matches
@@ -271,13 +273,35 @@ def _residual_of(last: fx.Node) -> tuple[fx.Node, fx.Node] | None:
 
 def _outer_product(node: fx.Node) -> bool:
     """A product whose reduced dim is statically 1 (rotary embeddings' `inv_freq @ position_ids`): each output
-    element is one multiply, which Inductor lowers as a broadcast and fuses into its consumers. An Argus op there
-    costs a launch and materializes the product, which the consumer (cos and sin of every q and k element) then
-    re-reads with a transposed index: 34 against 15 us a layer for Llama-3-8B's q rotary at 1x2048 on the H100."""
+    element is one multiply. Left to Inductor (as a broadcast multiply: _outer_products_as_mul)."""
     if not node.args:
         return False
     a = _val(node.args[1] if _is(node, ADDMM) else node.args[0])
     return a is not None and a.dim() >= 2 and _known_eq(a.shape[-1], 1)
+
+
+def _outer_products_as_mul(g: fx.Graph) -> bool:
+    """Rewrite matmul/bmm of a reduced dim 1 into the broadcast multiply it is ((.., M, 1) * (.., 1, N): one
+    product, one rounding, the same values), so Inductor fuses it into its consumers (torch 2.13's decomposition
+    does this for bmm; torch 2.11's Inductor calls cuBLAS). The rotary embedding's is read by the cos and sin of
+    every q and k element: as a GEMM its materialized (1, 64, S) product is read there with a transposed index, and
+    costs a launch (the q rotary took 34 us a layer at Llama-3-8B's 1x2048 on the H100 against max-autotune's 15).
+    Returns whether the graph changed."""
+    changed = False
+    for node in list(g.nodes):
+        if not (_is(node, MATMUL | BMM, ("matmul", "mm", "bmm", "__matmul__")) and len(node.args) == 2
+                and not node.kwargs and _outer_product(node)):
+            continue
+        av, bv = _val(node.args[0]), _val(node.args[1])
+        if bv is None or bv.dim() < 2 or av.dim() != bv.dim() or not _known_eq(bv.shape[-2], 1):
+            continue
+        with g.inserting_before(node):
+            new = g.call_function(torch.mul, tuple(node.args))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        g.erase_node(node)
+        changed = True
+    return changed
 
 
 def _match_gemm(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:

@@ -208,8 +208,11 @@ def test_einsum_matmuls_are_gemms(eq, shapes, kinds) -> None:
 
 
 def test_outer_products_are_left_to_inductor() -> None:
-    """A reduced dim of 1 (rotary embeddings' inv_freq @ position_ids) is one multiply an element: no GEMM op, so
-    Inductor fuses it into the cos and sin that read it. A K of 2 still is one."""
+    """A reduced dim of 1 (rotary embeddings' inv_freq @ position_ids) is one multiply an element: no GEMM op, and
+    a matmul or bmm of that form becomes the broadcast multiply, which Inductor fuses into the cos and sin that read
+    it (bitwise the same values). A K of 2 still is a GEMM."""
+    import operator
+
     torch.manual_seed(0)
     inv_freq, pos = torch.rand(8), torch.arange(12.0)
 
@@ -219,6 +222,12 @@ def test_outer_products_are_left_to_inductor() -> None:
         return emb.cos() + torch.bmm(inv_freq[None, :, None], pos[None, None, :]).sin().sum()
 
     _check(rope, inv_freq, pos, kinds=[])
+    gm, inputs = capture(rope, inv_freq, pos)
+    rewrite(gm, ALL)
+    targets = [n.target for n in gm.graph.nodes]
+    assert not {torch.matmul, torch.bmm, operator.matmul} & set(targets), targets
+    assert targets.count(torch.mul) == 2
+    assert torch.equal(gm(*inputs)[0], rope(inv_freq, pos))
 
     def k2(a, b):
         return torch.bmm(a, b).cos()
