@@ -94,6 +94,7 @@ def build(name: str, layers: int, device: str) -> tuple[torch.nn.Module, str]:
         cfg._experts_implementation = "grouped_mm"
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
+    torch.manual_seed(0)  # the same weights every run: a near-tied router choice flips (or not) alike run to run
     try:
         with torch.device(device):
             m = cls(cfg)
