@@ -434,7 +434,30 @@ class Interpreter:
             if accumulating or any(mentions(t.expr, acc.carried) for t in alts):
                 t = self.joint_tag(op, name, alts, shape)
                 points[each_key(name)] = ((Piece(t.expr, simp(t.expr + 1), t.when, src=t.src),),)
-        return replace(x, sums={**x.sums, **points}) if points else x
+        x = replace(x, sums={**x.sums, **points}) if points else x
+        return self.moving_lanes(x, acc)
+
+    def moving_lanes(self, x: AVal, acc: AVal) -> AVal:
+        """x as a term added to a loop's accumulator, with the conjuncts of its `live` that move with a loop carrying
+        the accumulator (a lane mask `(rm < 2 + k)[:, None]`, `k < 16`: a term in some iterations only) moved into
+        the conditions of its covers. A cover keeps only what names the reduced index and leaves lane masks to
+        `live`, but a loop's summary keeps `live` only where it does not move (generalize): such a conjunct would be
+        lost, and a lane that missed the terms of some iterations would read as having summed them all. In the
+        cover's condition it is unioned over the iterations with the indices, so each lane covers the blocks of
+        the iterations where it was live. A cover is gated only by the conjuncts that move with a loop it moves with:
+        over the iterations of another loop it is the same set, whole wherever the lane was live once."""
+        moving = [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
+        if not moving or not x.sums:
+            return x
+
+        def gated(p: Piece) -> Piece:
+            loops = acc.carried & {n for e in p.exprs for n in free_vars(e)}
+            have = {c.get_id() for c in conjuncts(simp(p.cond))}
+            return replace(p, cond=conj([p.cond] + [c for c in moving if free_vars(c) & loops
+                                                    and simp(c).get_id() not in have]))
+        sums = {d: cs if d.startswith("lost(") else tuple(tuple(gated(p) for p in ps) for ps in cs)
+                for d, cs in x.sums.items()}
+        return replace(x, sums=sums)
 
     def copy_props(self, src: AVal, res: AVal) -> None:
         res.sums, res.maxof, res.scale, res.ratio, res.diff = src.sums, src.maxof, src.scale, src.ratio, src.diff
@@ -1325,7 +1348,10 @@ class Interpreter:
                       if all(free(t.expr) and free(t.when) for t in alts)}
             if i.zero:  # an accumulator from zero keeps a tag the same every iteration where one term was live
                 h.tags.update(self.invariant_tags(info, r, h, free))
-            h.live = r.live if free(r.live) else i.live
+            if free(r.live) or not i.zero:
+                h.live = r.live if free(r.live) else i.live
+            else:  # from zero, r.live is one iteration's term's: its conjuncts that do not move hold wherever any did
+                h.live = conj([c for c in conjuncts(r.live) if free(c)])
             for d, cs in r.sums.items():
                 gen = []
                 for ps in cs:
@@ -1572,6 +1598,8 @@ def _rng(ps: Pieces) -> str:
         s = f"[{pretty(p.lo)}, {pretty(p.hi)})"
         if p.t is not None and p.count is not None:
             s = f"the union over t < {pretty(p.count)} of {s}"
+            if any(mentions(c, p.t.decl().name()) and not mentions(c, "_x") for c in conjuncts(p.cond)):
+                s += " in the iterations t whose mask was on at this element"  # a lane mask that moves (moving_lanes)
         parts.append(s)
     return " and ".join(parts)
 
