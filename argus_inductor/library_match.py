@@ -569,20 +569,24 @@ def _emit(g: fx.Graph, gid: int, found: Found) -> Match:
     return Match(LIBRARY[name].kind, names)
 
 
-def rewrite_library(g: fx.Graph, gid: int, enabled: tuple[str, ...]) -> list[Match]:
+def rewrite_library(g: fx.Graph, gid: int, enabled: tuple[str, ...], amp: set[fx.Node] | None = None
+                    ) -> list[Match]:
     """Rewrite the library op classes named in `enabled` (order: conv, norm, scan, pool, loss, reduce: patterns
     that contain a reduction, like an Lp normalization, are matched before the bare reduction; elementwise chains
-    last, so they can fuse into the GEMMs and convolutions already rewritten)."""
+    last, so they can fuse into the GEMMs and convolutions already rewritten). `amp`: nodes under autocast, whose
+    dtypes autocast decides (matchers._under_autocast): no match takes one."""
+    amp = amp or set()
     matches: list[Match] = []
     for kind, fns in MATCHERS.items():
         if kind not in enabled:
             continue
         for fn in fns:
             for node in list(g.nodes):
-                if not _alive(node) or node.op not in ("call_function", "call_method"):
+                if not _alive(node) or node.op not in ("call_function", "call_method") or node in amp:
                     continue
                 found = fn(node)
-                if found is not None and all(_alive(n) for n in found[4]) and _self_contained(found):
+                if (found is not None and all(_alive(n) for n in found[4]) and not amp.intersection(found[4])
+                        and _self_contained(found)):
                     matches.append(_emit(g, gid, found))
     if "pointwise" in enabled:
         from .chain_match import match_pointwise

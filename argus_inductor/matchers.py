@@ -161,17 +161,42 @@ def _activation(node: fx.Node) -> str | None:
     return None
 
 
+def _under_autocast(g: fx.Graph) -> set[fx.Node]:
+    """The nodes inside an enabled torch.autocast region (Dynamo records `_enter_autocast(device, dtype, enabled,
+    cache)` ... `_exit_autocast(enter)` around them). Autocast runs a matmul or attention there in its own dtype
+    (float32 operands, a bfloat16 product); an Argus op has no autocast kernel and would return its operands' dtype,
+    so the matchers leave these nodes to Inductor."""
+    stacks: dict[Any, list[bool]] = {}
+    opened: dict[fx.Node, Any] = {}
+    inside: set[fx.Node] = set()
+    for n in g.nodes:
+        name = getattr(n.target, "__name__", "") if n.op == "call_function" else ""
+        if name == "_enter_autocast" and n.args:
+            enabled = n.args[2] if len(n.args) > 2 else n.kwargs.get("enabled", True)
+            stacks.setdefault(n.args[0], []).append(bool(enabled))
+            opened[n] = n.args[0]
+        elif name == "_exit_autocast" and n.args and n.args[0] in opened:
+            stack = stacks.get(opened[n.args[0]])
+            if stack:
+                stack.pop()
+        elif any(stack and stack[-1] for stack in stacks.values()):
+            inside.add(n)
+    return inside
+
+
 def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True) -> list[Match]:
-    """Rewrite matched subgraphs in place; returns what was matched."""
+    """Rewrite matched subgraphs in place; returns what was matched. Nothing inside an enabled autocast region
+    is matched (_under_autocast)."""
     enabled = tuple(enabled)
     gid = next(_GRAPH_IDS)
     g = gm.graph
     matches: list[Match] = []
+    amp = _under_autocast(g)
     if "moe" in enabled and moe_regions:
-        matches += _match_moe_regions(g, gid)
+        matches += _match_moe_regions(g, gid, amp)
     if "attention" in enabled:
         for node in list(g.nodes):
-            if not _alive(node) or node.op not in ("call_function", "call_method"):
+            if not _alive(node) or node.op not in ("call_function", "call_method") or node in amp:
                 continue
             m = _match_sdpa(g, node, gid) if _is(node, SDPA) else _match_eager_attention(g, node, gid)
             if m:
@@ -179,15 +204,16 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
     changed = False
     if "gemm" in enabled:
         _einsum_as_matmul(g)
-        changed = _outer_products_as_mul(g)
+        amp = _under_autocast(g)  # the einsums rewritten are new nodes
+        changed = _outer_products_as_mul(g, amp)
         for node in list(g.nodes):
-            if _alive(node) and node.op in ("call_function", "call_method"):
+            if _alive(node) and node.op in ("call_function", "call_method") and node not in amp:
                 m = _match_gate_up(g, node, gid)
                 if m:
                     matches.append(m)
-        matches += _match_linear_cats(g, gid)
+        matches += _match_linear_cats(g, gid, amp)
         for node in list(g.nodes):
-            if _alive(node) and node.op in ("call_function", "call_method"):
+            if _alive(node) and node.op in ("call_function", "call_method") and node not in amp:
                 m = _match_gemm(g, node, gid)
                 if m:
                     matches.append(m)
@@ -195,7 +221,7 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
     if library:
         from .library_match import rewrite_library
 
-        matches += rewrite_library(g, gid, tuple(library))
+        matches += rewrite_library(g, gid, tuple(library), _under_autocast(g))
     if matches or changed:
         g.lint()
         gm.recompile()
@@ -280,16 +306,16 @@ def _outer_product(node: fx.Node) -> bool:
     return a is not None and a.dim() >= 2 and _known_eq(a.shape[-1], 1)
 
 
-def _outer_products_as_mul(g: fx.Graph) -> bool:
+def _outer_products_as_mul(g: fx.Graph, amp: set[fx.Node]) -> bool:
     """Rewrite matmul/bmm of a reduced dim 1 into the broadcast multiply it is ((.., M, 1) * (.., 1, N): one
     product, one rounding, the same values), so Inductor fuses it into its consumers (torch 2.13's decomposition
     does this for bmm; torch 2.11's Inductor calls cuBLAS). The rotary embedding's is read by the cos and sin of
     every q and k element: as a GEMM its materialized (1, 64, S) product is read there with a transposed index, and
     costs a launch (the q rotary took 34 us a layer at Llama-3-8B's 1x2048 on the H100 against max-autotune's 15).
-    Returns whether the graph changed."""
+    Returns whether the graph changed; `amp`: nodes under autocast, left alone."""
     changed = False
     for node in list(g.nodes):
-        if not (_is(node, MATMUL | BMM, ("matmul", "mm", "bmm", "__matmul__")) and len(node.args) == 2
+        if node in amp or not (_is(node, MATMUL | BMM, ("matmul", "mm", "bmm", "__matmul__")) and len(node.args) == 2
                 and not node.kwargs and _outer_product(node)):
             continue
         av, bv = _val(node.args[0]), _val(node.args[1])
@@ -405,7 +431,7 @@ def _static_rows(x: torch.Tensor) -> int | None:
     return math.prod(lead) if all(type(d) is int for d in lead) else None
 
 
-def _match_linear_cats(g: fx.Graph, gid: int) -> list[Match]:
+def _match_linear_cats(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
     """Three bias-free linears of one input with at most GEMV_CAT_MAX_M rows known at compile time (an attention's
     q, k and v projections at decode) become one argus.linear_cat, its output sliced back into the three."""
     from .policies import GEMV_CAT_MAX_M
@@ -413,7 +439,7 @@ def _match_linear_cats(g: fx.Graph, gid: int) -> list[Match]:
     order = {n: i for i, n in enumerate(g.nodes)}
     by_input: dict[fx.Node, list[fx.Node]] = {}
     for n in g.nodes:
-        lin = _plain_linear(n) if _alive(n) and n.op in ("call_function", "call_method") else None
+        lin = _plain_linear(n) if _alive(n) and n.op in ("call_function", "call_method") and n not in amp else None
         if lin is not None and isinstance(lin[0], fx.Node) and isinstance(lin[1], fx.Node):
             by_input.setdefault(lin[0], []).append(n)
     matches = []
@@ -691,7 +717,7 @@ def _experts_class(cls: Any) -> bool:
     return name.endswith("Experts") and "Shared" not in name
 
 
-def _match_moe_regions(g: fx.Graph, gid: int) -> list[Match]:
+def _match_moe_regions(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
     regions: dict[str, list[fx.Node]] = {}
     classes: dict[str, Any] = {}
     for n in g.nodes:
@@ -703,6 +729,8 @@ def _match_moe_regions(g: fx.Graph, gid: int) -> list[Match]:
                 break
     out = []
     for path, nodes in regions.items():
+        if amp.intersection(nodes):
+            continue
         m = _replace_moe_region(g, path, classes[path], nodes, gid)
         if m:
             out.append(m)

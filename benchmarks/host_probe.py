@@ -1,10 +1,12 @@
 """Probe: where the host time of one compiled prefill call goes (e2e.py times each call from an idle GPU, so host
 work before the CUDA graph's launch is part of the latency it reports).
 
-    python benchmarks/host_probe.py [--model llama] [--workload 1x2048] [--backends argus,inductor]
+    python benchmarks/host_probe.py [--model llama] [--workload 1x2048 | b=1] [--backends argus,inductor]
 
-Per backend: the event-timed wall ms (as e2e.py), the host ms until the call returns, the GPU ms of a replay, and
-cProfile's top functions by cumulative time over 20 calls.
+Per backend: the event-timed wall ms (as e2e.py), the host ms until the call returns, and cProfile's top functions
+by cumulative time over 20 calls. A workload `b=N` is one decode step of N sequences (e2e.Decoder): its host ms
+against its wall ms says whether back-to-back steps are bound by the host (e2e.py's decode rows run steps without
+synchronizing, so a step costs the larger of the two).
 """
 from __future__ import annotations
 
@@ -31,13 +33,23 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=45)
     args = ap.parse_args()
     model, how = e2e.build(args.model, 2, "cuda")
-    b, s = (int(x) for x in args.workload.split("x"))
-    toks = torch.randint(0, model.config.vocab_size, (b, s), device="cuda")
+    decode = args.workload.startswith("b=")
+    if decode:
+        dec = e2e.Decoder(model, int(args.workload[2:]), "cuda")
+        with torch.no_grad():
+            dec.step(model, 0)  # the static cache initializes lazily
+    else:
+        b, s = (int(x) for x in args.workload.split("x"))
+        toks = torch.randint(0, model.config.vocab_size, (b, s), device="cuda")
     print(how, flush=True)
     with torch.no_grad():
         for backend in args.backends.split(","):
             fn = e2e.compile_for(model, backend)
-            call = e2e.prefill_fn(fn, toks, True)
+            if decode:
+                dec.rewind()
+                call = lambda fn=fn: dec.step(fn, 1)  # noqa: E731
+            else:
+                call = e2e.prefill_fn(fn, toks, True)
             t = time.perf_counter()
             for _ in range(3):
                 call()

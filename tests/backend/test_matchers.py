@@ -235,3 +235,24 @@ def test_outer_products_are_left_to_inductor() -> None:
     _check(k2, torch.randn(2, 5, 2), torch.randn(2, 2, 7), kinds=["bmm"])
     for f in (lambda a, b: a @ b, lambda a, b: F.linear(a, b.t()), lambda a, b: torch.addmm(b[0], a, b)):
         _check(f, torch.randn(6, 1), torch.randn(1, 5), kinds=[])
+
+
+def test_nothing_under_autocast_is_matched() -> None:
+    """Autocast runs a matmul in its own dtype (float32 operands, a bfloat16 product); an Argus op has no autocast
+    kernel and returned float32 there (a linear and the outer-product rewrite both did). Inside an enabled autocast
+    region nothing is matched; outside it, and inside a nested disabled region, the GEMMs are."""
+    torch.manual_seed(0)
+    x, w, a, b = torch.randn(32, 64), torch.randn(48, 64), torch.randn(4, 8, 1), torch.randn(4, 1, 16)
+    q = torch.randn(2, 4, 8, 16)
+
+    def f(x, w, a, b, q):
+        y0 = F.linear(x, w)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = F.linear(x, w)
+            z = torch.bmm(a, b)
+            o = F.scaled_dot_product_attention(q, q, q)
+            with torch.autocast("cpu", enabled=False):
+                u = F.linear(x, w)
+        return y0, y, z, o, u
+
+    _check(f, x, w, a, b, q, kinds=["gemm", "gemm"])  # assert_close checks each output's dtype too

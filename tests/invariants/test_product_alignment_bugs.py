@@ -15,6 +15,7 @@ from argus_inductor.invariants import VerificationResult, verify
 from argus_inductor.kernels.attention import attention_decode_merge
 
 from .planted import first_line
+from .test_product_cover_bugs import SRC as GEMV_ONLY  # the GEMV kernel whose factors are planted
 
 MERGE_SRC = "from argus_inductor.dsl import *\n" + attention_decode_merge.ir.source
 MERGE = Policy.make(BC=16, BD=16)
@@ -22,21 +23,7 @@ MERGE_SHAPES = dict(Z=1, H=8, S=1, C=3, D=16)
 ACC = "acc = sum(w[:, None] * load(Acc[z, h, rc, rd], mask=(rc < C)[:, None], other=0.0), 0)"
 DEN = "den = sum(w * load(Den[z, h, rc], mask=rc < C, other=0.0), 0)"
 
-GEMV_SRC = '''from argus_inductor.dsl import *
-
-
-@kernel
-def gemv(A: Tensor("M", "K"), B: Tensor("K", "N"), C: Tensor("M", "N"), BN: constexpr = 16, BK: constexpr = 16):
-    pm, pn = tile_grid(M, cdiv(N, BN))
-    rn = pn * BN + arange(BN)
-    dots = zeros((BN,), float32)
-    for k in range(0, K, BK):
-        rk = k + arange(BK)
-        a = load(A[pm, rk], mask=rk < K, other=0.0).to(float32)
-        b = load(B[rk, rn], mask=(rk < K)[:, None], other=0.0).to(float32)
-        dots = dots + sum(a[:, None] * b, 0)
-    store(C[pm, rn], dots)
-
+GEMV_SRC = GEMV_ONLY + '''
 
 @kernel
 def outer(A: Tensor("M", "K"), B: Tensor("K", "N"), C: Tensor("M", "N"), BM: constexpr = 4, BN: constexpr = 8):
