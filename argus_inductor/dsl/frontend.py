@@ -682,7 +682,8 @@ class Frontend:
             raise self.err(f"'{ast.unparse(f)}' is not a DSL operation",
                            "only DSL operations can be called inside a kernel; inline Python helpers by hand",
                            node)
-        if statement and name not in ("store", "atomic_add", "assert_tag", "tag", "assume", "padding_lanes"):
+        if statement and name not in ("store", "atomic_add", "assert_tag", "tag", "assume", "padding_lanes",
+                                          "zero_terms"):
             raise self.err(f"the result of {name}(...) is unused", "assign it to a name or remove the call", node)
         handler = getattr(self, f"op_{name}", None)
         if handler is None:
@@ -1054,6 +1055,21 @@ class Frontend:
                 raise self.err(f"padding_lanes needs a boolean predicate shaped like {_shape(x)}",
                                "name the padding rows, e.g. padding_lanes(h, (tok >= T)[:, None])", p_n)
             self.emit("padding_lanes", [x, p], {}, [], node)
+        finally:
+            self.ghost -= 1
+        return x
+
+    def op_zero_terms(self, node: ast.Call) -> Value:
+        x_n, p_n = self.args(node, ["x", "cond"], 2)
+        x = self.value(self.expr(x_n), x_n)
+        self.ghost += 1
+        try:
+            p = self.value(self.expr(p_n), p_n)
+            if p.dtype != bool_ or broadcast_shapes(p.shape, x.shape) != x.shape:
+                raise self.err(f"zero_terms needs a boolean predicate shaped like {_shape(x)}",
+                               "name where the term is not zero by definition, e.g. zero_terms(a, inside[None, :])",
+                               p_n)
+            self.emit("zero_terms", [x, p], {}, [], node)
         finally:
             self.ghost -= 1
         return x

@@ -103,6 +103,11 @@ assume = _builtin("assume", "assume(predicate): a precondition (e.g. on the cont
 padding_lanes = _builtin("padding_lanes", "padding_lanes(x, lanes) -> x: the elements of x where lanes holds are "
                                           "padding, not results (a routed block's padding rows): a store of x may "
                                           "leave their reductions empty (a partial one is still reported); never run.")
+zero_terms = _builtin("zero_terms", "zero_terms(x, cond) -> x: a trusted claim that x, a term of a sum, is zero "
+                                    "by the op's definition where cond is false (a convolution tap off the input: "
+                                    "zero padding; off its stride: no input meets it), so a lane its mask kills "
+                                    "there in some loop iterations still has its whole sum; never checked, never "
+                                    "run. Where the mask kills a lane and cond holds, the sum is still partial.")
 implies = _builtin("implies", "implies(a, b): (not a) or b, for tag assertions.")
 tag_of = _builtin("tag_of", "tag_of(x, name): the tag `name` of each element of x (only inside tags and "
                             "assertions); name 'sum(K).lo' / 'sum(K).hi' bounds the K range x summed over, "

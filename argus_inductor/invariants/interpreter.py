@@ -166,6 +166,8 @@ class Interpreter:
         self.tensors: dict[str, TensorParam] = {p.name: p for p in ir.tensors}
         self.env: dict[int, AVal] = {}
         self.ctx: list[Expr] = []
+        # a load's result: its tile indices' in-bounds conditions, and the user's mask (zero_terms)
+        self.auto_masks: dict[int, tuple[list[Expr], Expr]] = {}
         self.loops: list[LoopInfo] = []
         self.muted = 0
         self.obligations: list[Obligation] = []
@@ -452,9 +454,9 @@ class Interpreter:
 
         def gated(p: Piece) -> Piece:
             loops = acc.carried & {n for e in p.exprs for n in free_vars(e)}
-            have = {c.get_id() for c in conjuncts(simp(p.cond))}
+            have = conjuncts(simp(p.cond))
             return replace(p, cond=conj([p.cond] + [c for c in moving if free_vars(c) & loops
-                                                    and simp(c).get_id() not in have]))
+                                                    and not _among(c, have)]))
         sums = {d: cs if d.startswith("lost(") else tuple(tuple(gated(p) for p in ps) for ps in cs)
                 for d, cs in x.sums.items()}
         return replace(x, sums=sums)
@@ -991,6 +993,7 @@ class Interpreter:
         um = self.get(op.args[nidx]) if op.attrs["has_mask"] else None
         addr, masks, inherited, umask = self.address(op, t, idx, shape, um)
         live = conj(masks + [umask])
+        self.auto_masks[op.result.id] = (masks, umask)  # zero_terms tells them from the user's mask
         self.scalar_bounds(op, t, idx, addr, live, shape)
         tags: Tags = dict(inherited)
         for d, dim in enumerate(t.dims):
@@ -1130,6 +1133,50 @@ class Interpreter:
             raise CheckerError("padding_lanes' predicate is not something the checker can evaluate", op.line)
         tag = Tag(to_int(to_bool(p.val)), p.live, (op.line,))
         self.put(op.args[0], replace(x, tags={**x.tags, PADDING_TAG: (tag,)}))
+
+    def op_zero_terms(self, op: Op) -> None:
+        """zero_terms(x, cond): the kernel's word that x, a term of a sum, is zero by the op's definition where cond
+        is false (a convolution tap off the input reads zero padding; off its stride, or past the kernel, no input
+        meets it), so that a lane the load's mask kills there took that term, as a zero, all the same. A trusted
+        claim, like padding_lanes: the checker cannot tell a tap that is zero by definition from a dropped one, both
+        are a mask conjunct that moves with the tap loop, and without the claim such a lane reads as a partial sum
+        (moving_lanes). Only cond's part of the mask is excused: x's `live` L = U & K & A, with K the conjuncts of
+        the user's mask that are cond's, U the user's others and A the load's auto-masks (its tile indices inside
+        the tensor), becomes U & (K | ~cond), so
+          - a conjunct of the mask that is not cond's (a real tap dropped, `& (t != 1)`) still gates the term's
+            covers wherever cond holds (where cond is false it gates them too: conservative);
+          - A's conjuncts that share a variable with cond are dropped where cond is false (a tap off the input
+            indexes outside the flattened image, or wraps into its neighbour: zero by the claim either way), and
+            where cond holds they must hold: a "zero-terms" obligation, decided by z3 with the other checks, that
+            such a term's index is inside the tensor (else the load masked a term the claim does not excuse). The
+            other auto-masks (a channel tile's lanes past C) stay in U.
+        The value, its tags and the checks made at the load are unchanged; it emits nothing in the lowerings (a
+        ghost op)."""
+        x = self.get(op.args[0])
+        p = broadcast(self.get(op.args[1]), x.shape)
+        if p.val is None:
+            raise CheckerError("zero_terms' predicate is not something the checker can evaluate", op.line)
+        cond = to_bool(p.val)
+        auto, umask = self.auto_masks.get(op.args[0].id, ([], TRUE))
+        named, mine = conjuncts(cond), conjuncts(umask)
+        live_cs = conjuncts(x.live)
+        k = [c for c in live_cs if _among(c, named)]
+        near = free_vars(cond)  # an auto-mask on other indices (a channel tile past C) stays a plain conjunct
+        dropped = [c for c in auto if not _among(c, named) and not _among(c, mine) and free_vars(c) & near]
+        user = [c for c in live_cs if not _among(c, named) and not _among(c, dropped)]
+        if all(_among(c, k) for c in named):
+            live = conj(user)  # every conjunct of cond is one of the mask's: K | ~cond holds everywhere
+        else:
+            live = conj(user + [simp(z3.Or(conj(k), z3.Not(cond)))])
+        shape = x.shape
+        if dropped:
+            def describe(w: dict[str, Any]) -> str:
+                return ("zero_terms excuses this term only where its condition is false, but here the condition "
+                        "holds and the load's index lies outside the tensor: the load masked a term that is not "
+                        "zero by definition")
+            self.check("zero-terms", op, shape, conj([p.live, cond] + user + [z3.Not(conj(dropped))]), describe,
+                       related=self.def_lines([op.args[0], op.args[1]]))
+        self.put(op.args[0], replace(x, live=live))
 
     def cover_bound(self, op: Op, x: AVal, name: str) -> AVal | None:
         """tag_of(x, "sum(T).lo") / "max(T).hi" / "scale(T).lo": a bound of the range of T that x has summed
@@ -1572,6 +1619,12 @@ def padding(v: AVal) -> Expr:
     """Where v's elements were named padding (padding_lanes): by every operand that carries the name."""
     alts = v.tags.get(PADDING_TAG, ())
     return conj([z3.And(t.when, t.expr != 0) for t in alts]) if alts else FALSE
+
+
+def _among(e: Expr, es: list[Expr]) -> bool:
+    """Whether e is one of es, structurally (z3 terms compared by `same`, not by ids of temporaries that z3 may
+    free and reuse)."""
+    return any(same(e, c) for c in es)
 
 
 def _names(e: Expr) -> frozenset[str]:

@@ -49,6 +49,7 @@ from ..dsl.lang import (
     tag,
     tag_of,
     tile_grid,
+    zero_terms,
     zeros,
 )
 from ..dsl.runtime import Kernel, kernel
@@ -102,6 +103,7 @@ def conv_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "KK"), bias:
                        & (tag_of(a, "S") % IW - (rm % OW)[None, :] * SW + PW == tag_of(a, "KK") // CG % KW * DW),
                        "the input tap gathered (input - output * stride + pad) is the weight tap times dilation")
             w = load(Wk[g, rn, t * CG + rc], mask=(rc < CG)[None, :])
+            zero_terms(a, inside[None, :])  # a tap off the input reads zero padding: a zero term, not a dropped one
             acc = mma(w, a, acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[g, rn]).to(float32)[:, None]
@@ -192,6 +194,8 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("NP", "G", "CO
                                    "input * stride + weight tap * dilation is the output position plus pad")
                         w = load(Wk[ph, g, rn, t * CG + rc], mask=(rc < CG)[None, :])
                         assert_tag(tag_of(w, "NP") == ph, "each phase reads its own taps' weights")
+                        # a tap past the kernel, or off the input or its stride (no input meets it): a zero term
+                        zero_terms(a, inside[None, :])
                         acc = mma(w, a, acc)
                 if HAS_BIAS == 1:
                     acc = acc + load(bias[g, rn]).to(float32)[:, None]
@@ -237,6 +241,7 @@ def conv_depthwise(X: Tensor("N", "C", "S"), Wk: Tensor("C", "T"), bias: Tensor(
                       == tag_of(w[:, None], "T") // KW % KH * DH)
                    & (tag_of(x, "S") % IW - (rm % OW)[None, :] * SW + PW == tag_of(w[:, None], "T") % KW * DW),
                    "the input tap gathered (input - output * stride + pad) is the weight tap times dilation")
+        zero_terms(x, inside[None, :])  # a tap off the input reads zero padding: a zero term, not a dropped one
         acc = acc + x.to(float32) * w.to(float32)[:, None]
     if HAS_BIAS == 1:
         acc = acc + load(bias[rc]).to(float32)[:, None]
