@@ -393,8 +393,8 @@ class Interpreter:
                     res.maxof = res.maxof or x.maxof
                     res.diff = res.diff or x.diff
         elif o in ("max", "min"):
-            if a.maxof and b.maxof:
-                res.maxof = a.maxof.union(b.maxof)
+            if a.maxof and b.maxof:  # a term's moving lane mask gates its part of a running max (moving_lanes)
+                res.maxof = self.moving_max(a, b).union(self.moving_max(b, a))
             res.sums = sums_union(a.sums, b.sums)
 
     def additive(self, op: Op, a: AVal, b: AVal, res: AVal, sub: bool) -> None:
@@ -451,15 +451,22 @@ class Interpreter:
         moving = [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
         if not moving or not x.sums:
             return x
-
-        def gated(p: Piece) -> Piece:
-            loops = acc.carried & {n for e in p.exprs for n in free_vars(e)}
-            have = conjuncts(simp(p.cond))
-            return replace(p, cond=conj([p.cond] + [c for c in moving if free_vars(c) & loops
-                                                    and not _among(c, have)]))
-        sums = {d: cs if d.startswith("lost(") else tuple(tuple(gated(p) for p in ps) for ps in cs)
+        sums = {d: cs if d.startswith("lost(") else tuple(tuple(_gated(p, moving, acc.carried) for p in ps)
+                                                           for ps in cs)
                 for d, cs in x.sums.items()}
         return replace(x, sums=sums)
+
+    def moving_max(self, x: AVal, acc: AVal) -> Cov:
+        """x's running-max cover as a term of `maximum(acc, x)`, with acc carried by a loop: the conjuncts of x's
+        `live` that move with that loop gate its pieces, as moving_lanes does for a sum's. A lane a moving mask
+        killed in some iterations (a load with `other=-inf`) took no index of those iterations' blocks into its
+        max; without the gate the loop's summary (which keeps only the conjuncts of `live` that do not move)
+        would read it as the max over them all."""
+        assert x.maxof is not None
+        moving = [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
+        if not moving:
+            return x.maxof
+        return replace(x.maxof, pieces=tuple(_gated(p, moving, acc.carried) for p in x.maxof.pieces))
 
     def copy_props(self, src: AVal, res: AVal) -> None:
         res.sums, res.maxof, res.scale, res.ratio, res.diff = src.sums, src.maxof, src.scale, src.ratio, src.diff
@@ -1619,6 +1626,14 @@ def padding(v: AVal) -> Expr:
     """Where v's elements were named padding (padding_lanes): by every operand that carries the name."""
     alts = v.tags.get(PADDING_TAG, ())
     return conj([z3.And(t.when, t.expr != 0) for t in alts]) if alts else FALSE
+
+
+def _gated(p: Piece, moving: list[Expr], carried: frozenset[str]) -> Piece:
+    """p with the conjuncts of `moving` (a term's `live`, moving with a loop in `carried`) that move with a loop p
+    itself moves with added to its condition (Interpreter.moving_lanes)."""
+    loops = carried & {n for e in p.exprs for n in free_vars(e)}
+    have = conjuncts(simp(p.cond))
+    return replace(p, cond=conj([p.cond] + [c for c in moving if free_vars(c) & loops and not _among(c, have)]))
 
 
 def _among(e: Expr, es: list[Expr]) -> bool:
