@@ -203,8 +203,7 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
                 matches.append(m)
     changed = False
     if "gemm" in enabled:
-        _einsum_as_matmul(g)
-        amp = _under_autocast(g)  # the einsums rewritten are new nodes
+        _einsum_as_matmul(g, amp)
         changed = _outer_products_as_mul(g, amp)
         for node in list(g.nodes):
             if _alive(node) and node.op in ("call_function", "call_method") and node not in amp:
@@ -221,7 +220,7 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
     if library:
         from .library_match import rewrite_library
 
-        matches += rewrite_library(g, gid, tuple(library), _under_autocast(g))
+        matches += rewrite_library(g, gid, tuple(library), amp)
     if matches or changed:
         g.lint()
         gm.recompile()
@@ -254,10 +253,12 @@ def _einsum_matmul_form(eq: str) -> bool:
     return (b[-2] == c and a[:-2] == batch and out == a[:-1] + b[-1] and b[-1] not in a)
 
 
-def _einsum_as_matmul(g: fx.Graph) -> None:
-    """Rewrite einsums that are plain matmuls into torch.matmul, so the GEMM matchers see them."""
+def _einsum_as_matmul(g: fx.Graph, amp: set[fx.Node]) -> None:
+    """Rewrite einsums that are plain matmuls into torch.matmul, so the GEMM matchers see them (not under autocast
+    (`amp`), where no matcher would take them)."""
     for node in list(g.nodes):
-        if node.op != "call_function" or node.target not in EINSUM or node.kwargs or len(node.args) < 2:
+        if (node.op != "call_function" or node.target not in EINSUM or node.kwargs or len(node.args) < 2
+                or node in amp):
             continue
         eq, operands = node.args[0], node.args[1:]
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):

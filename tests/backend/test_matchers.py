@@ -250,9 +250,10 @@ def test_nothing_under_autocast_is_matched() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = F.linear(x, w)
             z = torch.bmm(a, b)
+            e = torch.einsum("ik,kn->in", x, w.t())
             o = F.scaled_dot_product_attention(q, q, q)
             with torch.autocast("cpu", enabled=False):
                 u = F.linear(x, w)
-        return y0, y, z, o, u
+        return y0, y, z, e, o, u
 
     _check(f, x, w, a, b, q, kinds=["gemm", "gemm"])  # assert_close checks each output's dtype too
