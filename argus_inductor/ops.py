@@ -1225,15 +1225,15 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
             plan.kernels[name](qs, k, v, m, out, scs, policy=pol, target=target)
         return out
 
-    def fallback_contiguous() -> Tensor:  # SDPA returns q's layout; the op's fake (and the kernels) attention_out's
+    def fallback_in_layout() -> Tensor:  # SDPA returns q's layout; the op's fake (and the kernels) attention_out's
         return attention_out(q, v, positions).copy_(fallback())
 
     if v.shape != k.shape or h % hk or q.shape[0] != k.shape[0] or q.shape[-1] != d:
-        return fallback_contiguous()
+        return fallback_in_layout()
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not broadcasts_to(
             mask.shape, (z, h, s, t))):
-        return fallback_contiguous()
-    return run_op(node_id, sig, run, fallback_contiguous, [q, k, v], (causal, _meta(mask)),
+        return fallback_in_layout()
+    return run_op(node_id, sig, run, fallback_in_layout, [q, k, v], (causal, _meta(mask)),
                   flops=4 * z * h * s * t * d,  # as FlopCounterMode counts SDPA (the mask ignored)
                   inputs=_present(q, k, v, mask))
 
