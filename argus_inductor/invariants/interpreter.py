@@ -448,7 +448,7 @@ class Interpreter:
         cover's condition it is unioned over the iterations with the indices, so each lane covers the blocks of
         the iterations where it was live. A cover is gated only by the conjuncts that move with a loop it moves with:
         over the iterations of another loop it is the same set, whole wherever the lane was live once."""
-        moving = [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
+        moving = _moving(x, acc)
         if not moving or not x.sums:
             return x
         sums = {d: cs if d.startswith("lost(") else tuple(tuple(_gated(p, moving, acc.carried) for p in ps)
@@ -463,7 +463,7 @@ class Interpreter:
         max; without the gate the loop's summary (which keeps only the conjuncts of `live` that do not move)
         would read it as the max over them all."""
         assert x.maxof is not None
-        moving = [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
+        moving = _moving(x, acc)
         if not moving:
             return x.maxof
         return replace(x.maxof, pieces=tuple(_gated(p, moving, acc.carried) for p in x.maxof.pieces))
@@ -1626,6 +1626,12 @@ def padding(v: AVal) -> Expr:
     """Where v's elements were named padding (padding_lanes): by every operand that carries the name."""
     alts = v.tags.get(PADDING_TAG, ())
     return conj([z3.And(t.when, t.expr != 0) for t in alts]) if alts else FALSE
+
+
+def _moving(x: AVal, acc: AVal) -> list[Expr]:
+    """The conjuncts of term x's `live` that move with a loop carrying the accumulator acc (a lane mask
+    `(rm < 2 + k)[:, None]`): what moving_lanes and moving_max gate x's covers with."""
+    return [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
 
 
 def _gated(p: Piece, moving: list[Expr], carried: frozenset[str]) -> Piece:
