@@ -1,6 +1,7 @@
 """backend="argus": Argus graph rewrites, then Inductor for everything else."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from torch._dynamo.exc import RestartAnalysis
 from . import optimize as _optimize  # noqa: F401  (makes argus_inductor.optimize(model) callable)
 from . import reporting as _report
 from .config import Options
+from .cuda_graphs import replacing_trees
 from .matchers import rewrite
 from .ops import set_active_options, target_for
 
@@ -47,6 +49,18 @@ def copied_input_bytes(example_inputs: list[Any]) -> int:
     return total
 
 
+def _mode_options(mode: str | None) -> dict[str, Any]:
+    from torch._inductor import list_mode_options
+
+    if not mode:
+        return {}
+    try:
+        return dict(list_mode_options(mode))
+    except (RuntimeError, KeyError):
+        modes = ", ".join(sorted(list_mode_options()))
+        raise ValueError(f"backend='argus': unknown mode {mode!r}; Inductor's modes are {modes}") from None
+
+
 def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
                   options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The Dynamo backend. `options` are Argus options (see argus_inductor.config.Options); `mode` goes to
@@ -79,7 +93,9 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # CUDA graphs: Argus ops never synchronize with the host (masks, MoE routing and split-K all stay on the
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
     # once, at capture. On by default on a GPU (as in vLLM and mode="max-autotune"); ARGUS_CUDAGRAPHS=0 or
-    # mode="default" turns it off.
+    # mode="max-autotune-no-cudagraphs" turns it off (torch.compile passes no mode="default" to a backend other
+    # than Inductor's). argus_inductor.cuda_graphs replays them with less host work than Inductor's CUDA-graph
+    # trees, which it hands a graph to where its simpler model does not hold (ARGUS_GRAPH_REPLAY=0: the trees).
     # A replay first copies every input that has no static address into the graph's own buffers: for large inputs
     # that copy costs more than the host launch work the graph saves (measured on the H100 with replayed launches,
     # argus_inductor.replay: about 0.1 ms per Argus op, the copy of some 100 MB; default 32 MB per op), so such
@@ -88,6 +104,10 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # as Inductor does, only where `mode` asks (measured on the H100 with every op inlined, overhead.py: graphs
     # made 9 of 10 KernelBench-format problems slower, by 0.002-0.6 ms, the replay's input copies and bookkeeping
     # costing more than the launches they save; NOTES.md, session 9).
+    # The rest of the graph is Inductor's, compiled with the options `mode` gives it (max-autotune: autotuned
+    # templates for what Argus left, coordinate-descent tuning of Inductor's own kernels).
+    modal = _mode_options(mode)
+
     def inductor_config(all_inlined: bool) -> dict[str, Any]:
         graphs = opts.cudagraphs and any(d.type == "cuda" for d in devices) and \
             (mode in ("max-autotune", "reduce-overhead") if all_inlined else mode != "default")
@@ -96,17 +116,22 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
             log.info("argus: no CUDA graph: a replay would copy %.0f MB of inputs (ARGUS_CUDAGRAPH_COPY_MB=%g per "
                      "Argus op, %d op(s))", copied / 2**20, opts.cudagraph_copy_mb, argus_ops)
             graphs = False
-        config: dict[str, Any] = {"triton.cudagraphs": graphs}
-        if mode == "max-autotune":
-            config["max_autotune"] = True
-        elif mode == "reduce-overhead":
+        config: dict[str, Any] = {**modal, "triton.cudagraphs": graphs}
+        if mode == "reduce-overhead":
             config["triton.cudagraphs"] = True
+        elif mode and "no-cudagraphs" in mode:
+            config["triton.cudagraphs"] = False
         log.info("argus: a graph of %d Argus op(s), %d inlined: CUDA graphs %s", argus_ops, inlined,
                  "on" if config["triton.cudagraphs"] else "off")
         return config
 
+    def compile_with(graph: torch.fx.GraphModule, config: dict[str, Any]) -> Callable[..., Any]:
+        replay = opts.graph_replay and config["triton.cudagraphs"]
+        with replacing_trees() if replay else contextlib.nullcontext():
+            return compile_fx(graph, example_inputs, config_patches=config)
+
     try:
-        compiled = compile_fx(gm, example_inputs, config_patches=inductor_config(0 < argus_ops == inlined))
+        compiled = compile_with(gm, inductor_config(0 < argus_ops == inlined))
     except Exception as e:
         if not inlined or isinstance(e, RestartAnalysis):
             # a restart is Dynamo's signal, not a failure (TensorifyScalarRestartAnalysis: trace again with a Python
@@ -119,7 +144,7 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
         # is then one of Argus ops, which takes CUDA graphs by their rule)
         _say_once(f"argus: Inductor could not compile the inlined Argus launches ({type(e).__name__}: "
                   f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); running them as Argus ops")
-        compiled = compile_fx(original, example_inputs, config_patches=inductor_config(False))
+        compiled = compile_with(original, inductor_config(False))
     if opts.report:
         reported = []
 

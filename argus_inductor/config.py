@@ -47,6 +47,8 @@ class Options:
     cudagraphs: bool = True        # ARGUS_CUDAGRAPHS: on a GPU, let Inductor capture the graph in CUDA graphs
     cudagraph_copy_mb: float = 32.0  # ARGUS_CUDAGRAPH_COPY_MB: per Argus op in the graph; no CUDA graph when a
     #                                   replay would copy more input bytes than that
+    graph_replay: bool = True      # ARGUS_GRAPH_REPLAY: replay those CUDA graphs with argus_inductor.cuda_graphs
+    #                                 (less host work a call) instead of Inductor's CUDA-graph trees
     tune_seconds: float = 20.0     # ARGUS_TUNE_SECONDS: policy search per library-op signature (ON_MISS=synthesize)
     tune_candidates: int = 24      # ARGUS_TUNE_CANDIDATES: most policies that search times per signature
     tune_lock: str = ""            # ARGUS_TUNE_LOCK: a file locked while timing (processes sharing a GPU take turns)
@@ -66,6 +68,7 @@ class Options:
             "optimize": _env_bool("ARGUS_OPTIMIZE", True),
             "cudagraphs": _env_bool("ARGUS_CUDAGRAPHS", True),
             "cudagraph_copy_mb": env_number("ARGUS_CUDAGRAPH_COPY_MB", 32.0, float),
+            "graph_replay": _env_bool("ARGUS_GRAPH_REPLAY", True),
             "tune_seconds": env_number("ARGUS_TUNE_SECONDS", 20.0, float),
             "tune_candidates": env_number("ARGUS_TUNE_CANDIDATES", 24, int),
             "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),

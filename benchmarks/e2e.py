@@ -1,5 +1,6 @@
 """End to end on one GPU: Llama-3-8B and Mixtral-8x7B dims (2 layers each, random bf16 weights) under eager,
-backend="inductor", mode="max-autotune" and backend="argus".
+backend="inductor", mode="max-autotune" and backend="argus" (with mode="max-autotune", so that what Argus leaves
+to Inductor is compiled as the max-autotune column compiles it: the comparison is of what Argus adds).
 
     python benchmarks/e2e.py [--models llama,mixtral] [--backends eager,inductor,max-autotune,argus]
                              [--budget-s 450] [--out DIR]
@@ -38,6 +39,10 @@ if SMOKE:  # before argus_inductor (and triton) are imported
 import argus_inductor  # noqa: E402  (registers backend="argus")
 
 BACKENDS = ("eager", "inductor", "max-autotune", "argus")
+ARGUS_MODE = "max-autotune"  # the torch.compile mode of the argus column (Inductor's own kernels tuned as the peer's)
+# Argus variants for A/B runs (named in --backends, never run by default): Argus with Inductor's default mode for
+# the rest of the graph (no coordinate-descent tuning of Inductor's kernels)
+VARIANTS = {"argus-default-mode": {}}
 PREFILL = ((1, 2048), (8, 512))
 DECODE = (1, 32)
 CONTEXT = 1024      # decode: tokens already in the KV cache
@@ -45,7 +50,7 @@ DECODE_STEPS = 8    # decode: tokens timed per measurement
 TOL = 3e-2          # bf16: relative error of the logits (routing ties may flip an expert for a few tokens)
 # A phase is started only when this many seconds of the budget are left (a compile of a 2-layer 8B-dims
 # model takes tens of seconds; max-autotune benchmarks its GEMM choices and takes longer).
-NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90}
+NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90, "argus-default-mode": 45}
 
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                  num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)
@@ -222,7 +227,8 @@ def compile_for(model: torch.nn.Module, backend: str) -> Callable:
         return torch.compile(model, backend="inductor", dynamic=True)
     if backend == "max-autotune":
         return torch.compile(model, backend="inductor", mode="max-autotune", dynamic=True)
-    return torch.compile(model, backend="argus", dynamic=True)
+    kwargs = VARIANTS[backend] if backend in VARIANTS else {"mode": ARGUS_MODE}
+    return torch.compile(model, backend="argus", dynamic=True, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -256,7 +262,7 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
         for b, dec in decoders.items():
             refs[f"decode b={b}"] = dec.step(model, 0)
         # Argus and its comparison first: what the time box cuts, if anything, is plain Inductor.
-        order = sorted(backends, key=lambda b: ("eager", "argus", "max-autotune", "inductor").index(b))
+        order = sorted(backends, key=lambda b: ("eager", "argus", *VARIANTS, "max-autotune", "inductor").index(b))
         broken = ""
         for backend in order:
             left = deadline - time.perf_counter()
@@ -406,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    bad = [b for b in backends if b not in BACKENDS] + [m for m in models if m not in ("llama", "mixtral")]
+    bad = [b for b in backends if b not in BACKENDS and b not in VARIANTS]
+    bad += [m for m in models if m not in ("llama", "mixtral")]
     phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
     bad += [p for p in phases if p not in ("prefill", "decode")]
     if bad or not phases:
@@ -432,12 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": stamp, "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
             "torch": torch.__version__,
             "python": platform.python_version(), "argus_inductor": argus_inductor.__version__,
-            "wall_s": round(time.perf_counter() - start, 1), "tolerance_rel": TOL, "decode_context": CONTEXT}
+            "wall_s": round(time.perf_counter() - start, 1), "tolerance_rel": TOL, "argus_mode": ARGUS_MODE,
+            "decode_context": CONTEXT}
     meta.update(versions())
     md = (f"# End to end: eager, Inductor, max-autotune, Argus ({meta['gpu']}, {stamp})\n\n"
           f"torch {meta['torch']}, transformers {meta['transformers']}, random bf16 weights; median ms per call "
           f"(prefill, last-token logits) or per token (decode, {CONTEXT}-token static KV cache); ratios are "
-          f"the other's time / Argus's time (> 1: Argus faster). MISMATCH: a sequence's relative error of the logits "
+          f"the other's time / Argus's time (> 1: Argus faster); argus is backend=\"argus\", mode=\"{ARGUS_MODE}\" "
+          f"(what Argus leaves to Inductor compiled as the max-autotune column's). MISMATCH: a sequence's relative "
+          f"error of the logits "
           f"against eager at {TOL:g} or above (Mixtral: the median sequence's, or more than a quarter of them; a "
           f"bf16 rounding difference before a router can flip a near-tied expert for one sequence, listed as "
           f"'sequences off').\n\n" + table(results, backends))

@@ -165,6 +165,24 @@ def test_cuda_graphs_are_asked_of_inductor_on_a_gpu(monkeypatch, options, mode, 
     assert seen.get("triton.cudagraphs") is graphs, seen
 
 
+def test_mode_gives_the_rest_of_the_graph_inductors_options_for_it(monkeypatch) -> None:
+    """mode="max-autotune" compiles what Argus leaves as Inductor's max-autotune would (its own kernels
+    coordinate-descent tuned); a mode Inductor does not know is a clear error, not a KeyError from inside it."""
+    import torch._inductor.compile_fx as cfx
+
+    from argus_inductor import backend
+
+    seen: list[dict] = []
+    monkeypatch.setattr(cfx, "compile_fx", lambda gm, ex, config_patches=None: seen.append(config_patches) or gm)
+    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
+    backend.argus_backend(gm, [torch.randn(2, 4)], mode="max-autotune")
+    assert seen[-1]["max_autotune"] is True and seen[-1]["coordinate_descent_tuning"] is True
+    backend.argus_backend(gm, [torch.randn(2, 4)])
+    assert "coordinate_descent_tuning" not in seen[-1]
+    with pytest.raises(ValueError, match="unknown mode 'fastest'.*max-autotune"):
+        backend.argus_backend(gm, [torch.randn(2, 4)], mode="fastest")
+
+
 @pytest.mark.parametrize("mode,inlined,graphs", [(None, "all", False), ("max-autotune", "all", True),
                                                  ("reduce-overhead", "all", True), (None, "some", True),
                                                  (None, "all, then Inductor fails on them", True)])

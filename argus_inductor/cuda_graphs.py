@@ -1,0 +1,281 @@
+"""CUDA graphs for Argus-compiled graphs, replayed with less host work per call than Inductor's trees.
+
+Inductor wraps a compiled graph in its CUDA-graph trees: per call they check the tree's invariants, copy the inputs,
+replay, rebuild each output as a tensor over the graph's memory and mark the previous outputs as overwritten. On the
+H100 that took 0.11-0.18 ms of host time from entering the wrapper to the graph's launch (Llama prefill 8x512,
+benchmarks/host_probe.py --split), and a prefill call's latency counts every microsecond of host time before the
+launch. `GraphReplay` takes the trees' place (0.07 ms there) where its simpler model holds; the backend installs it
+(`replacing_trees`) while Inductor compiles an Argus graph:
+
+* one CUDA graph per key: the integer and float inputs (the dynamic sizes) and the values of CPU scalar inputs (a
+  graph bakes in a scalar the host read at capture);
+* a key's first call runs the compiled code on the caller's inputs (the warm-up: lazy initialization, autotuning)
+  and returns its outputs; the second captures (which runs nothing) and replays, so every call runs the graph's
+  work once (an input mutation, a KV-cache write say, is applied once per call, as without graphs);
+* per replay: the static inputs (parameters, buffers, static-address tensors) must be where they were at capture
+  (one that moved is captured again), the other CUDA inputs are copied into the graph's buffers in one
+  foreach copy, and each output is returned as a fresh copy, so an output kept across calls is never overwritten by
+  a later replay (the trees instead make reading such an output an error).
+
+It hands the graph to Inductor's own wrapper for good where that model does not hold: an input the graph mutates
+that is not static (or not 16-byte aligned), a CPU tensor input of more than one element, an input that is neither
+a tensor nor a number, an input on another device, an output that aliases a copied input or another output, a
+capture that fails (a host sync), or static inputs that keep moving. ARGUS_GRAPH_REPLAY=0 leaves every graph to the
+trees.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+log = logging.getLogger("argus_inductor")
+ALIGN = 16
+RECORDS_PER_KEY = 4  # a key whose static inputs keep moving is handed to Inductor's wrapper after this many
+# what every GraphReplay in this process did: graphs captured, replays, wrappers handed to Inductor's trees
+counters = {"captured": 0, "replayed": 0, "declined": 0}
+
+
+_POOLS = threading.local()
+
+
+def _pool(device: torch.device) -> Any:
+    """The memory pool every graph of this thread on `device` captures into. Sharing is safe because replays
+    of one thread run one after another on one stream and each replay's outputs are copied before the next
+    replay runs: a graph's intermediates, which the next graph's may overlap, are dead once its replay ends."""
+    pools = getattr(_POOLS, "pools", None)
+    if pools is None:
+        pools = _POOLS.pools = {}
+    if device not in pools:
+        pools[device] = torch.cuda.graph_pool_handle()
+    return pools[device]
+
+
+class Declined(Exception):
+    """The graph does not fit GraphReplay's model; the reason is the message."""
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    return t.data_ptr() % ALIGN == 0
+
+
+def _dense_view(t: torch.Tensor) -> torch.Tensor:
+    """`t` with every expanded (stride-0) dim narrowed to one element: what a copy into its buffer must write."""
+    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        if stride == 0 and size > 1:
+            t = t.narrow(d, 0, 1)
+    return t
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+class _Recorded:
+    """One key's graph: its input list, the captured graph and the outputs it writes."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+        self.copied: list[int] = []           # positions of the CUDA inputs copied into a buffer per call
+        self.buffers: list[torch.Tensor] = []  # their buffers (an expanded dim narrowed to one element)
+        self.static: list[int] = []           # positions of the static inputs read in place
+        self.static_ptrs: list[int] = []      # and their addresses at capture
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.outputs: Sequence[Any] = ()
+        self.fresh: list[bool] = []           # per output: returned as a copy (False: a static input's view)
+        self.expanded = False                 # a copied input has an expanded (stride-0) dim
+        self.records = 0
+
+
+class GraphReplay:
+    """The replaying wrapper of one compiled graph (Inductor's boxed calling convention: a list of inputs, which
+    the call clears). `fallback` makes Inductor's own wrapper, taken over for good when this one declines."""
+
+    def __init__(self, model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int],
+                 mutated_input_idxs: Sequence[int], device_index: int,
+                 fallback: Callable[[], Callable[[list[Any]], Any]]) -> None:
+        self.model = model
+        self.static = frozenset(static_input_idxs)
+        self.mutated = frozenset(mutated_input_idxs)
+        self.device = torch.device("cuda", device_index)
+        self._make_fallback = fallback
+        self.fallback: Callable[[list[Any]], Any] | None = None
+        self.declined = ""
+        self.numbers: list[int] = []   # positions of the integer and float inputs (the key)
+        self.scalars: list[int] = []   # positions of the CPU scalar tensors (their values: the key too)
+        self.local = threading.local()  # graphs per thread, as Inductor's wrapper keeps them
+        if self.mutated - self.static:
+            self._decline("it mutates an input that is not static")
+
+    # ------------------------------------------------------------------------------------------------ calls
+
+    def __call__(self, inputs: list[Any]) -> Any:
+        if self.fallback is not None:
+            return self.fallback(inputs)
+        table: dict[tuple, _Recorded] | None = getattr(self.local, "table", None)
+        if table is None:
+            try:
+                table = self._table(inputs)
+            except Declined as e:
+                self._decline(str(e))
+                return self.fallback(inputs)  # type: ignore[misc]
+        key = tuple([inputs[i] for i in self.numbers] + [inputs[i].item() for i in self.scalars])
+        rec = table.get(key)
+        if rec is None:
+            table[key] = _Recorded()
+            return self._warm_up(inputs)
+        if rec.graph is None or [inputs[i].data_ptr() for i in rec.static] != rec.static_ptrs:
+            if rec.records >= RECORDS_PER_KEY:
+                self._decline(f"its static inputs moved {rec.records} times")
+                return self.fallback(inputs)  # type: ignore[misc]
+            try:
+                self._capture(rec, inputs)
+            except Declined as e:
+                self._decline(str(e))
+                return self.fallback(inputs)  # type: ignore[misc]
+        return self._replay(rec, inputs)
+
+    def _table(self, inputs: list[Any]) -> dict[tuple, _Recorded]:
+        """Sort the input positions by kind (the same at every call of one compiled graph)."""
+        self.numbers, self.scalars = [], []
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                if x.device.type == "cpu":
+                    if x.numel() != 1:
+                        raise Declined(f"input {i} is a CPU tensor of {x.numel()} elements")
+                    self.scalars.append(i)
+                elif x.device != self.device:
+                    raise Declined(f"input {i} is on {x.device}, the graph on {self.device}")
+            elif isinstance(x, (int, float)) and not isinstance(x, bool):
+                self.numbers.append(i)
+            else:
+                raise Declined(f"input {i} is a {type(x).__name__}")
+        self.local.table = {}
+        return self.local.table
+
+    def _decline(self, why: str) -> None:
+        if not self.declined:
+            self.declined = why
+            counters["declined"] += 1
+            log.info("argus: CUDA graph replayed by Inductor's wrapper: %s", why)
+        self.local = threading.local()
+        self.fallback = self._make_fallback()
+
+    # ------------------------------------------------------------------------------------- record and replay
+
+    def _buffers(self, rec: _Recorded, inputs: list[Any]) -> None:
+        """The key's input list: static inputs themselves, a fresh aligned buffer for every other tensor (a CPU
+        scalar's buffer is filled here once: its value is part of the key)."""
+        rec.inputs, rec.copied, rec.buffers, rec.static, rec.static_ptrs = [], [], [], [], []
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor) and x.device.type == "cuda" and i in self.static and _aligned(x):
+                rec.inputs.append(x)
+                rec.static.append(i)
+                rec.static_ptrs.append(x.data_ptr())
+            elif isinstance(x, torch.Tensor):
+                if i in self.mutated:
+                    raise Declined(f"it mutates input {i}, which is not 16-byte aligned")
+                buf = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                rec.inputs.append(buf)
+                if x.device.type == "cuda":
+                    rec.copied.append(i)
+                    rec.buffers.append(_dense_view(buf))
+                    rec.expanded = rec.expanded or 0 in x.stride()
+                _dense_view(buf).copy_(_dense_view(x))
+            else:
+                rec.inputs.append(x)
+
+    def _warm_up(self, inputs: list[Any]) -> Any:
+        """Run the compiled code on the caller's inputs (a misaligned one copied: the code assumes 16 bytes)."""
+        args = []
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor) and x.device.type == "cuda" and not _aligned(x):
+                if i in self.mutated:
+                    self._decline(f"it mutates input {i}, which is not 16-byte aligned")
+                    return self.fallback(inputs)  # type: ignore[misc]
+                x = _fresh_copy(x)
+            args.append(x)
+        inputs.clear()
+        return self.model(args)
+
+    def _capture(self, rec: _Recorded, inputs: list[Any]) -> None:
+        self._buffers(rec, inputs)
+        rec.records += 1
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        try:
+            with torch.cuda.graph(graph, pool=_pool(self.device), stream=stream, capture_error_mode="thread_local"):
+                outputs = self.model(list(rec.inputs))
+        except Exception as e:  # a host sync, a CPU op: Inductor's wrapper knows what to do with those
+            torch.cuda.synchronize(self.device)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise Declined(f"capture failed ({type(e).__name__}: {first})") from e
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        copied = {_storage_ptr(rec.inputs[i]) for i in rec.copied}
+        static = {_storage_ptr(rec.inputs[i]) for i in rec.static}
+        seen: set[int] = set()
+        fresh = []
+        for j, o in enumerate(outs):
+            if not isinstance(o, torch.Tensor):
+                fresh.append(False)
+                continue
+            if o.device.type != "cuda":
+                raise Declined(f"output {j} is on {o.device}")
+            ptr = _storage_ptr(o)
+            if ptr in copied:
+                raise Declined(f"output {j} aliases a copied input")
+            if ptr in static:
+                fresh.append(False)  # a static input's own memory: the caller's tensor, returned as it is
+                continue
+            if ptr in seen:
+                raise Declined(f"output {j} aliases another output")
+            seen.add(ptr)
+            fresh.append(True)
+        rec.graph, rec.outputs, rec.fresh = graph, outs, fresh
+        counters["captured"] += 1
+
+    def _replay(self, rec: _Recorded, inputs: list[Any]) -> list[Any]:
+        if rec.copied:
+            srcs = [_dense_view(inputs[i]) for i in rec.copied] if rec.expanded else [inputs[i] for i in rec.copied]
+            torch._foreach_copy_(rec.buffers, srcs)
+        inputs.clear()
+        rec.graph.replay()  # type: ignore[union-attr]
+        counters["replayed"] += 1
+        return [_fresh_copy(o) if f else o for o, f in zip(rec.outputs, rec.fresh)]
+
+
+def _fresh_copy(t: torch.Tensor) -> torch.Tensor:
+    return t.clone()  # preserve_format: a dense tensor keeps its strides
+
+
+def cudagraphify_with(inductor_cudagraphify: Callable[..., Callable[[list[Any]], Any]]) -> Callable[..., Any]:
+    """A drop-in for Inductor's `compile_fx.cudagraphify` (same arguments) that returns a GraphReplay, which calls
+    `inductor_cudagraphify` for Inductor's wrapper where it declines."""
+
+    def cudagraphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int] = (), *,
+                     device_index: int, mutated_input_idxs: Sequence[int] = (), **kwargs: Any) -> GraphReplay:
+        def fallback() -> Callable[[list[Any]], Any]:
+            return inductor_cudagraphify(model, static_input_idxs, device_index=device_index,
+                                         mutated_input_idxs=tuple(mutated_input_idxs), **kwargs)
+        return GraphReplay(model, static_input_idxs, mutated_input_idxs, device_index, fallback)
+
+    return cudagraphify
+
+
+@contextlib.contextmanager
+def replacing_trees() -> Iterator[None]:
+    """While Inductor compiles (and wraps) a graph: its CUDA graphs are GraphReplay's."""
+    from torch._inductor import compile_fx
+
+    original = compile_fx.cudagraphify
+    compile_fx.cudagraphify = cudagraphify_with(original)
+    try:
+        yield
+    finally:
+        compile_fx.cudagraphify = original

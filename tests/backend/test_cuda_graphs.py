@@ -1,0 +1,153 @@
+"""argus_inductor.cuda_graphs: Argus graphs replayed as CUDA graphs with little host work, and Inductor's trees
+wherever the lean model does not hold. The replays need a GPU (run on the device with ARGUS_TEST_DEVICE=cuda);
+the installation is checked everywhere."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from argus_inductor import cuda_graphs
+
+on_gpu = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("ARGUS_TEST_DEVICE") != "cuda",
+                            reason="CUDA graphs need a GPU (ARGUS_TEST_DEVICE=cuda)")
+
+
+def test_the_trees_are_replaced_only_while_inductor_compiles_with_graphs(monkeypatch) -> None:
+    """The backend swaps Inductor's cudagraphify for GraphReplay's during its compile_fx call when CUDA graphs are
+    on and ARGUS_GRAPH_REPLAY is not 0, and puts Inductor's back afterwards (other backends keep the trees)."""
+    import torch._inductor.compile_fx as cfx
+
+    from argus_inductor import backend
+
+    original = cfx.cudagraphify
+    seen = []
+
+    def fake_compile_fx(gm, example_inputs, config_patches=None):
+        seen.append((config_patches["triton.cudagraphs"], cfx.cudagraphify is not original))
+        return gm.forward
+
+    monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
+    monkeypatch.setattr(backend, "_devices", lambda inputs: {torch.device("cuda", 0)})
+    monkeypatch.setattr(backend, "target_for", lambda device, opts=None: "cuda")
+    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
+    for options in ({}, {"graph_replay": False}, {"cudagraphs": False}):
+        backend.argus_backend(gm, [torch.randn(2, 4)], options=options)
+        assert cfx.cudagraphify is original
+    assert seen == [(True, True), (True, False), (False, False)]
+
+
+def test_a_declining_wrapper_hands_its_calls_to_inductors(monkeypatch) -> None:
+    """A graph that mutates an input with no static address is not GraphReplay's: every call goes to the wrapper
+    Inductor would have made (made once, with the same arguments)."""
+    made = []
+
+    def inductor_cudagraphify(model, static_input_idxs, **kwargs):
+        made.append((tuple(static_input_idxs), kwargs["mutated_input_idxs"]))
+        return lambda inputs: ("inductor's", model(inputs))
+
+    wrap = cuda_graphs.cudagraphify_with(inductor_cudagraphify)(lambda inputs: sum(inputs), (0,), device_index=0,
+                                                                 mutated_input_idxs=(1,))
+    assert wrap.declined == "it mutates an input that is not static"
+    assert wrap([1, 2]) == ("inductor's", 3) and wrap([3, 4]) == ("inductor's", 7)
+    assert made == [((0,), (1,))]
+
+
+# ------------------------------------------------------------------------------------------------ on the GPU
+# mode="reduce-overhead": a graph whose Argus ops were all inlined takes CUDA graphs only where the mode asks
+
+
+@pytest.fixture
+def gpu_counters(monkeypatch) -> dict[str, int]:
+    torch._dynamo.reset()
+    monkeypatch.setattr(cuda_graphs, "counters", {"captured": 0, "replayed": 0, "declined": 0})
+    return cuda_graphs.counters
+
+
+@on_gpu
+def test_outputs_kept_across_calls_are_not_overwritten(gpu_counters) -> None:
+    """Each call's output is its own tensor: four calls with fresh inputs, all outputs checked afterwards against
+    a float64 reference (a replay writing into a returned tensor would leave only the last one right)."""
+    f = torch.compile(lambda x, w: F.linear(x, w).relu() + 1, backend="argus", mode="reduce-overhead")
+    w = torch.randn(96, 64, device="cuda", dtype=torch.bfloat16)
+    xs = [torch.randn(32, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    outs = [f(x, w) for x in xs]
+    for x, o in zip(xs, outs):
+        ref = (x.double() @ w.double().T).relu() + 1
+        assert ((o.double() - ref).norm() / ref.norm()).item() < 1e-2
+    assert gpu_counters["captured"] == 1 and gpu_counters["replayed"] == 3, gpu_counters
+
+
+class Counting(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(64, 64, device="cuda")
+        self.register_buffer("calls", torch.zeros((), device="cuda"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return self.lin(x) * self.calls
+
+
+@on_gpu
+def test_a_static_buffer_mutated_in_place_is_updated_once_per_call(gpu_counters) -> None:
+    """The warm-up call runs the graph, the capture runs nothing and each replay runs it once: a buffer counter
+    reads the number of calls, and each output is scaled by it."""
+    m = Counting()
+    f = torch.compile(m, backend="argus", mode="reduce-overhead")
+    x = torch.randn(8, 64, device="cuda")
+    with torch.no_grad():
+        ref = m.lin(x)
+        for k in range(1, 6):
+            out = f(x)
+            assert m.calls.item() == k
+            torch.testing.assert_close(out, ref * k, rtol=1e-2, atol=1e-2)
+    assert gpu_counters["replayed"] == 4 and gpu_counters["declined"] == 0, gpu_counters
+
+
+@on_gpu
+def test_a_mutated_user_input_goes_to_inductors_wrapper(gpu_counters) -> None:
+    def f(x, w):
+        x.add_(1)
+        return F.linear(x, w)
+
+    g = torch.compile(f, backend="argus", mode="reduce-overhead")
+    x = torch.zeros(16, 32, device="cuda")
+    w = torch.randn(32, 32, device="cuda")
+    for k in range(1, 4):
+        out = g(x, w)
+        assert torch.equal(x, torch.full_like(x, float(k)))
+        torch.testing.assert_close(out, F.linear(torch.full_like(x, float(k)), w), rtol=1e-2, atol=1e-2)
+    assert gpu_counters["declined"] == 1 and gpu_counters["replayed"] == 0, gpu_counters
+
+
+@on_gpu
+def test_each_size_and_each_scalar_value_has_its_own_graph(gpu_counters) -> None:
+    """dynamic=True: sizes arrive as integers and a Python float may arrive as a CPU scalar tensor, whose value a
+    graph bakes in; both are part of the key, so alternating them gives each call its own right answer."""
+    f = torch.compile(lambda x, w, s: F.linear(x, w) * s, backend="argus", mode="reduce-overhead", dynamic=True)
+    w = torch.randn(48, 64, device="cuda")
+    for _ in range(3):
+        for rows, s in ((8, 2.0), (24, 2.0), (8, 3.0)):
+            x = torch.randn(rows, 64, device="cuda")
+            torch.testing.assert_close(f(x, w, s), F.linear(x, w) * s, rtol=1e-2, atol=1e-2)
+    assert gpu_counters["replayed"] >= 3, gpu_counters
+
+
+@on_gpu
+def test_a_parameter_that_moved_is_captured_again(gpu_counters) -> None:
+    """A parameter whose storage was replaced (weight.data = ...) is read at its new address: the replay notices
+    the moved static input and captures again rather than reading the old memory."""
+    lin = nn.Linear(64, 32, device="cuda")
+    f = torch.compile(lin, backend="argus", mode="reduce-overhead")
+    x = torch.randn(4, 64, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            f(x)
+        lin.weight.data = torch.randn(32, 64, device="cuda")
+        for _ in range(2):
+            torch.testing.assert_close(f(x), lin(x), rtol=1e-2, atol=1e-2)
+    assert gpu_counters["captured"] >= 2, gpu_counters
