@@ -38,6 +38,16 @@ ALIGN = 16
 RECORDS_PER_KEY = 4  # a key whose static inputs keep moving is handed to Inductor's wrapper after this many
 # what every GraphReplay in this process did: graphs captured, replays, wrappers handed to Inductor's trees
 counters = {"captured": 0, "replayed": 0, "declined": 0}
+reasons: dict[str, int] = {}  # why wrappers were handed to the trees, and how many for each reason
+
+
+def summary() -> str:
+    """One line for argus_inductor.report(): what the replays did in this process ("" when nothing)."""
+    if not any(counters.values()):
+        return ""
+    why = "; ".join(f"{n}x {r}" for r, n in reasons.items())
+    return (f"CUDA graphs: {counters['captured']} captured, {counters['replayed']} replays, "
+            f"{counters['declined']} handed to Inductor's trees" + (f" ({why})" if why else ""))
 
 
 _POOLS = threading.local()
@@ -161,6 +171,8 @@ class GraphReplay:
         if not self.declined:
             self.declined = why
             counters["declined"] += 1
+            if len(reasons) < 16 or why in reasons:
+                reasons[why] = reasons.get(why, 0) + 1
             log.info("argus: CUDA graph replayed by Inductor's wrapper: %s", why)
         self.local = threading.local()
         self.fallback = self._make_fallback()

@@ -82,6 +82,10 @@ def report(file=None) -> str:
         lines.append(f"      signature: {e.signature or '(not run yet)'}")
         lines.append(f"      kernel:    {e.source}; {e.calls} call(s), {t}")
         lines.extend(f"      note:      {n}" for n in e.notes)
+    from .cuda_graphs import summary
+
+    if summary():
+        lines.append(summary())
     text = "\n".join(lines)
     print(text, file=file, flush=True)
     return text

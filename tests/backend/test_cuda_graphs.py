@@ -42,7 +42,9 @@ def test_the_trees_are_replaced_only_while_inductor_compiles_with_graphs(monkeyp
 
 def test_a_declining_wrapper_hands_its_calls_to_inductors(monkeypatch) -> None:
     """A graph that mutates an input with no static address is not GraphReplay's: every call goes to the wrapper
-    Inductor would have made (made once, with the same arguments)."""
+    Inductor would have made (made once, with the same arguments), and the report says why."""
+    monkeypatch.setattr(cuda_graphs, "counters", {"captured": 0, "replayed": 0, "declined": 0})
+    monkeypatch.setattr(cuda_graphs, "reasons", {})
     made = []
 
     def inductor_cudagraphify(model, static_input_idxs, **kwargs):
@@ -54,6 +56,7 @@ def test_a_declining_wrapper_hands_its_calls_to_inductors(monkeypatch) -> None:
     assert wrap.declined == "it mutates an input that is not static"
     assert wrap([1, 2]) == ("inductor's", 3) and wrap([3, 4]) == ("inductor's", 7)
     assert made == [((0,), (1,))]
+    assert "1 handed to Inductor's trees (1x it mutates an input that is not static)" in cuda_graphs.summary()
 
 
 # ------------------------------------------------------------------------------------------------ on the GPU
@@ -64,6 +67,7 @@ def test_a_declining_wrapper_hands_its_calls_to_inductors(monkeypatch) -> None:
 def gpu_counters(monkeypatch) -> dict[str, int]:
     torch._dynamo.reset()
     monkeypatch.setattr(cuda_graphs, "counters", {"captured": 0, "replayed": 0, "declined": 0})
+    monkeypatch.setattr(cuda_graphs, "reasons", {})
     return cuda_graphs.counters
 
 
