@@ -20,8 +20,8 @@ launch. `GraphReplay` takes the trees' place (0.07 ms there) where its simpler m
 It hands the graph to Inductor's own wrapper for good where that model does not hold: an input the graph mutates
 that is not static (or not 16-byte aligned), a CPU tensor input of more than one element, an input that is neither
 a tensor nor a number, an input on another device, an output that aliases a copied input or another output, a
-capture that fails (a host sync), or static inputs that keep moving. ARGUS_GRAPH_REPLAY=0 leaves every graph to the
-trees.
+capture that fails (a host sync), static inputs that keep moving, or a graph Inductor split into several
+partitions. ARGUS_GRAPH_REPLAY=0 leaves every graph to the trees.
 """
 from __future__ import annotations
 
@@ -266,28 +266,39 @@ def _fresh_copy(t: torch.Tensor) -> torch.Tensor:
     return t.clone()  # preserve_format: a dense tensor keeps its strides
 
 
-def cudagraphify_with(inductor_cudagraphify: Callable[..., Callable[[list[Any]], Any]]) -> Callable[..., Any]:
+def cudagraphify_with(inductor_cudagraphify: Callable[..., Callable[[list[Any]], Any]],
+                      made: list[GraphReplay] | None = None) -> Callable[..., Any]:
     """A drop-in for Inductor's `compile_fx.cudagraphify` (same arguments) that returns a GraphReplay, which calls
-    `inductor_cudagraphify` for Inductor's wrapper where it declines."""
+    `inductor_cudagraphify` for Inductor's wrapper where it declines; each one made is appended to `made`."""
 
     def cudagraphify(model: Callable[[list[Any]], Any], static_input_idxs: Sequence[int] = (), *,
                      device_index: int, mutated_input_idxs: Sequence[int] = (), **kwargs: Any) -> GraphReplay:
         def fallback() -> Callable[[list[Any]], Any]:
             return inductor_cudagraphify(model, static_input_idxs, device_index=device_index,
                                          mutated_input_idxs=tuple(mutated_input_idxs), **kwargs)
-        return GraphReplay(model, static_input_idxs, mutated_input_idxs, device_index, fallback)
+        replay = GraphReplay(model, static_input_idxs, mutated_input_idxs, device_index, fallback)
+        if made is not None:
+            made.append(replay)
+        return replay
 
     return cudagraphify
 
 
 @contextlib.contextmanager
 def replacing_trees() -> Iterator[None]:
-    """While Inductor compiles (and wraps) a graph: its CUDA graphs are GraphReplay's."""
+    """While Inductor compiles (and wraps) a graph: its CUDA graphs are GraphReplay's. A graph Inductor split
+    into several partitions (ops that cannot be captured between them) stays with the trees: each partition's
+    outputs are the next one's inputs, which the trees pass on in their own memory, where GraphReplay would copy
+    them twice (out of one graph, into the next)."""
     from torch._inductor import compile_fx
 
     original = compile_fx.cudagraphify
-    compile_fx.cudagraphify = cudagraphify_with(original)
+    made: list[GraphReplay] = []
+    compile_fx.cudagraphify = cudagraphify_with(original, made)
     try:
         yield
     finally:
         compile_fx.cudagraphify = original
+    if len(made) > 1:
+        for replay in made:
+            replay._decline(f"Inductor split the graph into {len(made)} partitions")

@@ -59,6 +59,24 @@ def test_a_declining_wrapper_hands_its_calls_to_inductors(monkeypatch) -> None:
     assert "1 handed to Inductor's trees (1x it mutates an input that is not static)" in cuda_graphs.summary()
 
 
+def test_a_graph_in_several_partitions_stays_with_the_trees(monkeypatch) -> None:
+    """Inductor wraps each partition of a split graph: those GraphReplays all hand over to Inductor's wrapper when
+    the compile ends (a partition's outputs would be copied out of one graph and into the next); a graph of one
+    partition keeps its GraphReplay."""
+    import torch._inductor.compile_fx as cfx
+
+    monkeypatch.setattr(cuda_graphs, "counters", {"captured": 0, "replayed": 0, "declined": 0})
+    monkeypatch.setattr(cuda_graphs, "reasons", {})
+    monkeypatch.setattr(cfx, "cudagraphify", lambda model, idxs, **kw: (lambda inputs: ("trees", model(inputs))))
+    for partitions in (1, 2):
+        with cuda_graphs.replacing_trees():
+            wrappers = [cfx.cudagraphify(sum, (), device_index=0) for _ in range(partitions)]
+        assert all(isinstance(w, cuda_graphs.GraphReplay) for w in wrappers)
+        assert [bool(w.declined) for w in wrappers] == [partitions > 1] * partitions
+    assert [w([1, 2]) for w in wrappers] == [("trees", 3)] * 2
+    assert "Inductor split the graph into 2 partitions" in cuda_graphs.summary()
+
+
 # ------------------------------------------------------------------------------------------------ on the GPU
 # mode="reduce-overhead": a graph whose Argus ops were all inlined takes CUDA graphs only where the mode asks
 
