@@ -193,11 +193,12 @@ class GraphReplay:
                     raise Declined(f"it mutates input {i}, which is not 16-byte aligned")
                 buf = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
                 rec.inputs.append(buf)
-                if x.device.type == "cuda":
+                if x.device.type == "cuda":  # filled by each replay (the capture runs nothing)
                     rec.copied.append(i)
                     rec.buffers.append(_dense_view(buf))
                     rec.expanded = rec.expanded or 0 in x.stride()
-                _dense_view(buf).copy_(_dense_view(x))
+                else:
+                    _dense_view(buf).copy_(_dense_view(x))
             else:
                 rec.inputs.append(x)
 

@@ -84,8 +84,9 @@ def report(file=None) -> str:
         lines.extend(f"      note:      {n}" for n in e.notes)
     from .cuda_graphs import summary
 
-    if summary():
-        lines.append(summary())
+    graphs = summary()
+    if graphs:
+        lines.append(graphs)
     text = "\n".join(lines)
     print(text, file=file, flush=True)
     return text
