@@ -227,8 +227,12 @@ def compile_for(model: torch.nn.Module, backend: str) -> Callable:
         return torch.compile(model, backend="inductor", dynamic=True)
     if backend == "max-autotune":
         return torch.compile(model, backend="inductor", mode="max-autotune", dynamic=True)
-    kwargs = VARIANTS[backend] if backend in VARIANTS else {"mode": ARGUS_MODE}
-    return torch.compile(model, backend="argus", dynamic=True, **kwargs)
+    return torch.compile(model, backend="argus", dynamic=True, **argus_kwargs(backend))
+
+
+def argus_kwargs(backend: str) -> dict[str, Any]:
+    """torch.compile's keyword arguments (mode, options) for the argus column or one of its VARIANTS."""
+    return VARIANTS[backend] if backend in VARIANTS else {"mode": ARGUS_MODE}
 
 
 # ------------------------------------------------------------------------------------------- run

@@ -62,7 +62,10 @@ def split_compile(model: torch.nn.Module, backend: str) -> Callable[..., Any]:
         replay = torch.cuda.CUDAGraph.replay
         torch.cuda.CUDAGraph.replay = _stamped("replay", replay)  # type: ignore[method-assign]
         cuda_graphs.GraphReplay.__call__ = _stamped("runner", cuda_graphs.GraphReplay.__call__)  # type: ignore
-    mode = "max-autotune" if backend in ("argus", "max-autotune") else None  # e2e.py's modes
+    if backend.startswith("argus"):
+        mode = e2e.argus_kwargs(backend).get("mode")
+    else:
+        mode = "max-autotune" if backend == "max-autotune" else None
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         if backend.startswith("argus"):
