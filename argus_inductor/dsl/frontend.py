@@ -1046,30 +1046,24 @@ class Frontend:
             self.ghost -= 1
 
     def op_padding_lanes(self, node: ast.Call) -> Value:
-        x_n, p_n = self.args(node, ["x", "lanes"], 2)
-        x = self.value(self.expr(x_n), x_n)
-        self.ghost += 1
-        try:
-            p = self.value(self.expr(p_n), p_n)
-            if p.dtype != bool_ or broadcast_shapes(p.shape, x.shape) != x.shape:
-                raise self.err(f"padding_lanes needs a boolean predicate shaped like {_shape(x)}",
-                               "name the padding rows, e.g. padding_lanes(h, (tok >= T)[:, None])", p_n)
-            self.emit("padding_lanes", [x, p], {}, [], node)
-        finally:
-            self.ghost -= 1
-        return x
+        return self._marked_lanes(node, "padding_lanes", "lanes",
+                                  "name the padding rows, e.g. padding_lanes(h, (tok >= T)[:, None])")
 
     def op_zero_terms(self, node: ast.Call) -> Value:
-        x_n, p_n = self.args(node, ["x", "cond"], 2)
+        return self._marked_lanes(node, "zero_terms", "cond", "name where the term is not zero by definition, "
+                                  "e.g. zero_terms(a, inside[None, :])")
+
+    def _marked_lanes(self, node: ast.Call, op: str, pred: str, hint: str) -> Value:
+        """A checker-only claim about x's lanes, op(x, predicate): x itself, with the predicate (read as a ghost,
+        boolean and shaped like x) recorded for the checker."""
+        x_n, p_n = self.args(node, ["x", pred], 2)
         x = self.value(self.expr(x_n), x_n)
         self.ghost += 1
         try:
             p = self.value(self.expr(p_n), p_n)
             if p.dtype != bool_ or broadcast_shapes(p.shape, x.shape) != x.shape:
-                raise self.err(f"zero_terms needs a boolean predicate shaped like {_shape(x)}",
-                               "name where the term is not zero by definition, e.g. zero_terms(a, inside[None, :])",
-                               p_n)
-            self.emit("zero_terms", [x, p], {}, [], node)
+                raise self.err(f"{op} needs a boolean predicate shaped like {_shape(x)}", hint, p_n)
+            self.emit(op, [x, p], {}, [], node)
         finally:
             self.ghost -= 1
         return x
