@@ -76,6 +76,7 @@ from .policies import (
     gemv_cat_policy,
     gemv_policy,
     gluon_reads,
+    moe_down_fallback,
     moe_gate_up_fallback,
     moe_policies,
     presplit_gemm_policy,
@@ -376,9 +377,10 @@ def _moe_template(sig: Signature, target: str) -> dict[str, Any]:
     up, down = moe_policies(d["T"], d["TOPK"], d["E"], target, gluon=gluon_reads(sig.dtypes[0]))
     if target != "interpret":  # gate and up tiles staged together; the down GEMM's rows are the gate-up's BM
         elem = _ELEM_BYTES.get(sig.dtypes[0], 4)
-        if not up.warp_specialize:  # a Gluon ring's slots are sized by its lowering (policy_fits)
+        if not up.warp_specialize:  # a Gluon ring's slots are sized by its lowering (policy_fits), as the down's
             up = fit_shared_memory(up, elem, b_tiles=2, target=target)
-        down = fit_shared_memory(down.with_consts(BM=up.const("BM", 16)), elem, target=target).without_consts("BM")
+        if not down.warp_specialize:
+            down = fit_shared_memory(down.with_consts(BM=up.const("BM", 16)), elem, target=target).without_consts("BM")
     return {"moe_gate_up": up.as_dict(), "moe_down": down.as_dict()}
 
 
@@ -401,16 +403,20 @@ def _moe_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[
 def _moe_host_kernels(sig: Signature, policies: dict[str, Policy],
                       target: str | None) -> dict[str, tuple[Kernel, Policy]]:
     """The row gather that gate_up_rows runs before a GATHERED=1 gate-up, at the policy it runs it with; where the
-    gate-up runs its Gluon lowering (on NVIDIA), the Triton policy a launch it declines runs."""
+    gate-up or the down runs its Gluon lowering (on NVIDIA), the Triton policy a launch it declines runs."""
     from .hopper import takes
 
+    out: dict[str, tuple[Kernel, Policy]] = {}
     up = policies.get("moe_gate_up")
-    if up is None or not gathers_rows(up):
-        return {}
-    out = {"moe_gather": (moe_gather, gather_policy(target, sig.dims()["TOPK"]))}
-    if target in (None, "cuda") and up.warp_specialize and takes(moe_gate_up.name, up):
-        f = moe_gate_up_fallback(up)
-        out[f"moe_gate_up (Triton fallback, {f.num_stages} stages)"] = (moe_gate_up, f)
+    if up is not None and gathers_rows(up):
+        out["moe_gather"] = (moe_gather, gather_policy(target, sig.dims()["TOPK"]))
+        if target in (None, "cuda") and up.warp_specialize and takes(moe_gate_up.name, up):
+            f = moe_gate_up_fallback(up)
+            out[f"moe_gate_up (Triton fallback, {f.num_stages} stages)"] = (moe_gate_up, f)
+    down = policies.get("moe_down")
+    if target in (None, "cuda") and down is not None and down.warp_specialize and takes(moe_down.name, down):
+        f = moe_down_fallback(down)
+        out[f"moe_down (Triton fallback, {f.num_stages} stages)"] = (moe_down, f)
     return out
 
 

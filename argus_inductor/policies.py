@@ -218,18 +218,35 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
         # 1-1.4% faster than one a tile (benchmarks/moe_gemm.py, moe-gemm-persistent-h100-2026-11-24.json). The
         # down GEMM's lowering (for plans that ask for it) measured no faster than the Triton down's.
         up = replace(up, num_stages=MOE_GATE_UP_GLUON_STAGES, warp_specialize=True)
-    return (up, Policy.make(BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
-                            persistent=True, tma=tma))
+    down = Policy.make(BN=256, BK=64, num_warps=8, num_stages=MOE_DOWN_TRITON_STAGES, grid_order="grouped",
+                       group_m=8, persistent=True, tma=tma)
+    if gluon and gathered:
+        # the Gluon down (argus_inductor.hopper.moe_down): one program an SM, full waves of tiles, then the tiles
+        # left over cut along K into parts of one wave (its atomics already combine them). Its tiles are 224 K
+        # blocks long, so whole waves cost the most here: at 2048 Mixtral tokens 592 tiles are 4.48 waves of 132,
+        # paid as 5 (benchmarks/moe_gemm.py: the down 0.92 ms on random routing, 0.76 on a balanced one of 512
+        # tiles, 3.9 waves; moe-gemm-2026-11-24.json, moe-gemm-balanced-2026-11-24.json).
+        down = replace(down, num_stages=MOE_DOWN_GLUON_STAGES, warp_specialize=True)
+    return up, down
 
 
 MOE_GATE_UP_GLUON_STAGES = 4
 MOE_GATE_UP_TRITON_STAGES = 3
+MOE_DOWN_GLUON_STAGES = 4
+MOE_DOWN_TRITON_STAGES = 3
 
 
 def moe_gate_up_fallback(policy: Policy) -> Policy:
     """The Triton policy of a gate-up launch its Gluon lowering declines: the same tiles and launch at the Triton
     template's depth (its slots take the shared memory of the Gluon ring's four)."""
     stages = MOE_GATE_UP_TRITON_STAGES if policy.num_stages == MOE_GATE_UP_GLUON_STAGES else policy.num_stages
+    return replace(policy, warp_specialize=False, num_stages=stages)
+
+
+def moe_down_fallback(policy: Policy) -> Policy:
+    """The Triton policy of a down launch its Gluon lowering declines: the same tiles and launch at the Triton
+    template's depth."""
+    stages = MOE_DOWN_TRITON_STAGES if policy.num_stages == MOE_DOWN_GLUON_STAGES else policy.num_stages
     return replace(policy, warp_specialize=False, num_stages=stages)
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels.moe import gather_policy, moe_align, moe_down, moe_gate_up, moe_gather  # noqa: E402
-from argus_inductor.policies import moe_gate_up_fallback, moe_policies  # noqa: E402
+from argus_inductor.policies import moe_down_fallback, moe_gate_up_fallback, moe_policies  # noqa: E402
 from benchmarks.ops import bench  # noqa: E402
 
 HD, INTER, EXPERTS, TOPK = 4096, 14336, 8, 2
@@ -47,18 +47,34 @@ def variants(tokens: int) -> tuple[dict[str, Policy], dict[str, Policy]]:
     ups.update({"gluon BM 64": up64, "gluon BM 64, 5 slots": replace(up64, num_stages=5),
                 "gluon BM 64, bands of 16": replace(up64, group_m=16),
                 "gluon BM 64, BK 128, 2 slots": replace(up64.with_consts(BK=128), num_stages=2)})
-    downs = {"triton template": down, "gluon 4 slots": replace(down, warp_specialize=True, num_stages=4),
-             "gluon 3 slots": replace(down, warp_specialize=True), "triton template BM 64": down.with_consts(BM=64)}
+    fb = moe_down_fallback(down)
+    downs = {"triton template": fb, "gluon template": down, "gluon 3 slots": replace(down, num_stages=3),
+             "triton template BM 64": fb.with_consts(BM=64)}
     return ups, downs
 
 
-def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
+def balanced_ids(tokens: int) -> torch.Tensor:
+    """Token t routed to experts t and t + 1 (mod E): every expert gets exactly tokens * TOPK / E rows, so blocks of
+    any height dividing that have no padding rows (how much of a kernel's time padding costs)."""
+    t = torch.arange(tokens, device="cuda")[:, None]
+    return (t + torch.arange(TOPK, device="cuda")) % EXPERTS
+
+
+TEMPLATES = ("triton template", "gluon template")  # what --templates keeps
+
+
+def run(tokens: int, rows: list[dict], kernels: set[str], balanced: bool = False, templates: bool = False) -> None:
     x = torch.randn(tokens, HD, device="cuda", dtype=torch.bfloat16)
     w1 = torch.randn(EXPERTS, 2 * INTER, HD, device="cuda", dtype=torch.bfloat16) * HD ** -0.5
     w2 = torch.randn(EXPERTS, HD, INTER, device="cuda", dtype=torch.bfloat16) * INTER ** -0.5
     tw, ti = torch.topk(torch.softmax(torch.randn(tokens, EXPERTS, device="cuda"), -1), TOPK)
+    if balanced:
+        ti = balanced_ids(tokens)
     tw = tw.to(torch.bfloat16).reshape(-1).contiguous()
     ups, downs = variants(tokens)
+    if templates:
+        ups = {k: v for k, v in ups.items() if k in TEMPLATES}
+        downs = {k: v for k, v in downs.items() if k in TEMPLATES}
     pairs = tokens * TOPK
     # the peer's rows: the same pairs sorted by expert, no padding
     flat = ti.reshape(-1)
@@ -71,6 +87,9 @@ def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
         """The routing at bm-row blocks: sorted ids, block experts, gathered rows, and the padded slot of each of
         the peer's rows."""
         ids, be = moe_align(ti, EXPERTS, bm)
+        real_blocks = int((be < EXPERTS).sum())
+        print(f"T={tokens} routing at BM {bm}: {real_blocks} blocks with a real expert, {pairs / bm:.1f} without "
+              f"padding ({1 - pairs / (real_blocks * bm):.1%} of the rows padding)", flush=True)
         xs = torch.empty(ids.numel(), HD, device="cuda", dtype=torch.bfloat16)
         moe_gather(x, ids, xs, policy=gather_policy("cuda", TOPK))
         real = ids < pairs
@@ -99,7 +118,7 @@ def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
         moe_gate_up(xs, w1, ids, be, h, policy=pol)
         err = rel(h[slots], hp)
         ms = bench(lambda pol=pol: moe_gate_up(xs, w1, ids, be, h, policy=pol))
-        rows.append(dict(kernel="gate-up", tokens=tokens, name=name, policy=pol.key(), ms=ms,
+        rows.append(dict(kernel="gate-up", tokens=tokens, balanced=balanced, name=name, policy=pol.key(), ms=ms,
                          tflops=up_flop / ms / 1e9, rel_err=err, vs_peer=peer_ms / ms))
         print(f"T={tokens} gate-up  {name:28s} {ms:.4f} ms  {up_flop / ms / 1e9:.0f} TFLOP/s  {peer_ms / ms:.2f}x "
               f"the peer  rel err {err:.1e}", flush=True)
@@ -129,7 +148,7 @@ def run(tokens: int, rows: list[dict], kernels: set[str]) -> None:
         moe_down(h, w2, ids, be, tw, y, policy=pol)
         err = rel(y, yp)
         ms = bench(lambda pol=pol: moe_down(h, w2, ids, be, tw, y, policy=pol))  # accumulates: timing only
-        rows.append(dict(kernel="down", tokens=tokens, name=name, policy=pol.key(), ms=ms,
+        rows.append(dict(kernel="down", tokens=tokens, balanced=balanced, name=name, policy=pol.key(), ms=ms,
                          tflops=down_flop / ms / 1e9, rel_err=err, vs_peer=peer_ms / ms))
         print(f"T={tokens} down     {name:28s} {ms:.4f} ms  {down_flop / ms / 1e9:.0f} TFLOP/s  {peer_ms / ms:.2f}x "
               f"the peer  rel err {err:.1e}", flush=True)
@@ -139,18 +158,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", default="2048,4096", help="comma-separated token counts")
     ap.add_argument("--kernels", default="gate-up,down", help="which GEMMs: gate-up, down or both")
+    ap.add_argument("--balanced", action="store_true",
+                    help="route every expert the same number of rows (no padding rows at the template's blocks)")
+    ap.add_argument("--templates", action="store_true",
+                    help="only the templates (Triton and Gluon), not the other depths, bands and heights")
     ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmarks/moe_gemm.py needs a CUDA GPU")
     rows: list[dict] = []
     for t in args.tokens.split(","):
-        run(int(t), rows, set(args.kernels.split(",")))
+        run(int(t), rows, set(args.kernels.split(",")), args.balanced, args.templates)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 date=datetime.datetime.now().isoformat(timespec="seconds"), timing="CUDA-graph replay median")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"moe-gemm-{datetime.date.today()}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    name = f"moe-gemm{'-balanced' if args.balanced else ''}-{datetime.date.today()}.json"
+    (out / name).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
 
 
 if __name__ == "__main__":

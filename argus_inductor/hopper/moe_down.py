@@ -1,14 +1,20 @@
 """moe_down lowered by hand to Gluon for Hopper (sm_90): the grouped down GEMM of a prefill MoE step,
 Y[token of p] += routing_weight[p] * (Hin[p] W2[e]^T), scattered back to token order in float32.
 
-One program takes one BM x BN tile: BM sorted rows of one expert block, BN of the HD output columns. Programs walk
-row blocks in groups of `group_m` (moe_gate_up_ws's order); a padding block (block_expert = E) returns at once.
-A 1-warp loader (hopper/gemm.py's, B read K-major) copies the Hin tile [BM, BK] and the W2 tile [BN, BK] (W2
-viewed (E*HD, I)) of each K block through TMA into a ring; the consumer warp groups keep one wgmma in flight and
-release a slot once the wgmma reading it retired (hopper/gemm.py's ring). The epilogue scales each row by its
-pair's routing weight and adds it into Y with float32 atomics (two pairs of a token meet there); padding rows
-(id >= T*TOPK) and columns >= HD are masked. K past I reads zeros (TMA); a column block past HD reads the next
-expert's rows into masked columns.
+One program runs on each SM and walks BM x BN tiles (BM sorted rows of one real expert block, BN of the HD output
+columns; padding blocks are no tiles) in moe_gate_up_ws's grouped order. A down tile is long (K = I, 224 blocks of
+64 at Mixtral's dims), so whole waves of tiles leave the last wave part-empty: 592 tiles at 2048 tokens are 4.48
+waves of 132 SMs, paid as 5. The tiles go in full waves (program pid takes tiles pid, pid + nprog, ...), and each of
+the `rem` tiles left after them is cut along K into `split` parts (`tail_split`: as many as fit in one wave, at
+most MAX_SPLIT), one part a program: 4.5 waves there. The parts need nothing to combine them: every tile already
+adds into Y with atomics.
+- A 1-warp loader partition runs one loop over every K block of the program's tiles and tail part, copying the Hin
+  tile [BM, BK] and the W2 tile [BN, BK] (W2 viewed (E*HD, I)) of each through TMA into one ring slot.
+- The consumer warp groups keep one wgmma in flight and release a slot once the wgmma reading it retired
+  (hopper/gemm.py's ring). Where a tile (or the tail part) ends they retire everything and add the tile, each row
+  scaled by its pair's routing weight, into Y with float32 atomics (two pairs of a token meet there); padding rows
+  (id >= T*TOPK) and columns >= HD are masked. K past I reads zeros (TMA); a column block past HD reads the next
+  expert's rows into masked columns.
 
 Preconditions (`declines`): bf16 or fp16 Hin and W2 alike, Y float32 and contiguous, Hin and W2 (as (E*HD, I))
 row-major with 16-byte row pitches, P = NB * BM, a compute capability 9.0 device. Anything else runs the Triton
@@ -17,7 +23,6 @@ lowering at the policy's tiles (`fallback`).
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -27,14 +32,16 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
 from ..dsl.policy import Policy
+from ..policies import moe_down_fallback
 from .device import capability, compile_sm90
-from .gemm import _GL_DTYPES, LOADER_REGS, _loader, _rows_ok, _smem_layout, ring_tiles_fit
-from .moe_gate_up import grouped_tile
+from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
+from .moe_gate_up import grouped_tile, real_blocks
 from .rings import Ring, RingViolation, check_kernel
 
 
@@ -49,30 +56,61 @@ def policy_fits(policy: Policy) -> str | None:
                           down_smem, "{bm}x{bk} + {bn}x{bk} tiles")
 
 
-@gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS, n_blocks,
-              BM: gl.constexpr, BN: gl.constexpr, CW: gl.constexpr, TOPK: gl.constexpr, STAGES: gl.constexpr):
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
-                                                         instr_shape=[16, BN, 16])
-    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
-    mbarrier.wait(ready.index(0), 0)
-    acc = warpgroup_mma(a_bufs.index(0), b_bufs.index(0).permute((1, 0)), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-    for j in range(1, n_blocks):
-        slot = j % STAGES
-        ph = (j // STAGES) & 1
-        mbarrier.wait(ready.index(slot), ph)
-        acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-        mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    mbarrier.arrive(empty.index((n_blocks - 1) % STAGES), count=1)
+# The schedule's helpers use integer arithmetic, minimum and maximum only (no casts or selects), so that
+# tests/hopper/test_moe_lowering.py runs this same source over plain Python integers and checks that the programs
+# cover every K block of every tile exactly once.
+MAX_SPLIT = 4  # at most this many parts a tail tile (each part's Y tile is one more set of atomics)
 
-    rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
+
+@gluon.jit
+def tail_split(tiles, nprog, kb, MAX_SPLIT: gl.constexpr):
+    """(full waves, tail tiles, parts a tail tile): the tiles left after the full waves of nprog are cut along K
+    into as many parts as fit in one wave, at most MAX_SPLIT and at least 4 K blocks a part."""
+    full = tiles // nprog
+    rem = tiles % nprog
+    split = gl.minimum(gl.minimum(nprog // gl.maximum(rem, 1), MAX_SPLIT), gl.maximum(kb // 4, 1))
+    return full, rem, gl.maximum(split, 1)
+
+
+@gluon.jit
+def program_run(pid, nprog, tiles, kb, MAX_SPLIT: gl.constexpr):
+    """Program pid's run: (blocks of its full-wave tiles, first K block of its tail part, its tail tile, blocks in
+    all). Its tail part is part pid // rem of tail tile full * nprog + pid % rem, for pid < rem * split."""
+    full, rem, split = tail_split(tiles, nprog, kb, MAX_SPLIT)
+    rem1 = gl.maximum(rem, 1)
+    part = pid // rem1
+    k0 = part * kb // split
+    has_part = gl.minimum(gl.maximum(rem * split - pid, 0), 1)  # 1 where pid < rem * split
+    return full * kb, k0, full * nprog + pid % rem1, full * kb + has_part * ((part + 1) * kb // split - k0)
+
+
+@gluon.jit
+def block_of(g, pid, nprog, kb, dp_blocks, k0, tail_tile):
+    """(tile, K block) of block g of the program's run: its full-wave tiles pid, pid + nprog, ... then its tail
+    part's K blocks k0, k0 + 1, ..."""
+    in_waves = gl.minimum(gl.maximum(dp_blocks - g, 0), 1)  # 1 where g < dp_blocks
+    tile = in_waves * (pid + (g // kb) * nprog) + (1 - in_waves) * tail_tile
+    k = in_waves * (g % kb) + (1 - in_waves) * (k0 + g - dp_blocks)
+    return tile, k
+
+
+@gluon.jit
+def starts_tile(g, kb, dp_blocks):
+    """Whether block g of the run starts a tile (or the tail part): the block before it ended one."""
+    return ((g % kb == 0) & (g < dp_blocks)) | (g == dp_blocks)
+
+
+@gluon.jit
+def _add_tile(acc, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM: gl.constexpr,
+              BN: gl.constexpr, GROUP: gl.constexpr, TOPK: gl.constexpr):
+    """Y[token of each real row] += weight * acc over the tile's columns below HD (float32 atomics)."""
+    layout: gl.constexpr = acc.type.layout
+    pb, pn = grouped_tile(tile, nreal, n_n, GROUP)
+    rows = pb * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     pair = gl.load(sorted_ids_ptr + rows)
     real = pair < PAIRS  # padding rows carry the id T*TOPK
     weight = gl.load(weights_ptr + pair, mask=real, other=0.0).to(gl.float32)
-    cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    cols = pn * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
     tok = (pair // TOPK).to(gl.int64)
     ptrs = y_ptr + gl.expand_dims(tok * HD, 1) + gl.expand_dims(cols, 0)
     mask = gl.expand_dims(real, 1) & gl.expand_dims(cols < HD, 0)
@@ -80,19 +118,68 @@ def _consumer(a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, 
 
 
 @gluon.jit
+def _loader(h_desc, w_desc, a_bufs, b_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n, kb, HD,
+            dp_blocks, k0, tail_tile, n_blocks, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+            GROUP: gl.constexpr, STAGES: gl.constexpr):
+    nbytes: gl.constexpr = h_desc.block_type.nbytes + w_desc.block_type.nbytes
+    off_m = 0
+    w_row = 0
+    for g in range(n_blocks):
+        tile, k = block_of(g, pid, nprog, kb, dp_blocks, k0, tail_tile)
+        if starts_tile(g, kb, dp_blocks):  # the tile's rows and its expert's W2 rows (W2 viewed (E*HD, I))
+            pb, pn = grouped_tile(tile, nreal, n_n, GROUP)
+            off_m = pb * BM
+            w_row = gl.load(block_expert_ptr + pb) * HD + pn * BN
+        slot = g % STAGES
+        ph = (g // STAGES) & 1
+        mbarrier.wait(empty.index(slot), ph ^ 1)  # the first pass over the ring does not wait
+        mbarrier.expect(ready.index(slot), nbytes)
+        tma.async_copy_global_to_shared(h_desc, [off_m, k * BK], ready.index(slot), a_bufs.index(slot))
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * BK], ready.index(slot), b_bufs.index(slot))
+
+
+@gluon.jit
+def _consumer(a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, pid, nprog, nreal, n_n, kb, HD,
+              PAIRS, dp_blocks, k0, tail_tile, n_blocks, BM: gl.constexpr, BN: gl.constexpr, CW: gl.constexpr,
+              GROUP: gl.constexpr, TOPK: gl.constexpr, STAGES: gl.constexpr):
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+    mbarrier.wait(ready.index(0), 0)
+    acc = warpgroup_mma(a_bufs.index(0), b_bufs.index(0).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    for g in range(1, n_blocks):
+        slot = g % STAGES
+        ph = (g // STAGES) & 1
+        if starts_tile(g, kb, dp_blocks):  # the tile before is complete: add it while the loader fills this one
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            tile, _ = block_of(g - 1, pid, nprog, kb, dp_blocks, k0, tail_tile)
+            _add_tile(acc, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM, BN, GROUP, TOPK)
+            acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+        mbarrier.wait(ready.index(slot), ph)
+        acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    mbarrier.arrive(empty.index((n_blocks - 1) % STAGES), count=1)
+    tile, _ = block_of(n_blocks - 1, pid, nprog, kb, dp_blocks, k0, tail_tile)
+    _add_tile(acc, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM, BN, GROUP, TOPK)
+
+
+@gluon.jit
 def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y_ptr, NB, I, HD, E, PAIRS,
                 BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                TOPK: gl.constexpr, LOADER_REGS: gl.constexpr):
+                TOPK: gl.constexpr, MAX_SPLIT: gl.constexpr, LOADER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """One program an SM: full waves of tiles, then a part of a tail tile (`program_run`)."""
+    nreal = real_blocks(block_expert_ptr, NB, E, NUM_WARPS)
     n_n = gl.cdiv(HD, BN)
-    pb, pn = grouped_tile(gl.program_id(0), NB, n_n, GROUP)
-    e = gl.load(block_expert_ptr + pb)
-    if e >= E:  # a padding block past the last real one
+    kb = gl.cdiv(I, BK)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    dp_blocks, k0, tail_tile, n_blocks = program_run(pid, nprog, nreal * n_n, kb, MAX_SPLIT)
+    if n_blocks <= 0:
         return
     dtype: gl.constexpr = h_desc.dtype
-    off_m = pb * BM
-    off_n = pn * BN
-    n_blocks = gl.cdiv(I, BK)
-
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + h_desc.block_type.shape, h_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -103,10 +190,10 @@ def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, off_m, off_n, HD, PAIRS,
-                     n_blocks, BM, BN, BM // 16, TOPK, STAGES)),
-        # the GEMM's loader, its B read K-major: row e * HD + off_n of W2 viewed (E*HD, I)
-        (_loader, (h_desc, w_desc, a_bufs, b_bufs, ready, empty, off_m, e * HD + off_n, n_blocks, BK, 1, STAGES)),
+        (_consumer, (a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, pid, nprog, nreal, n_n, kb,
+                     HD, PAIRS, dp_blocks, k0, tail_tile, n_blocks, BM, BN, BM // 16, GROUP, TOPK, STAGES)),
+        (_loader, (h_desc, w_desc, a_bufs, b_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n, kb, HD,
+                   dp_blocks, k0, tail_tile, n_blocks, BM, BN, BK, GROUP, STAGES)),
     ], [1], [LOADER_REGS])
 
 
@@ -158,26 +245,33 @@ def _descriptors(h: torch.Tensor, w2: torch.Tensor, bm: int, bn: int, bk: int) -
 def _consts(policy: Policy) -> dict[str, int]:
     return dict(BM=policy.const("BM"), BN=policy.const("BN"), BK=policy.const("BK"), STAGES=policy.num_stages,
                 GROUP=policy.group_m if policy.grid_order == "grouped" else 1, TOPK=policy.const("TOPK", 2),
-                LOADER_REGS=LOADER_REGS)
+                MAX_SPLIT=MAX_SPLIT, LOADER_REGS=LOADER_REGS, NUM_WARPS=policy.num_warps)
 
 
 def launch(policy: Policy, h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
            weights: torch.Tensor, y: torch.Tensor) -> bool:
-    """Run moe_down's arguments through the Gluon kernel unless it `declines`; False (nothing launched) if so."""
+    """Run moe_down's arguments through the Gluon kernel unless it `declines`; False (nothing launched) if so.
+    One program an SM (times programs_per_sm), at most one a tile."""
     if declines(policy, h, w2, sorted_ids, block_expert, weights, y) is not None:
         return False
     c = _consts(policy)
     e, hd, i = w2.shape
     nb = block_expert.numel()
-    grid = (nb * triton.cdiv(hd, c["BN"]), )
+    grid = (min(nb * triton.cdiv(hd, c["BN"]), _sms(h.device) * policy.programs_per_sm), )
     moe_down_ws[grid](*_descriptors(h, w2, c["BM"], c["BN"], c["BK"]), sorted_ids, block_expert, weights, y, nb, i,
                       hd, e, weights.numel(), **c, num_warps=policy.num_warps)
     return True
 
 
+@functools.cache
+def _sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def fallback(policy: Policy, *args: Any) -> Policy:
-    """The Triton policy of a launch `launch` declined: the policy's own tiles, without the Gluon request."""
-    return replace(policy, warp_specialize=False)
+    """The Triton policy of a launch `launch` declined (policies.moe_down_fallback): the policy's tiles and launch,
+    at the Triton template's depth where it asked for the Gluon ring's."""
+    return moe_down_fallback(policy)
 
 
 def compile_for_sm90(policy: Policy, dtype: torch.dtype = torch.bfloat16) -> Any:
@@ -193,4 +287,4 @@ def compile_for_sm90(policy: Policy, dtype: torch.dtype = torch.bfloat16) -> Any
 
 
 __all__ = ["launch", "declines", "fallback", "supported", "policy_fits", "prove_rings", "compile_for_sm90",
-           "moe_down_ws", "down_smem"]
+           "moe_down_ws", "down_smem", "tail_split", "program_run", "block_of", "starts_tile", "MAX_SPLIT"]

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import inspect
 import os
+import textwrap
+from collections import Counter
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -136,7 +139,7 @@ def test_the_checker_proves_the_gate_up_and_down_under_their_rings(stages: int) 
         assert any(f"rings are proved at {stages} slots" in n for n in res.notes), res.notes
 
 
-def test_a_mixtral_prefill_plan_proves_the_gluon_gate_up_and_its_triton_fallback() -> None:
+def test_a_mixtral_prefill_plan_proves_both_gluon_lowerings_and_their_triton_fallbacks() -> None:
     from argus_inductor import ops
     from argus_inductor.agent.opspecs import Problem, signature_for
 
@@ -146,20 +149,72 @@ def test_a_mixtral_prefill_plan_proves_the_gluon_gate_up_and_its_triton_fallback
     v = entry.verification
     assert entry.policy["moe_gate_up"]["warp_specialize"] is True and v["status"] == "verified", v
     assert any("rings are proved at 4 slots" in n for n in v["kernels"]["moe_gate_up"].get("notes", []))
-    fallback = v["kernels"]["moe_gate_up (Triton fallback, 3 stages)"]
-    assert fallback["ok"]
+    assert entry.policy["moe_down"]["warp_specialize"] is True
+    assert any("rings are proved at 4 slots" in n for n in v["kernels"]["moe_down"].get("notes", []))
+    for fallback in ("moe_gate_up (Triton fallback, 3 stages)", "moe_down (Triton fallback, 3 stages)"):
+        assert v["kernels"][fallback]["ok"], fallback
 
 
-def test_the_template_takes_the_gate_up_lowering_for_2_byte_prefill_on_nvidia_only() -> None:
+def test_the_template_takes_both_lowerings_for_2_byte_prefill_on_nvidia_only() -> None:
     up, down = moe_policies(2048, 2, 8, "cuda", gluon=True)
     assert up.warp_specialize and gluon_up.policy_fits(up) is None and up.num_stages == 4
-    assert not down.warp_specialize  # measured no faster than the Triton down
+    assert down.warp_specialize and gluon_down.policy_fits(down.with_consts(BM=128)) is None and down.num_stages == 4
     fb = moe_gate_up_fallback(up)
     assert not fb.warp_specialize and fb.num_stages == 3 and fb == moe_policies(2048, 2, 8, "cuda")[0]
     assert gluon_up.fallback(up) == fb
+    fb_down = gluon_down.fallback(down)
+    assert not fb_down.warp_specialize and fb_down.num_stages == 3 and fb_down == moe_policies(2048, 2, 8, "cuda")[1]
     for tokens, target, gluon in ((2048, "cuda", False), (2048, "hip", True), (64, "cuda", True),
                                   (1024, "cuda", True), (1, "cuda", True)):
-        assert not moe_policies(tokens, 2, 8, target, gluon=gluon)[0].warp_specialize, (tokens, target, gluon)
+        for pol in moe_policies(tokens, 2, 8, target, gluon=gluon):
+            assert not pol.warp_specialize, (tokens, target, gluon)
+
+
+def _schedule() -> dict:
+    """The Gluon down's schedule helpers, their own source run over Python integers (they use integer arithmetic,
+    minimum and maximum only)."""
+    ns: dict = {"gl": SimpleNamespace(minimum=min, maximum=max, constexpr=int)}
+    for f in (gluon_down.tail_split, gluon_down.program_run, gluon_down.block_of, gluon_down.starts_tile):
+        src = textwrap.dedent(inspect.getsource(f.fn))
+        exec("\n".join(ln for ln in src.splitlines() if not ln.startswith("@")), ns)
+    return ns
+
+
+def _runs(ns: dict, tiles: int, nprog: int, kb: int) -> tuple[Counter, list[int]]:
+    """Every (tile, K block) the programs accumulate, counted, and each program's block count; each stretch the
+    consumer adds as one tile (from a start to the block before the next start) is checked to be one tile's
+    consecutive K blocks."""
+    seen: Counter = Counter()
+    lengths = []
+    for pid in range(nprog):
+        dp, k0, tail, n = ns["program_run"](pid, nprog, tiles, kb, gluon_down.MAX_SPLIT)
+        lengths.append(n)
+        blocks = [ns["block_of"](g, pid, nprog, kb, dp, k0, tail) for g in range(n)]
+        seen.update(blocks)
+        for g in range(1, n):
+            if not ns["starts_tile"](g, kb, dp):  # the same tile goes on
+                assert blocks[g] == (blocks[g - 1][0], blocks[g - 1][1] + 1), (tiles, nprog, kb, pid, g)
+    return seen, lengths
+
+
+@pytest.mark.parametrize("nprog", [1, 5, 132])
+def test_the_down_schedule_covers_every_k_block_of_every_tile_once(nprog: int) -> None:
+    """Full waves, then the tiles left cut along K: whatever the tile count, every K block of every tile is added
+    exactly once, each added stretch is one tile's consecutive blocks, and no program runs more than a full wave's
+    share plus one part."""
+    ns = _schedule()
+    for tiles in [1, 2, 3, 4, 7, 64, 131, 132, 133, 200, 263, 264, 265, 592]:
+        for kb in [1, 3, 4, 9, 16, 224] if tiles < 300 else [224]:
+            seen, lengths = _runs(ns, tiles, nprog, kb)
+            assert seen == Counter({(t, k): 1 for t in range(tiles) for k in range(kb)}), (tiles, nprog, kb)
+            full, rem, split = ns["tail_split"](tiles, nprog, kb, gluon_down.MAX_SPLIT)
+            assert max(lengths) == full * kb + (-(-kb // split) if rem else 0), (tiles, nprog, kb)
+
+
+def test_at_mixtral_2048_tokens_the_down_runs_four_and_a_half_waves_not_five() -> None:
+    ns = _schedule()
+    _, lengths = _runs(ns, 37 * 16, 132, 224)  # 37 real row blocks of 128, 16 column blocks of 256, K 14336 / 64
+    assert max(lengths) == 4 * 224 + 112
 
 
 def test_only_2_byte_moe_signatures_get_the_gluon_template() -> None:
@@ -231,7 +286,8 @@ def _reference(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, tw: torch.Te
     (700, 1032, 200, 6, ws_up(), ws_down(bn=128, stages=3), torch.bfloat16),  # ragged I, HD and expert runs
     (700, 1032, 200, 6, replace(ws_up(), programs_per_sm=2), ws_down(), torch.bfloat16),  # two programs an SM
     (2048, 4096, 14336, 8, moe_policies(2048, 2, 8, "cuda", gluon=True)[0], ws_down(), torch.bfloat16),
-    (300, 512, 384, 4, ws_up(64, 64, 128, 3), ws_down(64, 64, 128, 2), torch.float16)])
+    (300, 512, 384, 4, ws_up(64, 64, 128, 3), ws_down(64, 64, 128, 2), torch.float16),
+    (64, 256, 2048, 4, ws_up(), ws_down(bn=128), torch.bfloat16)])  # few tiles: each cut along K into 4 parts
 def test_on_the_h100_they_match_a_float32_reference(t: int, hd: int, inter: int, e: int, up_pol: Policy,
                                                      down_pol: Policy, dtype: torch.dtype) -> None:
     x = torch.randn(t, hd, device="cuda", dtype=dtype)
