@@ -232,7 +232,7 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
 
 MOE_GATE_UP_GLUON_STAGES = 4
 MOE_GATE_UP_TRITON_STAGES = 3
-MOE_DOWN_GLUON_STAGES = 4
+MOE_DOWN_GLUON_STAGES = 3
 MOE_DOWN_TRITON_STAGES = 3
 
 

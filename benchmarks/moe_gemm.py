@@ -48,8 +48,7 @@ def variants(tokens: int) -> tuple[dict[str, Policy], dict[str, Policy]]:
                 "gluon BM 64, bands of 16": replace(up64, group_m=16),
                 "gluon BM 64, BK 128, 2 slots": replace(up64.with_consts(BK=128), num_stages=2)})
     fb = moe_down_fallback(down)
-    downs = {"triton template": fb, "gluon template": down, "gluon 3 slots": replace(down, num_stages=3),
-             "triton template BM 64": fb.with_consts(BM=64)}
+    downs = {"triton template": fb, "gluon template": down, "triton template BM 64": fb.with_consts(BM=64)}
     return ups, downs
 
 

@@ -9,12 +9,17 @@ the `rem` tiles left after them is cut along K into `split` parts (`tail_split`:
 most MAX_SPLIT), one part a program: 4.5 waves there. The parts need nothing to combine them: every tile already
 adds into Y with atomics.
 - A 1-warp loader partition runs one loop over every K block of the program's tiles and tail part, copying the Hin
-  tile [BM, BK] and the W2 tile [BN, BK] (W2 viewed (E*HD, I)) of each through TMA into one ring slot.
-- The consumer warp groups keep one wgmma in flight and release a slot once the wgmma reading it retired
-  (hopper/gemm.py's ring). Where a tile (or the tail part) ends they retire everything and add the tile, each row
-  scaled by its pair's routing weight, into Y with float32 atomics (two pairs of a token meet there); padding rows
-  (id >= T*TOPK) and columns >= HD are masked. K past I reads zeros (TMA); a column block past HD reads the next
-  expert's rows into masked columns.
+  tile [BM, BK] and the two halves of the W2 tile, [BN/2, BK] each (W2 viewed (E*HD, I)), through TMA into one
+  ring slot.
+- The consumer warp groups keep two accumulators of BN/2 columns, issue block j's two wgmma while block j - 1's
+  are still running, then retire those and release block j - 1's slot (moe_gate_up_ws's ring). Where a tile (or the
+  tail part) ends they retire everything and add the tile, each row scaled by its pair's routing weight, into Y
+  with float32 atomics (two pairs of a token meet there); padding rows (id >= T*TOPK) and columns >= HD are
+  masked. Each half goes through shared memory into rows of 4-column vectors first: the atomics are then 128-bit
+  and a warp's cover whole cache lines, a quarter of the instructions the accumulator's own layout needs (the
+  atomics were 8% of the kernel's time at 4096 Mixtral tokens with 64-bit ones; moe-down-ab-h100-2026-11-24.txt).
+  Two halves keep that staging at BM x BN/2 floats. K past I reads zeros (TMA); a column block past HD reads the
+  next expert's rows into masked columns.
 
 Preconditions (`declines`): bf16 or fp16 Hin and W2 alike, Y float32 and contiguous, Hin and W2 (as (E*HD, I))
 row-major with 16-byte row pitches, P = NB * BM, a compute capability 9.0 device. Anything else runs the Triton
@@ -46,14 +51,15 @@ from .rings import Ring, RingViolation, check_kernel
 
 
 def down_smem(bm: int, bn: int, bk: int, stages: int, elem: int = 2) -> int:
-    """Shared memory the kernel allocates: each slot's Hin and W2 tiles, the barriers (the epilogue has no tile)."""
-    return stages * (bm + bn) * bk * elem + 2 * stages * 8
+    """Shared memory the kernel takes: each slot's Hin and W2 tiles, the barriers, and the epilogue's staging of
+    one accumulator half (BM x BN/2 floats)."""
+    return stages * (bm + bn) * bk * elem + 2 * stages * 8 + bm * (bn // 2) * 4
 
 
 def policy_fits(policy: Policy) -> str | None:
     """Why `policy` does not describe this lowering, or None."""
-    return ring_tiles_fit(policy, (32, 64, 128, 256), "a power of two from 32 to 256: a TMA box and one wgmma's width",
-                          down_smem, "{bm}x{bk} + {bn}x{bk} tiles")
+    return ring_tiles_fit(policy, (64, 128, 256), "64, 128 or 256: two accumulators of BN/2 columns", down_smem,
+                          "{bm}x{bk} + {bn}x{bk} tiles and the epilogue's staging")
 
 
 # The schedule's helpers use integer arithmetic, minimum and maximum only (no casts or selects), so that
@@ -101,27 +107,42 @@ def starts_tile(g, kb, dp_blocks):
 
 
 @gluon.jit
-def _add_tile(acc, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM: gl.constexpr,
-              BN: gl.constexpr, GROUP: gl.constexpr, TOPK: gl.constexpr):
-    """Y[token of each real row] += weight * acc over the tile's columns below HD (float32 atomics)."""
-    layout: gl.constexpr = acc.type.layout
-    pb, pn = grouped_tile(tile, nreal, n_n, GROUP)
-    rows = pb * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+def _add_half(acc, off_m, off_n, y_ptr, sorted_ids_ptr, weights_ptr, HD, PAIRS, TOPK: gl.constexpr,
+              EPI_TM: gl.constexpr, EPI_TN: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """Y[token of each real row] += weight * acc over the columns off_n.. below HD: acc moved into rows of 4-column
+    vectors (through shared memory), then 128-bit float32 atomics."""
+    BM: gl.constexpr = acc.type.shape[0]
+    HALF: gl.constexpr = acc.type.shape[1]
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [EPI_TM, EPI_TN], [NUM_WARPS, 1], [1, 0])
+    val = gl.convert_layout(acc, layout)
+    rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     pair = gl.load(sorted_ids_ptr + rows)
     real = pair < PAIRS  # padding rows carry the id T*TOPK
     weight = gl.load(weights_ptr + pair, mask=real, other=0.0).to(gl.float32)
-    cols = pn * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    cols = off_n + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))
     tok = (pair // TOPK).to(gl.int64)
     ptrs = y_ptr + gl.expand_dims(tok * HD, 1) + gl.expand_dims(cols, 0)
     mask = gl.expand_dims(real, 1) & gl.expand_dims(cols < HD, 0)
-    gl.atomic_add(ptrs, acc * gl.expand_dims(weight, 1), mask=mask, sem="relaxed")
+    gl.atomic_add(ptrs, val * gl.expand_dims(weight, 1), mask=mask, sem="relaxed")
 
 
 @gluon.jit
-def _loader(h_desc, w_desc, a_bufs, b_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n, kb, HD,
+def _add_tile(acc0, acc1, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM: gl.constexpr,
+              BN: gl.constexpr, GROUP: gl.constexpr, TOPK: gl.constexpr, EPI_TM: gl.constexpr, EPI_TN: gl.constexpr,
+              NUM_WARPS: gl.constexpr):
+    """Y[token of each real row] += weight * (the tile's two halves) over its columns below HD."""
+    pb, pn = grouped_tile(tile, nreal, n_n, GROUP)
+    _add_half(acc0, pb * BM, pn * BN, y_ptr, sorted_ids_ptr, weights_ptr, HD, PAIRS, TOPK, EPI_TM, EPI_TN,
+              NUM_WARPS)
+    _add_half(acc1, pb * BM, pn * BN + BN // 2, y_ptr, sorted_ids_ptr, weights_ptr, HD, PAIRS, TOPK, EPI_TM, EPI_TN,
+              NUM_WARPS)
+
+
+@gluon.jit
+def _loader(h_desc, w_desc, a_bufs, b0_bufs, b1_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n, kb, HD,
             dp_blocks, k0, tail_tile, n_blocks, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
             GROUP: gl.constexpr, STAGES: gl.constexpr):
-    nbytes: gl.constexpr = h_desc.block_type.nbytes + w_desc.block_type.nbytes
+    nbytes: gl.constexpr = h_desc.block_type.nbytes + 2 * w_desc.block_type.nbytes
     off_m = 0
     w_row = 0
     for g in range(n_blocks):
@@ -135,41 +156,50 @@ def _loader(h_desc, w_desc, a_bufs, b_bufs, ready, empty, block_expert_ptr, pid,
         mbarrier.wait(empty.index(slot), ph ^ 1)  # the first pass over the ring does not wait
         mbarrier.expect(ready.index(slot), nbytes)
         tma.async_copy_global_to_shared(h_desc, [off_m, k * BK], ready.index(slot), a_bufs.index(slot))
-        tma.async_copy_global_to_shared(w_desc, [w_row, k * BK], ready.index(slot), b_bufs.index(slot))
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * BK], ready.index(slot), b0_bufs.index(slot))
+        tma.async_copy_global_to_shared(w_desc, [w_row + BN // 2, k * BK], ready.index(slot), b1_bufs.index(slot))
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, pid, nprog, nreal, n_n, kb, HD,
-              PAIRS, dp_blocks, k0, tail_tile, n_blocks, BM: gl.constexpr, BN: gl.constexpr, CW: gl.constexpr,
-              GROUP: gl.constexpr, TOPK: gl.constexpr, STAGES: gl.constexpr):
+def _consumer(a_bufs, b0_bufs, b1_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, pid, nprog, nreal, n_n, kb,
+              HD, PAIRS, dp_blocks, k0, tail_tile, n_blocks, BM: gl.constexpr, BN: gl.constexpr, CW: gl.constexpr,
+              GROUP: gl.constexpr, TOPK: gl.constexpr, STAGES: gl.constexpr, EPI_TM: gl.constexpr,
+              EPI_TN: gl.constexpr):
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CW, 1],
-                                                         instr_shape=[16, BN, 16])
-    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+                                                         instr_shape=[16, BN // 2, 16])
+    acc0 = gl.zeros([BM, BN // 2], gl.float32, acc_layout)
+    acc1 = gl.zeros([BM, BN // 2], gl.float32, acc_layout)
     mbarrier.wait(ready.index(0), 0)
-    acc = warpgroup_mma(a_bufs.index(0), b_bufs.index(0).permute((1, 0)), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    acc0 = warpgroup_mma(a_bufs.index(0), b0_bufs.index(0).permute((1, 0)), acc0, is_async=True)
+    acc1 = warpgroup_mma(a_bufs.index(0), b1_bufs.index(0).permute((1, 0)), acc1, is_async=True)
+    acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
     for g in range(1, n_blocks):
         slot = g % STAGES
         ph = (g // STAGES) & 1
         if starts_tile(g, kb, dp_blocks):  # the tile before is complete: add it while the loader fills this one
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
             tile, _ = block_of(g - 1, pid, nprog, kb, dp_blocks, k0, tail_tile)
-            _add_tile(acc, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM, BN, GROUP, TOPK)
-            acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+            _add_tile(acc0, acc1, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM, BN, GROUP,
+                      TOPK, EPI_TM, EPI_TN, CW)
+            acc0 = gl.zeros([BM, BN // 2], gl.float32, acc_layout)
+            acc1 = gl.zeros([BM, BN // 2], gl.float32, acc_layout)
         mbarrier.wait(ready.index(slot), ph)
-        acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        acc0 = warpgroup_mma(a_bufs.index(slot), b0_bufs.index(slot).permute((1, 0)), acc0, is_async=True)
+        acc1 = warpgroup_mma(a_bufs.index(slot), b1_bufs.index(slot).permute((1, 0)), acc1, is_async=True)
+        acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
         mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
     mbarrier.arrive(empty.index((n_blocks - 1) % STAGES), count=1)
     tile, _ = block_of(n_blocks - 1, pid, nprog, kb, dp_blocks, k0, tail_tile)
-    _add_tile(acc, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM, BN, GROUP, TOPK)
+    _add_tile(acc0, acc1, tile, y_ptr, sorted_ids_ptr, weights_ptr, nreal, n_n, HD, PAIRS, BM, BN, GROUP, TOPK,
+              EPI_TM, EPI_TN, CW)
 
 
 @gluon.jit
 def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y_ptr, NB, I, HD, E, PAIRS,
                 BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                TOPK: gl.constexpr, MAX_SPLIT: gl.constexpr, LOADER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr):
+                TOPK: gl.constexpr, MAX_SPLIT: gl.constexpr, EPI_TM: gl.constexpr, EPI_TN: gl.constexpr,
+                LOADER_REGS: gl.constexpr, NUM_WARPS: gl.constexpr):
     """One program an SM: full waves of tiles, then a part of a tail tile (`program_run`)."""
     nreal = real_blocks(block_expert_ptr, NB, E, NUM_WARPS)
     n_n = gl.cdiv(HD, BN)
@@ -181,7 +211,8 @@ def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y
         return
     dtype: gl.constexpr = h_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + h_desc.block_type.shape, h_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    b0_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    b1_bufs = gl.allocate_shared_memory(dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -190,15 +221,17 @@ def moe_down_ws(h_desc, w_desc, sorted_ids_ptr, block_expert_ptr, weights_ptr, y
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (a_bufs, b_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, pid, nprog, nreal, n_n, kb,
-                     HD, PAIRS, dp_blocks, k0, tail_tile, n_blocks, BM, BN, BM // 16, GROUP, TOPK, STAGES)),
-        (_loader, (h_desc, w_desc, a_bufs, b_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n, kb, HD,
-                   dp_blocks, k0, tail_tile, n_blocks, BM, BN, BK, GROUP, STAGES)),
+        (_consumer, (a_bufs, b0_bufs, b1_bufs, ready, empty, y_ptr, sorted_ids_ptr, weights_ptr, pid, nprog, nreal,
+                     n_n, kb, HD, PAIRS, dp_blocks, k0, tail_tile, n_blocks, BM, BN, BM // 16, GROUP, TOPK, STAGES,
+                     EPI_TM, EPI_TN)),
+        (_loader, (h_desc, w_desc, a_bufs, b0_bufs, b1_bufs, ready, empty, block_expert_ptr, pid, nprog, nreal, n_n,
+                   kb, HD, dp_blocks, k0, tail_tile, n_blocks, BM, BN, BK, GROUP, STAGES)),
     ], [1], [LOADER_REGS])
 
 
-# Hin and W2 by the names the GEMM's loader fills them under (its A and B)
-RINGS = (Ring("Hin", "a_bufs", "ready", "empty"), Ring("W2", "b_bufs", "ready", "empty"))
+# Hin and the two halves of the W2 tile share one ready and one empty barrier a slot
+RINGS = (Ring("Hin", "a_bufs", "ready", "empty"), Ring("W2 first half", "b0_bufs", "ready", "empty"),
+         Ring("W2 second half", "b1_bufs", "ready", "empty"))
 
 
 @functools.cache
@@ -239,13 +272,14 @@ def _descriptors(h: torch.Tensor, w2: torch.Tensor, bm: int, bn: int, bk: int) -
 
     w = w2.view(-1, w2.shape[2])
     return (TensorDescriptor.from_tensor(h, [bm, bk], _smem_layout((bm, bk), h.dtype)),
-            TensorDescriptor.from_tensor(w, [bn, bk], _smem_layout((bn, bk), w.dtype)))
+            TensorDescriptor.from_tensor(w, [bn // 2, bk], _smem_layout((bn // 2, bk), w.dtype)))
 
 
 def _consts(policy: Policy) -> dict[str, int]:
     return dict(BM=policy.const("BM"), BN=policy.const("BN"), BK=policy.const("BK"), STAGES=policy.num_stages,
                 GROUP=policy.group_m if policy.grid_order == "grouped" else 1, TOPK=policy.const("TOPK", 2),
-                MAX_SPLIT=MAX_SPLIT, LOADER_REGS=LOADER_REGS, NUM_WARPS=policy.num_warps)
+                MAX_SPLIT=MAX_SPLIT, EPI_TM=32 // min(32, policy.const("BN") // 8),
+                EPI_TN=min(32, policy.const("BN") // 8), LOADER_REGS=LOADER_REGS, NUM_WARPS=policy.num_warps)
 
 
 def launch(policy: Policy, h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,

@@ -44,7 +44,7 @@ def compiled():
     yield "gate-up template", moe_gate_up.compile_for_sm90(up)
     yield "gate-up fp16, 64 columns", moe_gate_up.compile_for_sm90(
         Policy.make(BM=64, BN=64, BK=128, num_warps=4, num_stages=3, warp_specialize=True, GATHERED=1), torch.float16)
-    yield "down", moe_down.compile_for_sm90(Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=4,
+    yield "down", moe_down.compile_for_sm90(Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3,
                                                         grid_order="grouped", group_m=8, warp_specialize=True, TOPK=2))
 '''
 
@@ -58,7 +58,7 @@ def ws_up(bm: int = 128, bn: int = 128, bk: int = 64, stages: int = 4) -> Policy
                        warp_specialize=True, GATHERED=1, TOPK=2)
 
 
-def ws_down(bm: int = 128, bn: int = 256, bk: int = 64, stages: int = 4) -> Policy:
+def ws_down(bm: int = 128, bn: int = 256, bk: int = 64, stages: int = 3) -> Policy:
     return Policy.make(BM=bm, BN=bn, BK=bk, num_warps=bm // 16, num_stages=stages, grid_order="grouped", group_m=8,
                        warp_specialize=True, TOPK=2)
 
@@ -131,12 +131,14 @@ def test_the_ring_keeps_every_gate_up_tile_one_iteration_longer() -> None:
 @pytest.mark.parametrize("stages", [2, 4])
 def test_the_checker_proves_the_gate_up_and_down_under_their_rings(stages: int) -> None:
     shapes = dict(T=4608, HD=4096, E=8, I2=28672, I=14336, P=4608, NB=36)
-    for kernel, pol in ((moe_gate_up, ws_up(stages=stages)), (moe_down, ws_down(stages=stages).with_consts(BM=128))):
+    down_stages = min(stages, 3)  # the down's 256-column tile and its epilogue's staging fit three slots
+    for kernel, pol, slots in ((moe_gate_up, ws_up(stages=stages), stages),
+                               (moe_down, ws_down(stages=down_stages).with_consts(BM=128), down_stages)):
         names = set(kernel.ir.symbols)
         res = verify(kernel, pol, {k: v for k, v in shapes.items() if k in names},
                      assumptions=["T == P"] if kernel is moe_gate_up else [])
         assert res.proved, res.text()
-        assert any(f"rings are proved at {stages} slots" in n for n in res.notes), res.notes
+        assert any(f"rings are proved at {slots} slots" in n for n in res.notes), res.notes
 
 
 def test_a_mixtral_prefill_plan_proves_both_gluon_lowerings_and_their_triton_fallbacks() -> None:
@@ -150,7 +152,7 @@ def test_a_mixtral_prefill_plan_proves_both_gluon_lowerings_and_their_triton_fal
     assert entry.policy["moe_gate_up"]["warp_specialize"] is True and v["status"] == "verified", v
     assert any("rings are proved at 4 slots" in n for n in v["kernels"]["moe_gate_up"].get("notes", []))
     assert entry.policy["moe_down"]["warp_specialize"] is True
-    assert any("rings are proved at 4 slots" in n for n in v["kernels"]["moe_down"].get("notes", []))
+    assert any("rings are proved at 3 slots" in n for n in v["kernels"]["moe_down"].get("notes", []))
     for fallback in ("moe_gate_up (Triton fallback, 3 stages)", "moe_down (Triton fallback, 3 stages)"):
         assert v["kernels"][fallback]["ok"], fallback
 
@@ -158,7 +160,7 @@ def test_a_mixtral_prefill_plan_proves_both_gluon_lowerings_and_their_triton_fal
 def test_the_template_takes_both_lowerings_for_2_byte_prefill_on_nvidia_only() -> None:
     up, down = moe_policies(2048, 2, 8, "cuda", gluon=True)
     assert up.warp_specialize and gluon_up.policy_fits(up) is None and up.num_stages == 4
-    assert down.warp_specialize and gluon_down.policy_fits(down.with_consts(BM=128)) is None and down.num_stages == 4
+    assert down.warp_specialize and gluon_down.policy_fits(down.with_consts(BM=128)) is None and down.num_stages == 3
     fb = moe_gate_up_fallback(up)
     assert not fb.warp_specialize and fb.num_stages == 3 and fb == moe_policies(2048, 2, 8, "cuda")[0]
     assert gluon_up.fallback(up) == fb
