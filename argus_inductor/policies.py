@@ -225,7 +225,10 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
         # left over cut along K into parts of one wave (its atomics already combine them). Its tiles are 224 K
         # blocks long, so whole waves cost the most here: at 2048 Mixtral tokens 592 tiles are 4.48 waves of 132,
         # paid as 5 (benchmarks/moe_gemm.py: the down 0.92 ms on random routing, 0.76 on a balanced one of 512
-        # tiles, 3.9 waves; moe-gemm-2026-11-24.json, moe-gemm-balanced-2026-11-24.json).
+        # tiles, 3.9 waves; moe-gemm-random-h100-2026-11-24.json, moe-gemm-balanced-h100-2026-11-24.json). Three
+        # slots leave room for its epilogue's staging (128-bit atomics). H100, random routing: 0.871 ms at 2048
+        # tokens and 1.600 at 4096 against the Triton down's 0.926 and 1.624 (moe-gemm-v4-atomics-h100-2026-11-24
+        # .json).
         down = replace(down, num_stages=MOE_DOWN_GLUON_STAGES, warp_specialize=True)
     return up, down
 
