@@ -15,6 +15,12 @@ def capability(device: torch.device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device)
 
 
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    """The device's SMs: a persistent lowering's program count (times its programs_per_sm)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def compile_sm90(fn: Any, descriptors: dict[str, Any], scalars: dict[str, str], consts: dict[str, Any],
                  **options: Any) -> Any:
     """Compile Gluon kernel `fn` for sm_90: `descriptors` (parameter -> a host tensor descriptor of the launch's

@@ -44,7 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..dsl.policy import Policy
 from ..policies import moe_down_fallback
-from .device import capability, compile_sm90
+from .device import capability, compile_sm90, sm_count
 from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
 from .moe_gate_up import grouped_tile, real_blocks
 from .rings import Ring, RingViolation, check_kernel
@@ -291,15 +291,10 @@ def launch(policy: Policy, h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.
     c = _consts(policy)
     e, hd, i = w2.shape
     nb = block_expert.numel()
-    grid = (min(nb * triton.cdiv(hd, c["BN"]), _sms(h.device) * policy.programs_per_sm), )
+    grid = (min(nb * triton.cdiv(hd, c["BN"]), sm_count(h.device) * policy.programs_per_sm), )
     moe_down_ws[grid](*_descriptors(h, w2, c["BM"], c["BN"], c["BK"]), sorted_ids, block_expert, weights, y, nb, i,
                       hd, e, weights.numel(), **c, num_warps=policy.num_warps)
     return True
-
-
-@functools.cache
-def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def fallback(policy: Policy, *args: Any) -> Policy:

@@ -44,7 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..dsl.policy import Policy
 from ..policies import moe_gate_up_fallback
-from .device import capability, compile_sm90
+from .device import capability, compile_sm90, sm_count
 from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
 from .rings import Ring, RingViolation, check_kernel
 
@@ -248,15 +248,10 @@ def launch(policy: Policy, x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.
     c = _consts(policy)
     e, i2, hd = w1.shape
     nb = block_expert.numel()
-    grid = (min(nb * triton.cdiv(i2 // 2, c["BN"]), _sms(x.device) * policy.programs_per_sm), )
+    grid = (min(nb * triton.cdiv(i2 // 2, c["BN"]), sm_count(x.device) * policy.programs_per_sm), )
     moe_gate_up_ws[grid](*_descriptors(x, w1, h, c["BM"], c["BN"], c["BK"]), block_expert, nb, i2 // 2, hd, e, **c,
                          num_warps=policy.num_warps)
     return True
-
-
-@functools.cache
-def _sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def fallback(policy: Policy, *args: Any) -> Policy:
