@@ -218,25 +218,24 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
         # 1-1.4% faster than one a tile (benchmarks/moe_gemm.py, moe-gemm-persistent-h100-2026-11-24.json). The
         # down GEMM's lowering (for plans that ask for it) measured no faster than the Triton down's.
         up = replace(up, num_stages=MOE_GATE_UP_GLUON_STAGES, warp_specialize=True)
-    down = Policy.make(BN=256, BK=64, num_warps=8, num_stages=MOE_DOWN_TRITON_STAGES, grid_order="grouped",
+    down = Policy.make(BN=256, BK=64, num_warps=8, num_stages=MOE_DOWN_STAGES, grid_order="grouped",
                        group_m=8, persistent=True, tma=tma)
     if gluon and gathered:
         # the Gluon down (argus_inductor.hopper.moe_down): one program an SM, full waves of tiles, then the tiles
         # left over cut along K into parts of one wave (its atomics already combine them). Its tiles are 224 K
         # blocks long, so whole waves cost the most here: at 2048 Mixtral tokens 592 tiles are 4.48 waves of 132,
         # paid as 5 (benchmarks/moe_gemm.py: the down 0.92 ms on random routing, 0.76 on a balanced one of 512
-        # tiles, 3.9 waves; moe-gemm-random-h100-2026-11-24.json, moe-gemm-balanced-h100-2026-11-24.json). Three
-        # slots leave room for its epilogue's staging (128-bit atomics). H100, random routing: 0.871 ms at 2048
-        # tokens and 1.600 at 4096 against the Triton down's 0.926 and 1.624 (moe-gemm-v4-atomics-h100-2026-11-24
-        # .json).
-        down = replace(down, num_stages=MOE_DOWN_GLUON_STAGES, warp_specialize=True)
+        # tiles, 3.9 waves; moe-gemm-random-h100-2026-11-24.json, moe-gemm-balanced-h100-2026-11-24.json). The
+        # template's three slots (MOE_DOWN_STAGES) leave room for its epilogue's staging (128-bit atomics). H100,
+        # random routing: 0.871 ms at 2048 tokens and 1.600 at 4096 against the Triton down's 0.926 and 1.624
+        # (moe-gemm-v4-atomics-h100-2026-11-24.json).
+        down = replace(down, warp_specialize=True)
     return up, down
 
 
 MOE_GATE_UP_GLUON_STAGES = 4
 MOE_GATE_UP_TRITON_STAGES = 3
-MOE_DOWN_GLUON_STAGES = 3
-MOE_DOWN_TRITON_STAGES = 3
+MOE_DOWN_STAGES = 3  # both down lowerings (the Gluon one's epilogue staging fits beside three slots)
 
 
 def moe_gate_up_fallback(policy: Policy) -> Policy:
@@ -247,10 +246,9 @@ def moe_gate_up_fallback(policy: Policy) -> Policy:
 
 
 def moe_down_fallback(policy: Policy) -> Policy:
-    """The Triton policy of a down launch its Gluon lowering declines: the same tiles and launch at the Triton
-    template's depth."""
-    stages = MOE_DOWN_TRITON_STAGES if policy.num_stages == MOE_DOWN_GLUON_STAGES else policy.num_stages
-    return replace(policy, warp_specialize=False, num_stages=stages)
+    """The Triton policy of a down launch its Gluon lowering declines: the same tiles, ring depth and launch (both
+    lowerings run the template's MOE_DOWN_STAGES)."""
+    return replace(policy, warp_specialize=False)
 
 
 # Bytes of staged operand tiles a policy may plan for: H100/H200 give a block 227 KB, the rest is left to the
