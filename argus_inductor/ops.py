@@ -241,7 +241,8 @@ def _gemm_base(sig: Signature, target: str, gluon: bool = False) -> Policy:
     d = sig.dims()
     m, n, k = d.get("M", 1), d["N"], d["K"]
     gemv = any(c.name == "GEMV" for c in SPECS[sig.op].kernels[0].ir.constexprs)
-    return (gemv_policy(m, n, target) if gemv else None) or gemm_policy(m, n, k, target, gluon=gluon)
+    k_major = sig.layouts[1:2] in ((), ("row",))  # the (N, K) weight read along K
+    return (gemv_policy(m, n, target, k, k_major) if gemv else None) or gemm_policy(m, n, k, target, gluon=gluon)
 
 
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -447,7 +448,7 @@ SPECS: dict[str, OpSpec] = {
     "gate_up": OpSpec("gate_up", (gemm_gate_up,), _gate_up_template,
                       lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)},
                       _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)}), presplit=("gemm_gate_up",)),
-    "gemv_cat": OpSpec("gemv_cat", (gemv_cat,), lambda s, target: gemv_cat_policy(target).as_dict(),
+    "gemv_cat": OpSpec("gemv_cat", (gemv_cat,), lambda s, target: gemv_cat_policy(target, s.dims()["K"]).as_dict(),
                        lambda s: {}, lambda s: {"gemv_cat": cat_shapes(s.epilogue, s.dims())},
                        _fused_select("gemv_cat", lambda s: {})),
     "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},

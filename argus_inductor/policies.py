@@ -41,24 +41,36 @@ def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Pol
                        persistent=True, tma=target == "cuda")
 
 
-def gemv_policy(m: int, n: int, target: str) -> Policy | None:
-    """The CUDA-core path (GEMV=1) of gemm_epilogue, gemm_residual and gemm_gate_up for one row of A against a very
-    wide or a very narrow weight, else None.
-    - Wide (an LM head): from the H100 sweeps of M = 1 with K-contiguous weights, at N = 128256, K = 4096 it streams
-      3.07 TB/s (0.342 ms; sweep-gemv-lmhead-2026-11-23.json) against 2.95 for the tensor-core template and 2.79 for
-      cuBLAS; at N <= 14336 the template was as fast or faster (sweep-gemv-2026-11-23.json, an earlier form of the
-      path that summed after the K loop), so only wide weights take it.
-    - Narrow (a MoE router: 8-256 experts): a few programs walk K, so the time is their serial K steps; long steps
-      (BK = 2048) and 8-column blocks. H100 (`sweep.py --ops router`, sweep-router-h100-2026-11-24.json): N=8, K=4096
-      3.34 us against 7.92 for the template and 5.24 for cuBLAS; N=60, K=2048 2.37 against 4.98 and 4.30; N=256,
-      K=7168 8.14 against 13.14 and 6.13."""
+def gemv_policy(m: int, n: int, target: str, k: int | None = None, k_major: bool = True) -> Policy | None:
+    """The CUDA-core path (GEMV=1) of gemm_epilogue, gemm_residual and gemm_gate_up for one row of A, else None.
+    - A weight read along K (an nn.Linear weight, `k_major`): one column a program, K in steps of 2048 (one 4 KB
+      run of the weight row a step), 8 warps. From the H100 probe of M = 1 at Llama-3-8B's and Mixtral's
+      linears (benchmarks/results/gemv-probe-h100-2026-11-24.log: products kept per K lane and summed once after
+      the loop): 3.02 TB/s at N = 14336, K = 4096 against 2.80 for the tensor-core template (BM = 16) and 2.82 for
+      cuBLAS; 2.98 against 2.81 at N = 4096, K = 14336; 2.65 against 2.37 at N = K = 4096; 3.19 against 3.06 (the
+      earlier 32-column GEMV tile) at an LM head's N = 128256, where max-autotune's Inductor kernel also reaches
+      3.19. Wider tiles (2-16 columns, steps of 512-4096) were within 1-4% of it, the sum inside the K loop
+      slower at every shape.
+    - Narrow (a MoE router: 8-256 experts), any layout: a few programs walk K, so the time is their serial K
+      steps; long steps (BK = 2048) and 8-column blocks. H100 (`sweep.py --ops router`,
+      sweep-cat-router-h100-2026-11-24.log): N=8, K=4096 2.85 us against 7.97 for the template and 5.66 for
+      cuBLAS; N=60, K=2048 2.31 against 4.96 and 4.36; N=256, K=7168 3.72 against 13.31 and 6.09 (8.14 with the
+      sum inside the K loop, sweep-router-h100-2026-11-24.json).
+    A weight read along N takes the tensor-core template (a column a program would read it with N's stride)."""
     if m != 1 or target != "cuda":
         return None
     if n <= GEMV_NARROW_N:
         return Policy.make(BM=1, BN=8, BK=2048, num_warps=8, num_stages=3, GEMV=1)
-    if n < 65536:
+    if not k_major:
         return None
-    return Policy.make(BM=1, BN=32, BK=256, num_warps=8, num_stages=3, GEMV=1)
+    return Policy.make(BM=1, BN=1, BK=gemv_k_step(k), num_warps=8, num_stages=1, GEMV=1)
+
+
+def gemv_k_step(k: int | None) -> int:
+    """The K step of a one-column GEMV program: 2048, or the power of two that covers a shorter K (at least 256)."""
+    if k is None or k >= 2048:
+        return 2048
+    return max(256, 1 << (k - 1).bit_length())
 
 
 GEMV_NARROW_N = 256  # the widest weight gemv_policy gives the narrow GEMV tiles (a router's experts)
@@ -69,15 +81,17 @@ GEMV_NARROW_N = 256  # the widest weight gemv_policy gives the narrow GEMV tiles
 GEMV_CAT_MAX_M = 4
 
 
-def gemv_cat_policy(target: str) -> Policy:
-    """gemv_cat's tiles: BN columns of one segment a program, K in BK steps. H100, one row of K = 4096 against
-    4096 / 1024 / 1024 columns (Llama-3-8B's and Mixtral's q, k, v; `sweep.py --ops cat`,
-    sweep-cat-h100-2026-11-24.json): 21.1 us at these tiles (2.38 TB/s) against 32.7 us for the three launches at
-    their templates' tiles and 33.5 for three cuBLAS calls; BN=8 with BK 256-1024 within 0.5 us of each other,
-    BN=32 up to 37 us."""
+def gemv_cat_policy(target: str, k: int | None = None) -> Policy:
+    """gemv_cat's tiles: BN columns of one segment a program, K in BK steps, the products kept per K lane and summed
+    after the loop. H100, one row against Llama-3-8B's and Mixtral's q, k and v (4096 / 1024 / 1024 of K = 4096)
+    with the weights cold in L2 (`sweep.py --ops cat`, sweep-cat-router-h100-2026-11-24.log): one column a program
+    and K steps of 1024 on 4 warps 20.6 us, against 23.3 for the three GEMV launches and 33.5 for three cuBLAS
+    calls; the tiles of 1-4 columns with steps of 512-2048 were within 1.5 us of it (the run's spread), wider ones
+    slower. A single 6144-column GEMV streams the same bytes in 17.9 us (gemv-probe-h100-2026-11-24.log): the two
+    masked-off segment loads of each step cost the rest."""
     if target == "interpret":
         return Policy.make(BN=16, BK=16)
-    return Policy.make(BN=8, BK=1024, num_warps=4, num_stages=3)
+    return Policy.make(BN=1, BK=min(1024, gemv_k_step(k)), num_warps=4, num_stages=1)
 
 
 def gluon_reads(dtype: str) -> bool:

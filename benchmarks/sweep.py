@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
-from argus_inductor.policies import gemm_policy  # noqa: E402
+from argus_inductor.policies import gemm_policy, gemv_policy  # noqa: E402
 from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, eager_moe  # noqa: E402
 
 
@@ -143,15 +143,16 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
                       f"{peer / best[0]:.2f}x  {best[1].key()}", flush=True)
 
 
-GEMV_NK = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (128256, 4096)]
+GEMV_NK = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (128256, 4096), (32000, 4096)]
 
 
 def gemv_candidates() -> list[Policy]:
-    """gemm_epilogue's CUDA-core path (GEMV=1, one row a program): tile widths 8-64, K steps 128-1024, at most
-    16K float32 partial sums a program."""
-    return [Policy.make(BM=1, BN=bn, BK=bk, num_warps=w, num_stages=st, GEMV=1)
-            for bn, bk, w, st in itertools.product((8, 16, 32, 64), (128, 256, 512, 1024), (4, 8), (1, 3))
-            if 2048 <= bn * bk <= 16384]
+    """gemm_epilogue's CUDA-core path (GEMV=1, one row a program): 1-16 columns, K steps 512-4096, 8 warps, at most
+    16K float32 partial sums a program (the products are kept per K lane and summed after the loop; 4 warps were
+    1-4% slower in gemv-probe-h100-2026-11-24.log)."""
+    return [Policy.make(BM=1, BN=bn, BK=bk, num_warps=w, num_stages=1, GEMV=1)
+            for bn, bk, w in itertools.product((1, 2, 4, 8, 16), (512, 1024, 2048, 4096), (8,))
+            if 512 <= bn * bk <= 16384]
 
 
 def sweep_gemv(rows: list[dict], only_n: set[int] | None = None) -> None:
@@ -168,6 +169,9 @@ def sweep_gemv(rows: list[dict], only_n: set[int] | None = None) -> None:
         ncopy = min(7, math.ceil(100 * 2**20 / (2 * n * k)))
         extra = [(torch.randn_like(a), _weight(n, k, "k"), torch.empty_like(out)) for _ in range(ncopy)]
         peer = bench(lambda: torch.matmul(a, b), [lambda x=x: torch.matmul(x[0], x[1]) for x in extra])
+        torch._dynamo.reset()
+        lin = torch.compile(lambda x, w: x @ w, mode="max-autotune-no-cudagraphs")
+        inductor = bench(lambda: lin(a, b), [lambda x=x: lin(x[0], x[1]) for x in extra])
         gb = 2 * n * k / 1e9
         timed = []
         for pol in gemv_candidates() + [gemm_policy(1, n, k, "cuda")]:
@@ -183,13 +187,14 @@ def sweep_gemv(rows: list[dict], only_n: set[int] | None = None) -> None:
             except Exception as e:
                 rows.append(dict(op="gemv", n=n, k=k, policy=pol.as_dict(), error=str(e)[:200]))
                 continue
-            rows.append(dict(op="gemv", m=1, n=n, k=k, policy=pol.as_dict(), ms=t, peer_ms=peer, rel_err=err,
-                             tb_s=gb / t))
+            rows.append(dict(op="gemv", m=1, n=n, k=k, policy=pol.as_dict(), ms=t, peer_ms=peer,
+                             inductor_ms=inductor, rel_err=err, tb_s=gb / t))
             timed.append((t, pol))
         timed.sort(key=lambda tp: tp[0])
         tmpl = next((t for t, p in timed if not p.const("GEMV")), math.nan)
         print(f"gemv N={n} K={k}: best {timed[0][0]:.4f} ms ({gb / timed[0][0]:.2f} TB/s) {timed[0][1].key()}; "
-              f"tensor-core template {tmpl:.4f} ms; cuBLAS {peer:.4f} ms = {peer / timed[0][0]:.2f}x", flush=True)
+              f"tensor-core template {tmpl:.4f} ms; cuBLAS {peer:.4f} ms = {peer / timed[0][0]:.2f}x; max-autotune "
+              f"Inductor {inductor:.4f} ms = {inductor / timed[0][0]:.2f}x", flush=True)
         if (n, k) not in ((14336, 4096), (4096, 14336), (4096, 4096)):
             continue
         fused = "gate_up" if n == 14336 else "residual"
@@ -200,7 +205,8 @@ def sweep_gemv(rows: list[dict], only_n: set[int] | None = None) -> None:
             if fused == "gate_up":
                 return gate_up_fn(a, b, b2, out=out, policy=pol)
             return gemm_add(a, b, r, out=out, policy=pol)
-        cands = [p for _, p in timed if p.const("GEMV")][:3] + [gemm_policy(1, n, k, "cuda")]
+        cands = [gemv_policy(1, n, "cuda", k)] + [p for _, p in timed if p.const("GEMV")][:3]
+        cands = list(dict.fromkeys(cands + [gemm_policy(1, n, k, "cuda")]))
         for pol in cands:
             try:
                 err = rel(call(pol), fref)
@@ -394,27 +400,33 @@ def sweep_cat(rows: list[dict]) -> None:
         ref = a.float() @ torch.cat(ws).float().t()
         out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
         outs = [torch.empty(1, w, device="cuda", dtype=torch.bfloat16) for w in widths]
+        # other weights of the same shapes, run in turn so that each call reads its weights from memory (as a
+        # decode step does: a layer's weights are long gone from L2 when the next step comes round)
+        cold = [[torch.randn(w, k, device="cuda", dtype=torch.bfloat16) for w in widths] for _ in range(7)]
 
-        def three(pols: list[Policy]) -> None:
-            for w, o, pol in zip(ws, outs, pols):
+        def three(pols: list[Policy], weights: list[torch.Tensor] = ws) -> None:
+            for w, o, pol in zip(weights, outs, pols):
                 gemm(a, w.t(), out=o, policy=pol)
 
-        tmpl = [gemm_policy(1, w, k, "cuda") for w in widths]
+        tmpl = [gemv_policy(1, w, "cuda", k) or gemm_policy(1, w, k, "cuda") for w in widths]
         three(tmpl)
         err3 = rel(torch.cat(outs, 1), ref)
-        sep = bench(lambda: three(tmpl))
-        peer = bench(lambda: [torch.matmul(a, w.t()) for w in ws])
+        sep = bench(lambda: three(tmpl), [lambda c=c: three(tmpl, c) for c in cold])
+        peer = bench(lambda: [torch.matmul(a, w.t()) for w in ws],
+                     [lambda c=c: [torch.matmul(a, w.t()) for w in c] for c in cold])
         row = dict(op="cat", widths=widths, k=k, three_launches_ms=sep, three_rel_err=err3, cublas_ms=peer)
         print(f"cat {widths} K={k}: three launches {sep * 1e3:.1f} us (rel err {err3:.1e}), three cuBLAS calls "
               f"{peer * 1e3:.1f} us", flush=True)
-        cands = [gemv_cat_policy("cuda")] + [Policy.make(BN=bn, BK=bk, num_warps=w, num_stages=3)
-                                             for bn, bk, w in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8))
-                                             if 2048 <= bn * bk <= 16384]
+        cands = [gemv_cat_policy("cuda", k)] + [Policy.make(BN=bn, BK=bk, num_warps=w, num_stages=1)
+                                                for bn, bk, w in itertools.product((1, 2, 4, 8, 16), (512, 1024, 2048),
+                                                                                   (4, 8))
+                                                if 1024 <= bn * bk <= 16384]
         for pol in cands:
             out.fill_(float("nan"))
             gemv_cat(a, *(w.t() for w in ws), out, policy=pol)
             err = rel(out, ref)
-            t = bench(lambda pol=pol: gemv_cat(a, *(w.t() for w in ws), out, policy=pol))
+            t = bench(lambda pol=pol: gemv_cat(a, *(w.t() for w in ws), out, policy=pol),
+                      [lambda pol=pol, c=c: gemv_cat(a, *(w.t() for w in c), out, policy=pol) for c in cold])
             rows.append(dict(row, policy=pol.as_dict(), ms=t, rel_err=err, vs_three=sep / t, vs_cublas=peer / t))
             print(f"  gemv_cat {pol.key()}: {t * 1e3:.1f} us ({2 * n * k / t / 1e9:.2f} TB/s), rel err {err:.1e}, "
                   f"{sep / t:.2f}x the three launches, {peer / t:.2f}x cuBLAS", flush=True)

@@ -45,19 +45,21 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
                   BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32,
                   HAS_BIAS: constexpr = 0, ACT: constexpr = 0, GEMV: constexpr = 0):
     """C = act(A @ B + bias); A and B in any layout (strides), fp32 accumulation. GEMV=1: no tensor cores, each of
-    the tile's rows multiplied into B's tile and summed (decode's memory-bound M = 1, with BM = 1)."""
+    the tile's rows multiplied into B's tile (decode's memory-bound M = 1, with BM = 1): the products accumulate
+    element-wise over the K loop and are summed across K once after it, so no K step waits on a cross-lane
+    reduction before its next load."""
     pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
     rm = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
     acc = zeros((BM, BN), float32)
-    if GEMV == 1:  # each row of the tile in turn, multiplied into B's tile and summed on the CUDA cores
+    if GEMV == 1:  # each row of the tile in turn, multiplied into B's tile on the CUDA cores
         for r in static_range(BM):
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
-            dots = zeros((BN,), float32)
+            part = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
             for k in range(0, K, BK):
                 rk = k + arange(BK)
-                dots = dots + sum(load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32), 0)
-            acc = where((arange(BM) == r)[:, None], dots[None, :], acc)
+                part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
+            acc = where((arange(BM) == r)[:, None], sum(part, 0)[None, :], acc)
     else:
         for k in range(0, K, BK):
             rk = k + arange(BK)
@@ -86,14 +88,14 @@ def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), 
     in0 = (rn < N0) & (s1 == 0)
     in1 = (rn < N1) & (s1 == 1) & (s2 == 0)
     in2 = (rn < N2) & (s2 == 1)
-    dots = zeros((BN,), float32)
+    part = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
     for k in range(0, K, BK):
         rk = k + arange(BK)
         b = load(B0[rk, rn], mask=in0[None, :], other=0.0).to(float32) + \
             load(B1[rk, rn], mask=in1[None, :], other=0.0).to(float32) + \
             load(B2[rk, rn], mask=in2[None, :], other=0.0).to(float32)
-        dots = dots + sum(load(A[pm, rk]).to(float32)[:, None] * b, 0)
-    store(C[pm, s1 * N0 + s2 * N1 + rn], dots, mask=in0 | in1 | in2)
+        part = part + load(A[pm, rk]).to(float32)[:, None] * b
+    store(C[pm, s1 * N0 + s2 * N1 + rn], sum(part, 0), mask=in0 | in1 | in2)
 
 
 def cat_epilogue(widths: tuple[int, ...]) -> str:

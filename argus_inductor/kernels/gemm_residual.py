@@ -39,11 +39,11 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
     if GEMV == 1:
         for r in static_range(BM):
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
-            dots = zeros((BN,), float32)
+            part = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
             for k in range(0, K, BK):
                 rk = k + arange(BK)
-                dots = dots + sum(load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32), 0)
-            acc = where((arange(BM) == r)[:, None], dots[None, :], acc)
+                part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
+            acc = where((arange(BM) == r)[:, None], sum(part, 0)[None, :], acc)
     else:
         for k in range(0, K, BK):
             rk = k + arange(BK)
@@ -69,15 +69,15 @@ def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N")
     if GEMV == 1:
         for r in static_range(BM):
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
-            dots_g = zeros((BN,), float32)
-            dots_u = zeros((BN,), float32)
+            part_g = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
+            part_u = zeros((BK, BN), float32)
             for k in range(0, K, BK):
                 rk = k + arange(BK)
                 a = load(A[row, rk]).to(float32)[:, None]
-                dots_g = dots_g + sum(a * load(BG[rk, rn]).to(float32), 0)
-                dots_u = dots_u + sum(a * load(BU[rk, rn]).to(float32), 0)
-            gate = where((arange(BM) == r)[:, None], dots_g[None, :], gate)
-            up = where((arange(BM) == r)[:, None], dots_u[None, :], up)
+                part_g = part_g + a * load(BG[rk, rn]).to(float32)
+                part_u = part_u + a * load(BU[rk, rn]).to(float32)
+            gate = where((arange(BM) == r)[:, None], sum(part_g, 0)[None, :], gate)
+            up = where((arange(BM) == r)[:, None], sum(part_u, 0)[None, :], up)
     else:
         for k in range(0, K, BK):
             rk = k + arange(BK)

@@ -34,10 +34,10 @@ def test_ir_records_types_lines_and_loop_carried_values():
     assert mma_loop.attrs["carried"] == ["acc"]
     (acc,) = mma_loop.results
     assert str(acc.type) == "tile[BM, BN]<float32>"
-    # the GEMV=1 branch: a static loop over the tile's rows around the K loop carrying one row of dot products
+    # the GEMV=1 branch: a static loop over the tile's rows around the K loop carrying a tile of partial sums
     rows = next(op for op in loops if op.attrs["static"])
     (k_loop,) = [op for op in walk_block(rows.blocks[0]) if op.kind == "for"]
-    assert k_loop.attrs["carried"] == ["dots"] and str(k_loop.results[0].type) == "tile[BN]<float32>"
+    assert k_loop.attrs["carried"] == ["part"] and str(k_loop.results[0].type) == "tile[BK, BN]<float32>"
     mma = next(op for op in walk_block(ir.body) if op.kind == "mma")
     src_line = ir.source.splitlines()[mma.line - ir.first_line]
     assert "mma(" in src_line

@@ -60,23 +60,29 @@ def test_moe_prefill_gathers_rows_only_where_it_was_measured_faster():
         assert moe_policies(tokens, topk, experts, target)[0].const("GATHERED", 0) == 0, (tokens, target)
 
 
-def test_one_row_against_a_wide_weight_takes_the_cuda_core_path():
-    """M = 1 against an LM head's 128256 columns streamed 3.07 TB/s on the CUDA cores (GEMV=1) against 2.95 for the
-    tensor-core tile (sweep-gemv-lmhead-2026-11-23.json), and a router's 8-256 columns in long K steps; between
-    them, at M > 1 and off NVIDIA the templates stay."""
+def test_one_row_against_a_weight_read_along_k_takes_the_cuda_core_path():
+    """M = 1 against an nn.Linear weight streamed 2.98-3.19 TB/s on the CUDA cores (GEMV=1, one column a program, K
+    in steps of 2048) against 2.37-3.06 for the tensor-core tile and the earlier GEMV tile
+    (gemv-probe-h100-2026-11-24.log), and a router's 8-256 columns in long K steps; a weight read along N, M > 1
+    and targets off NVIDIA keep the templates."""
     from argus_inductor.invariants import verify
     from argus_inductor.kernels.gemm import gemm_epilogue
     from argus_inductor.policies import gemv_policy
 
-    p = gemv_policy(1, 128256, "cuda")
-    assert p is not None and (p.const("GEMV"), p.const("BM")) == (1, 1)
-    assert gemv_policy(1, 14336, "cuda") is None and gemv_policy(2, 128256, "cuda") is None
+    for n in (128256, 14336, 4096, 257):
+        p = gemv_policy(1, n, "cuda", 4096)
+        assert p is not None and (p.const("GEMV"), p.const("BM"), p.const("BN"), p.const("BK")) == (1, 1, 1, 2048)
+    assert gemv_policy(1, 4096, "cuda", 1024).const("BK") == 1024  # a shorter K: the step that covers it
+    assert gemv_policy(1, 4096, "cuda", 100).const("BK") == 256
+    assert gemv_policy(1, 4096, "cuda", 4096, k_major=False) is None  # a column a program would stride over N
+    assert gemv_policy(2, 128256, "cuda") is None
     router = gemv_policy(1, 8, "cuda")  # a MoE router's few columns: long K steps on the CUDA cores
     assert router.const("GEMV") == 1 and router.const("BN") == 8 and router.const("BK") == 2048
-    assert gemv_policy(1, 257, "cuda") is None and gemv_policy(4, 8, "cuda") is None
+    assert gemv_policy(1, 8, "cuda", k_major=False) == router and gemv_policy(4, 8, "cuda") is None
     assert gemv_policy(1, 128256, "hip") is None and gemv_policy(1, 128256, "interpret") is None
-    assert verify(gemm_epilogue, p.with_consts(HAS_BIAS=0, ACT=0), {"M": 1, "N": 128256, "K": 4096}).ok
-    assert verify(gemm_epilogue, router.with_consts(HAS_BIAS=0, ACT=0), {"M": 1, "N": 8, "K": 4096}).ok
+    p = gemv_policy(1, 128256, "cuda", 4096)
+    assert verify(gemm_epilogue, p.with_consts(HAS_BIAS=0, ACT=0), {"M": 1, "N": 128256, "K": 4096}).proved
+    assert verify(gemm_epilogue, router.with_consts(HAS_BIAS=0, ACT=0), {"M": 1, "N": 8, "K": 4096}).proved
 
 
 def test_the_gemm_templates_take_the_cuda_core_path_where_their_kernel_has_one():
@@ -92,5 +98,9 @@ def test_the_gemm_templates_take_the_cuda_core_path_where_their_kernel_has_one()
 
     for op in ("gemm", "gemm_residual", "gate_up"):
         assert template(op, M=1, N=128256, K=4096).get("GEMV") == 1, op
+        assert template(op, M=1, N=14336, K=4096).get("GEMV") == 1, op
     assert "GEMV" not in template("bmm", M=1, N=128256, K=4096, B=2)
     assert "GEMV" not in template("gemm", M=16, N=128256, K=4096)
+    sig = Signature("gemm", "", ("bfloat16", "bfloat16"), ("row", "col"), (("M", 1), ("N", 4096), ("K", 4096)), (),
+                    "sm_90", ("torch", "triton", "argus"))
+    assert "GEMV" not in ops.SPECS["gemm"].template(sig, "cuda")  # a weight read along N: the tensor-core tile

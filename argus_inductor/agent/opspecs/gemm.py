@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
 from ...kernels.gemm import ACTIVATIONS, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
-from ...policies import gemm_policy, gemv_cat_policy, presplit_gemm_policy
+from ...policies import gemm_policy, gemv_cat_policy, gemv_policy, presplit_gemm_policy
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, strided
@@ -64,14 +64,15 @@ def mma_operands(name: str, policies: dict[str, Policy], a: torch.Tensor,
 
 def _template(problem: Problem, target: str) -> Policy:
     """The template policy: the pre-split tf32 one where a float32 problem runs three-pass tf32 on split operands
-    (as argus_inductor.ops' templates do), else gemm_policy's."""
+    (as argus_inductor.ops' templates do), the CUDA-core GEMV path for one row (gemv_policy), else gemm_policy's."""
     d = problem.dims
     if target != "interpret" and problem.dtype == "float32":
         from ...ops import fp32_precision
 
         if presplits(Policy.make(input_precision=fp32_precision()), d["M"], d["N"], d["K"]):
             return presplit_gemm_policy(d["M"], d["N"], d["K"])
-    return gemm_policy(d["M"], d["N"], d["K"], target)
+    k_major = problem.layouts[1:2] in ((), ("row",))  # the (N, K) weight read along K
+    return gemv_policy(d["M"], d["N"], target, d["K"], k_major) or gemm_policy(d["M"], d["N"], d["K"], target)
 
 
 def _regime(m: int) -> str:
@@ -123,7 +124,8 @@ class GemmSpec(OpSpec):
     def default_plan(self, problem: Problem, target: str) -> Plan:
         note = "template default (argus_inductor.policies)"
         if parse_epilogue(problem.epilogue).cat:
-            return Plan({"gemv_cat": gemv_cat_policy(target).as_dict()}, ("cuda-core-gemv", "horizontal-fusion"),
+            return Plan({"gemv_cat": gemv_cat_policy(target, problem.dims["K"]).as_dict()},
+                        ("cuda-core-gemv", "horizontal-fusion"),
                         note)
         pol = _template(problem, target).as_dict()
         if int(pol.get("SPLIT_K", 1)) > 1 and "splitk" in self.variants(problem):
