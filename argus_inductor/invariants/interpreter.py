@@ -565,12 +565,21 @@ class Interpreter:
         res = AVal(shape, kind, val, conj([clive, z3.If(cv, a.live, b.live)]), tags)
         res.zero = a.zero and b.zero
         res.sums = sums_union(a.sums, b.sums)
-        if branch:  # which branch ran decides what was summed: keep the choice in the covers
-            for d in set(a.sums) & set(b.sums):
-                ca, cb = a.sums[d], b.sums[d]
-                if len(ca) == len(cb) == 1 and not pieces_equal(ca[0], cb[0]):
-                    res.sums[d] = ((*(replace(p, cond=conj([p.cond, cv])) for p in ca[0]),
-                                    *(replace(p, cond=conj([p.cond, z3.Not(cv)])) for p in cb[0])),)
+        # A where whose condition picks lanes by their position alone (`arange(BM) == r`, putting a row's result
+        # into its lane) decides per element which side's sums it holds. One that moves with a loop
+        # (`where(k + BK < K, acc + s, acc)`) is left to the loop summary, which checks the union; one that reads
+        # data (`where(tgt != ignore, loss, 0.0)`: an ignored row's loss is 0 by definition) keeps the union.
+        by_lane = not branch and mentions_prefix(cv, ("_ax",)) and not mentions_prefix(cv, ("it:", "t#", "uf:", "hv#"))
+        for d in set(a.sums) | set(b.sums):
+            ca, cb = a.sums.get(d, ()), b.sums.get(d, ())
+            if (branch or by_lane) and len(ca) == len(cb) == 1 and not pieces_equal(ca[0], cb[0]):
+                # which branch ran, or which side an element took, decides what was summed there
+                res.sums[d] = ((*(replace(p, cond=conj([p.cond, cv])) for p in ca[0]),
+                                *(replace(p, cond=conj([p.cond, z3.Not(cv)])) for p in cb[0])),)
+            elif by_lane and len(ca) + len(cb) == 1 and (b.zero if ca else a.zero):
+                # a sum on one side and a zero fill on the other: the elements that took the zero summed nothing
+                c, keep = (ca[0], cv) if ca else (cb[0], z3.Not(cv))
+                res.sums[d] = (tuple(replace(p, cond=conj([p.cond, keep])) for p in c),)
         for f in ("maxof", "scale"):
             ca, cb = getattr(a, f), getattr(b, f)
             if ca and cb:
@@ -1098,7 +1107,8 @@ class Interpreter:
             what = f"{op.kind} writes a value whose {'product' if is_product(d) else 'reduction'} over {dn}"
             if w["live"] is False or not [h for h in here if h is not None]:
                 return (f"{what} covered nothing at this element ({dn} index {w['x']} of [0, {w['ext']}) left out): "
-                        "a mask kills its lane in every term, and the kernel did not name it padding (padding_lanes)")
+                        "a mask kills its lane in every term, or a where gave it a side that summed nothing, and "
+                        "the kernel did not name it padding (padding_lanes)")
             return (f"{what} never included {dn} index {w['x']} of [0, {w['ext']}) "
                     f"(it covers {' and '.join(h for h in here if h is not None)})")
         self.check("reduction-complete", op, shape,

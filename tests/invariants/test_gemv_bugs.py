@@ -2,7 +2,9 @@
 accumulated element-wise over K and summed after the loop) proves for every shape, at one row a program and at two;
 bugs planted in it are rejected at their line with a concrete program and element: a row index read without the
 clamp (a scalar index is not masked, so the second row of the last tile reads past M), and a K step that skips every
-other block (the sum then misses half of K). Partial sums overwritten instead of accumulated are not proved."""
+other block (the sum then misses half of K), a row loop that stops one row short (the last row is stored as its zero
+fill: a where that puts each row's sum into its lane hands the other lanes nothing). Partial sums overwritten instead
+of accumulated are not proved."""
 from __future__ import annotations
 
 import pytest
@@ -30,6 +32,7 @@ BUGS = [
     ("unclamped row index", "row = minimum(pm * BM + r, M - 1)", "row = pm * BM + r", "bounds"),
     ("every other K block", "for k in range(0, K, BK):\n                rk = k + arange(BK)\n                part =",
      "for k in range(0, K, 2 * BK):\n                rk = k + arange(BK)\n                part =", None),
+    ("the row loop stops one row short", "for r in static_range(BM):", "for r in static_range(BM - 1):", "row"),
     ("the partial sums overwritten, not accumulated",
      "part = part + load(A[row, rk])", "part = load(A[row, rk])", "undecided"),
 ]
@@ -51,5 +54,8 @@ def test_planted_gemv_bug_is_rejected_at_its_line(name, old, new, kind):
     if kind == "bounds":
         assert v.kind in ("out-of-bounds", "bounds"), res.text()
         assert_flags_one_of(res, lines_with(text, "load(A[row, rk])"))
+    elif kind == "row":  # the tile's last row keeps its zero fill: its reduction over K covered nothing
+        assert v.kind == "reduction-complete" and "covered nothing" in v.message, res.text()
+        assert_flags_one_of(res, lines_with(text, "store(C[rm, rn], acc)"))
     else:  # the sum misses K blocks: a coverage violation where the result is stored
         assert_flags_one_of(res, lines_with(text, "store(C[rm, rn], acc)") | lines_with(text, "range(0, K, 2 * BK)"))
