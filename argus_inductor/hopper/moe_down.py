@@ -298,8 +298,8 @@ def launch(policy: Policy, h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.
 
 
 def fallback(policy: Policy, *args: Any) -> Policy:
-    """The Triton policy of a launch `launch` declined (policies.moe_down_fallback): the policy's tiles and launch,
-    at the Triton template's depth where it asked for the Gluon ring's."""
+    """The Triton policy of a launch `launch` declined (policies.moe_down_fallback): the policy's tiles, ring depth
+    and launch, without the Gluon request."""
     return moe_down_fallback(policy)
 
 
