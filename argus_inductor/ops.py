@@ -80,6 +80,7 @@ from .policies import (
     moe_gate_up_fallback,
     moe_policies,
     presplit_gemm_policy,
+    weight_k_major,
 )
 from .signature import Signature, device_arch, make_signature
 
@@ -241,8 +242,8 @@ def _gemm_base(sig: Signature, target: str, gluon: bool = False) -> Policy:
     d = sig.dims()
     m, n, k = d.get("M", 1), d["N"], d["K"]
     gemv = any(c.name == "GEMV" for c in SPECS[sig.op].kernels[0].ir.constexprs)
-    k_major = sig.layouts[1:2] in ((), ("row",))  # the (N, K) weight read along K
-    return (gemv_policy(m, n, target, k, k_major) if gemv else None) or gemm_policy(m, n, k, target, gluon=gluon)
+    gemv_pol = gemv_policy(m, n, target, k, weight_k_major(sig.layouts)) if gemv else None
+    return gemv_pol or gemm_policy(m, n, k, target, gluon=gluon)
 
 
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:

@@ -66,6 +66,12 @@ def gemv_policy(m: int, n: int, target: str, k: int | None = None, k_major: bool
     return Policy.make(BM=1, BN=1, BK=gemv_k_step(k), num_warps=8, num_stages=1, GEMV=1)
 
 
+def weight_k_major(layouts: tuple[str, ...]) -> bool:
+    """Whether a linear's (N, K) weight, the second operand of its signature's layouts, is read along K (laid out
+    'row', as an nn.Linear weight is; no layouts given reads as that too): what gemv_policy's `k_major` asks."""
+    return layouts[1:2] in ((), ("row",))
+
+
 def gemv_k_step(k: int | None) -> int:
     """The K step of a one-column GEMV program: 2048, or the power of two that covers a shorter K (at least 256)."""
     if k is None or k >= 2048:

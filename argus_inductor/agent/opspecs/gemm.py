@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
 from ...kernels.gemm import ACTIVATIONS, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
-from ...policies import gemm_policy, gemv_cat_policy, gemv_policy, presplit_gemm_policy
+from ...policies import gemm_policy, gemv_cat_policy, gemv_policy, presplit_gemm_policy, weight_k_major
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, strided
@@ -71,8 +71,8 @@ def _template(problem: Problem, target: str) -> Policy:
 
         if presplits(Policy.make(input_precision=fp32_precision()), d["M"], d["N"], d["K"]):
             return presplit_gemm_policy(d["M"], d["N"], d["K"])
-    k_major = problem.layouts[1:2] in ((), ("row",))  # the (N, K) weight read along K
-    return gemv_policy(d["M"], d["N"], target, d["K"], k_major) or gemm_policy(d["M"], d["N"], d["K"], target)
+    return gemv_policy(d["M"], d["N"], target, d["K"], weight_k_major(problem.layouts)) or \
+        gemm_policy(d["M"], d["N"], d["K"], target)
 
 
 def _regime(m: int) -> str:
