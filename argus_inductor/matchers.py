@@ -216,6 +216,9 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
                 m = _match_gemm(g, node, gid)
                 if m:
                     matches.append(m)
+        from .norm_prologue import fuse_norm_prologues
+
+        changed = bool(fuse_norm_prologues(g)) or changed
     library = [k for k in enabled if k in LIBRARY_KINDS]
     if library:
         from .library_match import rewrite_library
@@ -551,6 +554,31 @@ def _transposed_next(n: fx.Node) -> bool:
     return {d % 4 if isinstance(d, int) else d for d in t.args[1:]} == {1, 2}
 
 
+MASKED_SCORE = -1e30  # what a bool mask's False adds to a score (the kernels clamp any mask at it)
+
+
+def _additive_mask(g: fx.Graph, mask: Any, anchor: fx.Node) -> Any:
+    """A bool attention mask as the additive float mask the kernels read, converted in the graph (torch.where(mask,
+    0.0, MASKED_SCORE), shared by every attention op of that mask), so Inductor fuses the conversion into the kernel
+    that builds the mask. Converted inside the op, it cost a decode step a launch a layer and that launch two scalar
+    fills (torch.where's scalar operands on the device): six launches and about 7 us of Llama decode's GPU time."""
+    mv = _val(mask)
+    if not isinstance(mask, fx.Node) or mv is None or mv.dtype != torch.bool:
+        return mask
+    earlier = set()
+    for n in g.nodes:  # a conversion made for an earlier attention op of the same mask
+        if n is anchor:
+            break
+        earlier.add(n)
+    for u in mask.users:
+        if u in earlier and u.target is torch.where and u.args == (mask, 0.0, MASKED_SCORE) and not u.kwargs:
+            return u
+    with g.inserting_before(anchor):
+        new = g.call_function(torch.where, (mask, 0.0, MASKED_SCORE))
+    new.meta["example_value"] = mv.new_empty(mv.shape, dtype=torch.float32)  # where(bool, float, float): float32
+    return new
+
+
 def _emit_attention(g: fx.Graph, anchor: fx.Node, q: Any, k: Any, v: Any, mask: Any, causal: bool,
                     scale: float | None, gid: int, names: list[str], squeeze: bool = False) -> Match:
     node_id = f"g{gid}:{anchor.name}"
@@ -563,6 +591,7 @@ def _emit_attention(g: fx.Graph, anchor: fx.Node, q: Any, k: Any, v: Any, mask: 
                     mask = g.call_method("unsqueeze", (mask, 0))
         positions = not squeeze and _transposed_next(anchor)
         if mask is not None:
+            mask = _additive_mask(g, mask, anchor)
             new = g.call_function(torch.ops.argus.attention_mask.default,
                                   (q, k, v, mask, scale, node_id, positions))
         else:

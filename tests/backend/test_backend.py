@@ -308,6 +308,43 @@ def test_attention_writes_the_layout_its_transpose_reads(fresh_cache, masked):
         torch.testing.assert_close(direct, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_a_bool_mask_is_converted_in_the_graph_once(fresh_cache, monkeypatch):
+    """A bool mask reaches the attention ops as the additive float mask the kernels read, converted by one
+    torch.where in the graph that every op of that mask shares (Inductor fuses it into the kernel that builds the
+    mask), so the op launches no conversion of its own; the compiled function still agrees with eager, hidden keys
+    and all."""
+    from argus_inductor import ops
+
+    from .graphs import capture
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)
+    valid = torch.tensor([3, 8])  # a padded batch: the first sequence's keys 3..7 are hidden
+
+    def f(q, k, v, valid):
+        mask = (torch.arange(8)[None, :] < valid[:, None])[:, None, None, :]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return F.scaled_dot_product_attention(o, k, v, attn_mask=mask, enable_gqa=True)
+
+    gm, _ = capture(f, q, k, v, valid)
+    rewrite(gm, ("attention",))
+    attn = [n for n in gm.graph.nodes if n.target is torch.ops.argus.attention_mask.default]
+    assert len(attn) == 2
+    (conv,) = {n.args[3] for n in attn}
+    assert conv.target is torch.where and conv.args[1:] == (0.0, -1e30)
+    assert conv.args[0].meta["example_value"].dtype == torch.bool
+    seen = []
+    real = ops.mask_operand
+    monkeypatch.setattr(ops, "mask_operand", lambda m, *a: seen.append(m.dtype) or real(m, *a))
+    torch._dynamo.reset()
+    report_mod.clear()
+    with torch.no_grad():
+        out = torch.compile(f, backend="argus")(q, k, v, valid)
+    torch.testing.assert_close(out, f(q, k, v, valid), rtol=1e-4, atol=1e-4)
+    assert seen and set(seen) == {torch.float32}, seen
+    assert all(not e.source.startswith("fallback") for e in report_mod.entries() if e.calls)
+
+
 def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, monkeypatch):
     """A decode step (one query token) of one sequence against a long cache: the op runs split-KV decode
     (attention_decode_part over chunks, attention_decode_merge), proven with the plan (its verification lists both
