@@ -409,8 +409,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", default="prefill,decode",
                     help="which workloads to run: prefill, decode or both (e.g. max-autotune's decode alone, when "
                          "its prefill autotuning would take the whole time box)")
+    ap.add_argument("--decode-batches", default=None,
+                    help=f"decode batch sizes, comma-separated (default {','.join(map(str, DECODE))})")
     ap.add_argument("--smoke", action="store_true", help="tiny dims on the CPU: checks the script, times nothing")
     args = ap.parse_args(argv)
+    if args.decode_batches:
+        global DECODE
+        try:
+            DECODE = tuple(int(b) for b in args.decode_batches.split(",") if b.strip())
+        except ValueError:
+            ap.error(f"--decode-batches takes integers, not {args.decode_batches!r}")
+        if not DECODE or min(DECODE) < 1:
+            ap.error(f"--decode-batches takes positive batch sizes, not {args.decode_batches!r}")
     if not args.smoke and not torch.cuda.is_available():
         print("benchmarks/e2e.py needs a CUDA GPU", file=sys.stderr)
         return 2
