@@ -400,6 +400,7 @@ def versions() -> dict[str, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global DECODE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="llama,mixtral")
     ap.add_argument("--backends", default=",".join(BACKENDS))
@@ -414,7 +415,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny dims on the CPU: checks the script, times nothing")
     args = ap.parse_args(argv)
     if args.decode_batches:
-        global DECODE
         try:
             DECODE = tuple(int(b) for b in args.decode_batches.split(",") if b.strip())
         except ValueError:
