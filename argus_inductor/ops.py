@@ -58,7 +58,6 @@ from .kernels.gemm import (
     gemm_epilogue,
     gemm_splitk,
     gemv_cat,
-    normalizes,
     split_operands,
     tf32_split,
     tf32x3_split_pays,
@@ -179,7 +178,7 @@ class OpSpec:
 
     def presplits(self, sig: Signature) -> bool:
         """Whether this signature's three-pass tf32 GEMM runs on pre-split operands (kernels.gemm)."""
-        if not self.presplit or normalizes(sig.epilogue):  # a norm prologue reads A as it is
+        if not self.presplit:
             return False
         d = sig.dims()
         return tf32x3_split_pays(d.get("M", 1), d["N"], d["K"])
@@ -298,15 +297,6 @@ def _gemm_shapes(sig: Signature) -> dict[str, int]:
 
 def _bias_consts(sig: Signature) -> dict[str, int]:
     return {"HAS_BIAS": int("bias" in _epi_parts(sig)), "ACT": _act_of(sig)}
-
-
-def _gate_up_consts(sig: Signature) -> dict[str, int]:
-    return {"ACT": _act_of(sig), "NORM": int(normalizes(sig.epilogue))}
-
-
-def _norm_shapes(sig: Signature) -> dict[str, int]:
-    """The norm weight's length KW of a kernel with a norm prologue: K under NORM=1, else its 1-element stand-in."""
-    return {"KW": sig.dims()["K"] if normalizes(sig.epilogue) else 1}
 
 
 def _gluon_fallbacks(kernel: Kernel, fallbacks: Callable[[Signature, Policy, int], list[Policy]]) \
@@ -457,13 +447,11 @@ SPECS: dict[str, OpSpec] = {
                             lambda s: {"gemm_residual": _gemm_shapes(s)},
                             _fused_select("gemm_residual", _bias_consts), presplit=("gemm_residual",)),
     "gate_up": OpSpec("gate_up", (gemm_gate_up,), _gate_up_template,
-                      lambda s: {"gemm_gate_up": _gate_up_consts(s)},
-                      lambda s: {"gemm_gate_up": {**_gemm_shapes(s), **_norm_shapes(s)}},
-                      _fused_select("gemm_gate_up", _gate_up_consts), presplit=("gemm_gate_up",)),
+                      lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)},
+                      _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)}), presplit=("gemm_gate_up",)),
     "gemv_cat": OpSpec("gemv_cat", (gemv_cat,), lambda s, target: gemv_cat_policy(target, s.dims()["K"]).as_dict(),
-                       lambda s: {"gemv_cat": {"NORM": int(normalizes(s.epilogue))}},
-                       lambda s: {"gemv_cat": cat_shapes(s.epilogue, s.dims())},
-                       _fused_select("gemv_cat", lambda s: {"NORM": int(normalizes(s.epilogue))})),
+                       lambda s: {}, lambda s: {"gemv_cat": cat_shapes(s.epilogue, s.dims())},
+                       _fused_select("gemv_cat", lambda s: {})),
     "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},
                   lambda s: {"bmm_kernel": {**_gemm_shapes(s), "Bt": s.dims()["B"]}}, presplit=("bmm_kernel",)),
     "attention": OpSpec("attention", (attention_fwd, attention_decode), _attention_template, _attention_consts,
@@ -1110,97 +1098,61 @@ def _(x, weight, bias, residual, activation, node_id):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
-def rms_norm_rows(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """transformers' RMSNorm (LlamaRMSNorm and its copies in Mistral, Mixtral, Qwen2 and DeepSeek-V3): the norm in
-    float32, rounded to x's dtype, times the weight. What an op with a norm prologue computes where it falls back."""
-    xf = x.float()
-    return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-def _norm_operand(norm_weight: Tensor | None, out: Tensor) -> Tensor:
-    """The NW argument of a kernel with a norm prologue: the weight, or a stand-in NORM=0 never reads."""
-    return norm_weight if norm_weight is not None else _dummy(out)
-
-
-def _norm_prologue_ok(x: Tensor, norm_weight: Tensor | None) -> bool:
-    """Whether the kernels can apply the norm: none asked, or a 2-byte x (float32 operands may run pre-split,
-    whose A is no longer the row the norm reads) with a weight of K elements."""
-    return norm_weight is None or (x.dtype in (torch.float16, torch.bfloat16) and norm_weight.dim() == 1
-                                   and norm_weight.shape[0] == x.shape[-1])
-
-
 @torch.library.custom_op("argus::gate_up", mutates_args=())
-def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: str,
-            norm_weight: Tensor | None = None, eps: float = 0.0) -> Tensor:
-    """act(x' @ w_gate.T) * (x' @ w_up.T) for x (..., K), w_gate and w_up (N, K): the gated MLP's first half. x' is
-    x, or with a `norm_weight` (K,) rms_norm_rows(x, norm_weight, eps): the norm in front of the MLP as the
-    kernel's prologue (the norm in float32 throughout, where transformers rounds it to x's dtype first)."""
+def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: str) -> Tensor:
+    """act(x @ w_gate.T) * (x @ w_up.T) for x (..., K), w_gate and w_up (N, K): the gated MLP's first half."""
     k = x.shape[-1]
     n = w_gate.shape[0]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    norm = norm_weight is not None
 
     def sig() -> Signature:
-        return make_signature("gemm", _epilogue("rms" if norm else "", f"{activation}*up"), [x2, w_gate, w_up],
-                              {"N": n, "K": k}, {"M": m})
+        return make_signature("gemm", f"{activation}*up", [x2, w_gate, w_up], {"N": n, "K": k}, {"M": m})
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         a, wg, wu = _presplit(plan, target, x2, w_gate.t(), w_up.t())
-        plan.kernels["gemm_gate_up"](a, wg, wu, _norm_operand(norm_weight, out), out, eps,
-                                     policy=plan.policies["gemm_gate_up"], target=target)
+        plan.kernels["gemm_gate_up"](a, wg, wu, out, policy=plan.policies["gemm_gate_up"], target=target)
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
-        xn = rms_norm_rows(x, norm_weight, eps) if norm else x
-        return ACTIVATION_FNS[activation](F.linear(xn, w_gate)) * F.linear(xn, w_up)
+        return ACTIVATION_FNS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
 
-    if not _norm_prologue_ok(x, norm_weight):
-        return gate_up(rms_norm_rows(x, norm_weight, eps), w_gate, w_up, activation, node_id)
-    return run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation, eps, _meta(norm_weight)),
-                  flops=4 * m * n * k, inputs=_present(x, w_gate, w_up, norm_weight))
+    return run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,),
+                  flops=4 * m * n * k)
 
 
 @gate_up.register_fake
-def _(x, w_gate, w_up, activation, node_id, norm_weight=None, eps=0.0):
+def _(x, w_gate, w_up, activation, node_id):
     return x.new_empty(*x.shape[:-1], w_gate.shape[0])
 
 
 @torch.library.custom_op("argus::linear_cat", mutates_args=())
-def linear_cat(x: Tensor, w0: Tensor, w1: Tensor, w2: Tensor, node_id: str, norm_weight: Tensor | None = None,
-               eps: float = 0.0) -> Tensor:
-    """[x' @ w0.T | x' @ w1.T | x' @ w2.T] for x (..., K) and bias-free weights (N_i, K): three projections of one
-    input (an attention's q, k and v at decode) as one launch, their outputs side by side. x' is x, or with a
-    `norm_weight` (K,) rms_norm_rows(x, norm_weight, eps), as gate_up's."""
+def linear_cat(x: Tensor, w0: Tensor, w1: Tensor, w2: Tensor, node_id: str) -> Tensor:
+    """[x @ w0.T | x @ w1.T | x @ w2.T] for x (..., K) and bias-free weights (N_i, K): three projections of one
+    input (an attention's q, k and v at decode) as one launch, their outputs side by side."""
     k = x.shape[-1]
     widths = (w0.shape[0], w1.shape[0], w2.shape[0])
     n = builtins.sum(widths)
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    norm = norm_weight is not None
 
     def sig() -> Signature:
-        return make_signature("gemm", cat_epilogue(widths, norm), [x2, w0, w1, w2], {"N": n, "K": k}, {"M": m})
+        return make_signature("gemm", cat_epilogue(widths), [x2, w0, w1, w2], {"N": n, "K": k}, {"M": m})
 
     def run(plan: Plan, target: str) -> Tensor:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-        plan.kernels["gemv_cat"](x2, w0.t(), w1.t(), w2.t(), _norm_operand(norm_weight, out), out, eps,
-                                 policy=plan.policies["gemv_cat"], target=target)
+        plan.kernels["gemv_cat"](x2, w0.t(), w1.t(), w2.t(), out, policy=plan.policies["gemv_cat"], target=target)
         return out.view(*x.shape[:-1], n)
 
     def fallback() -> Tensor:
-        xn = rms_norm_rows(x, norm_weight, eps) if norm else x
-        return torch.cat([F.linear(xn, w) for w in (w0, w1, w2)], -1)
+        return torch.cat([F.linear(x, w) for w in (w0, w1, w2)], -1)
 
-    if not _norm_prologue_ok(x, norm_weight):
-        return linear_cat(rms_norm_rows(x, norm_weight, eps), w0, w1, w2, node_id)
-    return run_op(node_id, sig, run, fallback, [x, w0, w1, w2], (eps, _meta(norm_weight)), flops=2 * m * n * k,
-                  inputs=_present(x, w0, w1, w2, norm_weight))
+    return run_op(node_id, sig, run, fallback, [x, w0, w1, w2], flops=2 * m * n * k)
 
 
 @linear_cat.register_fake
-def _(x, w0, w1, w2, node_id, norm_weight=None, eps=0.0):
+def _(x, w0, w1, w2, node_id):
     return x.new_empty(*x.shape[:-1], w0.shape[0] + w1.shape[0] + w2.shape[0])
 
 

@@ -403,7 +403,6 @@ def sweep_cat(rows: list[dict]) -> None:
         # other weights of the same shapes, run in turn so that each call reads its weights from memory (as a
         # decode step does: a layer's weights are long gone from L2 when the next step comes round)
         cold = [[torch.randn(w, k, device="cuda", dtype=torch.bfloat16) for w in widths] for _ in range(7)]
-        nw = out.new_empty(1)  # NORM=0: the norm weight is not read
 
         def three(pols: list[Policy], weights: list[torch.Tensor] = ws) -> None:
             for w, o, pol in zip(weights, outs, pols):
@@ -424,10 +423,10 @@ def sweep_cat(rows: list[dict]) -> None:
                                                 if 1024 <= bn * bk <= 16384]
         for pol in cands:
             out.fill_(float("nan"))
-            gemv_cat(a, *(w.t() for w in ws), nw, out, 0.0, policy=pol)
+            gemv_cat(a, *(w.t() for w in ws), out, policy=pol)
             err = rel(out, ref)
-            t = bench(lambda pol=pol: gemv_cat(a, *(w.t() for w in ws), nw, out, 0.0, policy=pol),
-                      [lambda pol=pol, c=c: gemv_cat(a, *(w.t() for w in c), nw, out, 0.0, policy=pol) for c in cold])
+            t = bench(lambda pol=pol: gemv_cat(a, *(w.t() for w in ws), out, policy=pol),
+                      [lambda pol=pol, c=c: gemv_cat(a, *(w.t() for w in c), out, policy=pol) for c in cold])
             rows.append(dict(row, policy=pol.as_dict(), ms=t, rel_err=err, vs_three=sep / t, vs_cublas=peer / t))
             print(f"  gemv_cat {pol.key()}: {t * 1e3:.1f} us ({2 * n * k / t / 1e9:.2f} TB/s), rel err {err:.1e}, "
                   f"{sep / t:.2f}x the three launches, {peer / t:.2f}x cuBLAS", flush=True)

@@ -24,7 +24,6 @@ from ..dsl.lang import (
     load,
     minimum,
     mma,
-    rsqrt,
     static_range,
     store,
     sum,
@@ -73,21 +72,16 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
 
 @kernel
 def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), B2: Tensor("K", "N2"),
-             NW: Tensor("KW"), C: Tensor("M", "NC"), eps: float, BN: constexpr = 32, BK: constexpr = 256,
-             NORM: constexpr = 0):
-    """C = A' @ [B0 | B1 | B2] for a few rows of A (decode): three projections of one input (an attention's q, k
+             C: Tensor("M", "NC"), BN: constexpr = 32, BK: constexpr = 256):
+    """C = A @ [B0 | B1 | B2] for a few rows of A (decode): three projections of one input (an attention's q, k
     and v) in one launch, their outputs side by side in C's columns. One program a row of A and BN columns of one
     segment, on the CUDA cores; the other two segments' loads are masked off, so each program streams one weight's
     columns and the launch streams all three weights at once, where three launches each stream one (the k and v
-    projections of decode alone are too small to reach the copy rate).
-
-    A' is A, or with NORM=1 the RMS norm of A's row times the norm weight NW (K,) (the norm in front of an
-    attention, fused as a prologue): the row's sum of squares gathers in the same K loop that streams the weights,
-    and its rsqrt(mean + eps) scales each column's sum once at the end (it is common to the row's products)."""
+    projections of decode alone are too small to reach the copy rate)."""
     t0 = cdiv(N0, BN)
     t1 = cdiv(N1, BN)
     pm, pn = tile_grid(M, t0 + t1 + cdiv(N2, BN))
-    assume((NC == N0 + N1 + N2) & ((NORM == 0) | (KW == K)))
+    assume(NC == N0 + N1 + N2)
     s1 = (pn >= t0).to(int32)  # past the first segment's tiles
     s2 = (pn >= t0 + t1).to(int32)  # past the second's
     rn = (pn - s1 * t0 - s2 * t1) * BN + arange(BN)  # the program's columns of its segment
@@ -95,42 +89,26 @@ def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), 
     in1 = (rn < N1) & (s1 == 1) & (s2 == 0)
     in2 = (rn < N2) & (s2 == 1)
     part = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
-    squares = zeros((BK,), float32)  # the row's squares per K lane (NORM=1)
     for k in range(0, K, BK):
         rk = k + arange(BK)
         b = load(B0[rk, rn], mask=in0[None, :], other=0.0).to(float32) + \
             load(B1[rk, rn], mask=in1[None, :], other=0.0).to(float32) + \
             load(B2[rk, rn], mask=in2[None, :], other=0.0).to(float32)
-        a = load(A[pm, rk]).to(float32)
-        if NORM == 1:
-            squares = squares + a * a
-            a = a * load(NW[rk]).to(float32)
-        part = part + a[:, None] * b
-    c = sum(part, 0)
-    if NORM == 1:
-        c = c * rsqrt(sum(squares, 0) / K + eps)
-    store(C[pm, s1 * N0 + s2 * N1 + rn], c, mask=in0 | in1 | in2)
+        part = part + load(A[pm, rk]).to(float32)[:, None] * b
+    store(C[pm, s1 * N0 + s2 * N1 + rn], sum(part, 0), mask=in0 | in1 | in2)
 
 
-NORM_PART = "rms"  # the epilogue part of a signature whose kernel applies an RMS norm to A first (NORM=1)
-
-
-def cat_epilogue(widths: tuple[int, ...], norm: bool = False) -> str:
-    """The epilogue string of a gemv_cat signature: the segments' widths, "cat4096/1024/1024", after "rms+" when
-    the kernel normalizes A first."""
-    return (NORM_PART + "+" if norm else "") + "cat" + "/".join(str(w) for w in widths)
+def cat_epilogue(widths: tuple[int, ...]) -> str:
+    """The epilogue string of a gemv_cat signature: the segments' widths, "cat4096/1024/1024"."""
+    return "cat" + "/".join(str(w) for w in widths)
 
 
 def cat_widths(epilogue: str) -> tuple[int, ...] | None:
     """The segment widths a gemv_cat epilogue names, or None when `epilogue` is not one."""
-    parts = [p for p in epilogue.split("+") if p]
-    cat = [p for p in parts if p.startswith("cat")]
-    if not cat:
+    if not epilogue.startswith("cat"):
         return None
-    if len(cat) > 1 or any(p != NORM_PART for p in parts if p not in cat):
-        raise ValueError(f"a cat epilogue is 'cat<N0>/<N1>/<N2>', maybe after '{NORM_PART}+', not {epilogue!r}")
     try:
-        widths = tuple(int(w) for w in cat[0][3:].split("/"))
+        widths = tuple(int(w) for w in epilogue[3:].split("/"))
     except ValueError:
         raise ValueError(f"unknown GEMM epilogue {epilogue!r}") from None
     if len(widths) != 3 or min(widths) < 1:
@@ -138,17 +116,11 @@ def cat_widths(epilogue: str) -> tuple[int, ...] | None:
     return widths
 
 
-def normalizes(epilogue: str) -> bool:
-    """Whether a GEMM-family epilogue asks the kernel to RMS-normalize A's rows first (NORM=1)."""
-    return NORM_PART in epilogue.replace(",", "+").split("+")
-
-
 def cat_shapes(epilogue: str, dims: dict[str, int]) -> dict[str, int]:
     """gemv_cat's shape symbols (what its proofs run at) for a signature's or problem's dims (M rows, K, the N
-    columns of C) and the widths its cat epilogue names; KW, the norm weight's length, is K under NORM=1."""
+    columns of C) and the widths its cat epilogue names."""
     n0, n1, n2 = cat_widths(epilogue) or (0, 0, 0)
-    return {"M": dims.get("M", 1), "K": dims["K"], "N0": n0, "N1": n1, "N2": n2, "NC": dims["N"],
-            "KW": dims["K"] if normalizes(epilogue) else 1}
+    return {"M": dims.get("M", 1), "K": dims["K"], "N0": n0, "N1": n1, "N2": n2, "NC": dims["N"]}
 
 
 @kernel

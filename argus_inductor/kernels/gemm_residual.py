@@ -9,14 +9,12 @@ from ..dsl.lang import (
     Tensor,
     activation,
     arange,
-    assume,
     cdiv,
     constexpr,
     float32,
     load,
     minimum,
     mma,
-    rsqrt,
     static_range,
     store,
     sum,
@@ -58,53 +56,34 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
 
 
 @kernel
-def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N"), NW: Tensor("KW"),
-                 C: Tensor("M", "N"), eps: float, BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32,
-                 ACT: constexpr = 3, GEMV: constexpr = 0, NORM: constexpr = 0):
-    """C = act(A' @ BG) * (A' @ BU): two GEMMs over one load of each A tile (the MLP's gate and up). GEMV=1: on
-    the CUDA cores, row by row (as gemm_epilogue's).
-
-    A' is A, or with NORM=1 the RMS norm of each row of A times the norm weight NW (K,) (the norm in front of the
-    MLP, fused as a prologue): each row's sum of squares gathers in the K loop that streams the weights, the norm
-    weight multiplies A's tile as it is loaded, and rsqrt(mean + eps) scales the row's sums once at the end."""
+def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N"), C: Tensor("M", "N"),
+                 BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32, ACT: constexpr = 3,
+                 GEMV: constexpr = 0):
+    """C = act(A @ BG) * (A @ BU): two GEMMs over one load of each A tile (the MLP's gate and up). GEMV=1: on the
+    CUDA cores, row by row (as gemm_epilogue's)."""
     pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
-    assume((NORM == 0) | (KW == K))
     rm = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
     gate = zeros((BM, BN), float32)
     up = zeros((BM, BN), float32)
-    squares = zeros((BM,), float32)  # each row's sum of squares (NORM=1)
     if GEMV == 1:
         for r in static_range(BM):
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
             part_g = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
             part_u = zeros((BK, BN), float32)
-            part_s = zeros((BK,), float32)
             for k in range(0, K, BK):
                 rk = k + arange(BK)
-                a = load(A[row, rk]).to(float32)
-                if NORM == 1:
-                    part_s = part_s + a * a
-                    a = a * load(NW[rk]).to(float32)
-                part_g = part_g + a[:, None] * load(BG[rk, rn]).to(float32)
-                part_u = part_u + a[:, None] * load(BU[rk, rn]).to(float32)
+                a = load(A[row, rk]).to(float32)[:, None]
+                part_g = part_g + a * load(BG[rk, rn]).to(float32)
+                part_u = part_u + a * load(BU[rk, rn]).to(float32)
             gate = where((arange(BM) == r)[:, None], sum(part_g, 0)[None, :], gate)
             up = where((arange(BM) == r)[:, None], sum(part_u, 0)[None, :], up)
-            squares = where(arange(BM) == r, sum(part_s, 0), squares)
     else:
         for k in range(0, K, BK):
             rk = k + arange(BK)
             a = load(A[rm, rk])
-            if NORM == 1:
-                af = a.to(float32)
-                squares = squares + sum(af * af, 1)
-                a = (af * load(NW[rk]).to(float32)[None, :]).to(A.dtype)
             gate = mma(a, load(BG[rk, rn]), gate)
             up = mma(a, load(BU[rk, rn]), up)
-    if NORM == 1:
-        scale = rsqrt(squares / K + eps)[:, None]  # each row's rsqrt(mean of squares + eps)
-        gate = gate * scale
-        up = up * scale
     gate = activation(gate, ACT)
     store(C[rm, rn], gate * up)
 
@@ -138,5 +117,5 @@ def gate_up(a: torch.Tensor, b_gate: torch.Tensor, b_up: torch.Tensor, activatio
     if out is None:
         out = torch.empty(a.shape[0], b_gate.shape[1], dtype=a.dtype, device=a.device)
     policy = (policy or Policy.make(BM=64, BN=64, BK=32)).with_consts(ACT=ACTIVATIONS[activation])
-    gemm_gate_up(a, b_gate, b_up, out.new_empty(1), out, 0.0, policy=policy)
+    gemm_gate_up(a, b_gate, b_up, out, policy=policy)
     return out

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
-from ...kernels.gemm import ACTIVATIONS, NORM_PART, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
+from ...kernels.gemm import ACTIVATIONS, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
 from ...policies import gemm_policy, gemv_cat_policy, gemv_policy, presplit_gemm_policy, weight_k_major
 from .. import templates
 from ..plan import Plan
@@ -24,28 +24,20 @@ class Epilogue:
     residual: bool
     gate_up: bool   # act(A @ Bg) * (A @ Bu): argus_inductor.ops writes the epilogue "<act>*up"
     cat: tuple[int, ...] = ()  # A @ [B0 | B1 | B2] of these widths (gemv_cat): the epilogue "cat<N0>/<N1>/<N2>"
-    norm: bool = False  # A's rows RMS-normalized first, times a norm weight (K,) (NORM=1): the part "rms" in front
-
-
-NORM_EPS = 1e-5  # the eps a problem with a norm prologue runs at (the kernels take it as an argument)
 
 
 def parse_epilogue(epilogue: str) -> Epilogue:
-    """From argus_inductor.ops' epilogue strings: "bias+silu", "bias+gelu+residual", "silu*up", "cat4096/1024/1024",
-    and "rms+silu*up", "rms+cat4096/1024/1024" (gate*up and cat behind a norm prologue)."""
+    """From argus_inductor.ops' epilogue strings: "bias+silu", "bias+gelu+residual", "silu*up", "cat4096/1024/1024"."""
     widths = cat_widths(epilogue)
-    parts = [p for p in epilogue.replace(",", "+").split("+") if p]
-    norm = NORM_PART in parts
     if widths:
-        return Epilogue(False, "none", False, False, widths, norm)
+        return Epilogue(False, "none", False, False, widths)
+    parts = [p for p in epilogue.replace(",", "+").split("+") if p]
     gate = [p for p in parts if p.endswith("*up")]
     if gate:
         act = gate[0][:-3]
-        if act not in ACTIVATIONS or len(parts) > 1 + norm:
+        if act not in ACTIVATIONS or len(parts) > 1:
             raise ValueError(f"unknown gated GEMM epilogue {epilogue!r}")
-        return Epilogue(False, act, False, True, norm=norm)
-    if norm:
-        raise ValueError(f"a norm prologue ('{NORM_PART}') comes with gate*up or cat epilogues only, not {epilogue!r}")
+        return Epilogue(False, act, False, True)
     unknown = [p for p in parts if p not in ("bias", "residual") and p not in ACTIVATIONS]
     if unknown:
         raise ValueError(f"unknown GEMM epilogue part(s) {unknown} in {epilogue!r}")
@@ -121,11 +113,9 @@ class GemmSpec(OpSpec):
         return _regime(problem.dims["M"])
 
     def fixed_consts(self, problem: Problem, kernel: str, plan: Plan) -> dict[str, Any]:
-        epi = parse_epilogue(problem.epilogue)
         if kernel == "gemv_cat":  # no epilogue: three projections side by side
-            return {"NORM": int(epi.norm)}
-        if kernel == "gemm_gate_up":
-            return {"ACT": ACTIVATIONS[epi.act], "NORM": int(epi.norm)}
+            return {}
+        epi = parse_epilogue(problem.epilogue)
         consts: dict[str, Any] = {"HAS_BIAS": int(epi.bias), "ACT": ACTIVATIONS[epi.act]}
         if kernel == "bias_act_cast":  # the split-k epilogue pass: a light elementwise kernel
             consts.update(BM=16, BN=128)
@@ -158,15 +148,11 @@ class GemmSpec(OpSpec):
         if epi.gate_up:
             wu = strided((d["N"], d["K"]), lay[2] if len(lay) > 2 else "row", dt, dev, gen, scale=d["K"] ** -0.5)
             out["b_up"] = wu.t()
-        if epi.norm:
-            out["norm_weight"] = strided((d["K"],), "row", dt, dev, gen)
         return out
 
     def reference(self, problem: Problem, inputs: Inputs) -> torch.Tensor:
         epi = parse_epilogue(problem.epilogue)
         a = inputs["a"].float()
-        if epi.norm:
-            a = a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + NORM_EPS) * inputs["norm_weight"].float()
         y = a @ inputs["b"].float()
         if inputs.get("bias") is not None:
             y = y + inputs["bias"].float()
@@ -190,16 +176,13 @@ class GemmSpec(OpSpec):
                                      policy=policies["bias_act_cast"])
             return out
         out = empty((m, n), a.dtype, a.device, poison)
-        nw = inputs.get("norm_weight")
-        nw = nw if nw is not None else out.new_empty(1)
         if "gemv_cat" in kernels:  # B's columns as the three weights
             n0, n1, _ = parse_epilogue(problem.epilogue).cat
-            kernels["gemv_cat"](a, b[:, :n0], b[:, n0:n0 + n1], b[:, n0 + n1:], nw, out, NORM_EPS,
-                                policy=policies["gemv_cat"])
+            kernels["gemv_cat"](a, b[:, :n0], b[:, n0:n0 + n1], b[:, n0 + n1:], out, policy=policies["gemv_cat"])
             return out
         if "gemm_gate_up" in kernels:
             pols, (a, b, bu) = mma_operands("gemm_gate_up", policies, a, b, inputs["b_up"])
-            kernels["gemm_gate_up"](a, b, bu, nw, out, NORM_EPS, policy=pols["gemm_gate_up"])
+            kernels["gemm_gate_up"](a, b, bu, out, policy=pols["gemm_gate_up"])
             return out
         bias = inputs.get("bias")
         bias_arg = bias if bias is not None else out.new_empty(1)
@@ -214,18 +197,13 @@ class GemmSpec(OpSpec):
     def peers(self, problem: Problem, inputs: Inputs) -> dict[str, Callable[[], Any]]:
         a, b, bias, res, bu = inputs["a"], inputs["b"], inputs.get("bias"), inputs.get("residual"), inputs.get("b_up")
         epi = parse_epilogue(problem.epilogue)
-        nw = inputs.get("norm_weight")
-        if bias is None and res is None and bu is None and epi.act == "none" and nw is None:
+        if bias is None and res is None and bu is None and epi.act == "none":
             return {"cuBLAS": lambda: torch.matmul(a, b)}
 
         def eager() -> torch.Tensor:
-            x = a
-            if nw is not None:  # transformers' RMSNorm, then the GEMMs
-                xf = a.float()
-                x = nw * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)).to(a.dtype)
-            y = _ACT_FN[epi.act](F.linear(x, b.t(), bias))
+            y = _ACT_FN[epi.act](F.linear(a, b.t(), bias))
             if bu is not None:
-                y = y * torch.matmul(x, bu)
+                y = y * torch.matmul(a, bu)
             return y + res if res is not None else y
 
         return {"cuBLAS+eager epilogue": eager}
@@ -235,8 +213,6 @@ class GemmSpec(OpSpec):
         if kernel == "gemv_cat":
             return cat_shapes(problem.epilogue, d), []
         shapes = {"M": d["M"], "N": d["N"], "K": d["K"]}
-        if kernel == "gemm_gate_up":
-            shapes["KW"] = d["K"] if parse_epilogue(problem.epilogue).norm else 1
         if kernel != "gemm_splitk" and presplits(policy, d["M"], d["N"], d["K"]):
             shapes["K"] *= 3  # the mma runs over the split operands, 3K long
         if kernel in ("gemm_epilogue", "gemm_residual", "bias_act_cast"):
