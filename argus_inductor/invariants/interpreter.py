@@ -1071,7 +1071,7 @@ class Interpreter:
         the window's, not all of K)."""
         if not key.startswith("each(") or reduced_dim(key) in t.dims:
             return False
-        return not any(mentions_prefix(e, ("_ax", "pid:")) for ps in cs for p in ps for e in (p.lo, p.hi, p.count)
+        return not any(mentions_prefix(e, ("_ax", "pid:")) for ps in cs for p in ps for e in (p.lo, p.count)
                        if e is not None)
 
     def check_complete(self, op: Op, d: str, ps: Pieces, active: Expr, shape: tuple[int, ...], bits: int,
@@ -1087,7 +1087,7 @@ class Interpreter:
         if addr is not None and z3.is_true(simp(required(ps, XV))):
             # a partial result stored at an address indexed by the same program (or iteration) that
             # chooses its part of the reduction (block sums, split-k partials) need not be complete
-            part = {n for p in ps for e in (p.lo, p.hi) + ((p.count,) if p.count is not None else ())
+            part = {n for p in ps for e in (p.lo,) + ((p.count,) if p.count is not None else ())
                     for n in _names(e) if n.startswith(("pid:", "it:"))}
             where = {n for e in addr for n in _names(e) if n.startswith(("pid:", "it:"))}
             if part & where:
