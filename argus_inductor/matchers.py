@@ -216,9 +216,6 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
                 m = _match_gemm(g, node, gid)
                 if m:
                     matches.append(m)
-        from .norm_prologue import fuse_norm_prologues
-
-        changed = bool(fuse_norm_prologues(g)) or changed
     library = [k for k in enabled if k in LIBRARY_KINDS]
     if library:
         from .library_match import rewrite_library
