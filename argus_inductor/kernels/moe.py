@@ -178,15 +178,19 @@ def moe_count(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC
 @kernel
 def moe_place(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC", dtype=int32),
               sorted_ids: Tensor("S", dtype=int32), block_expert: Tensor("NB", dtype=int32), E: int,
-              BM: constexpr = 128, BN: constexpr = 256, BE: constexpr = 16, BC: constexpr = 16):
-    """The second pass: one program a block of BM slots fills them and the block's expert, by gathering (slot s
-    holds the pair whose sorted position is s, or the padding id N), so every output element is written once.
+              BM: constexpr = 128, BN: constexpr = 256, BE: constexpr = 16, BC: constexpr = 16, BS: constexpr = 32):
+    """The second pass: one program BS of a block's BM slots fills them (and the block's first program the block's
+    expert), by gathering (slot s holds the pair whose sorted position is s, or the padding id N), so every output
+    element is written once.
 
     The experts' totals, and so each expert's blocks, come from moe_count's table; a block of expert e holds e's
-    pairs of ranks r0 .. r0 + BM - 1 in pair order, and only the chunks holding those pairs (a few, found from
-    the table's column e) are read, not every pair as moe_route's programs do."""
-    (pb,) = tile_grid(NB)
-    assume((E <= BE) & (BEC == BE) & (S == NB * BM) & (C <= BC) & (C * BN >= N) & (C * BN < N + BN))
+    pairs of ranks r0 .. r0 + BM - 1 in pair order, and the program of slots j .. j + BS - 1 of it reads only the
+    chunks holding ranks r0 + j .. r0 + j + BS - 1 (a few, found from the table's column e), not every pair as
+    moe_route's programs do. Its slots x pairs match table is BS x BN: a whole block's (BM = 128 slots against
+    chunks of 256 pairs) took 40 us a layer of Mixtral's prefill on the H100, one program a block walking several
+    chunks in turn."""
+    pb, pj = tile_grid(NB, BM // BS)
+    assume((E <= BE) & (BEC == BE) & (S == NB * BM) & (C <= BC) & (C * BN >= N) & (C * BN < N + BN) & (BM % BS == 0))
     re = arange(BE)
     rc = arange(BC)
     table = load(chunk_counts[rc, re], mask=(rc < C)[:, None], other=0)
@@ -194,14 +198,14 @@ def moe_place(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC
     block_end = cumsum(blocks, 0)
     done = (block_end <= pb) & (re < E)  # the experts whose blocks end before this one
     e = sum(done.to(int32), 0)  # E for the padding blocks after the last expert's
-    r0 = (pb - sum(where(re == e, block_end - blocks, 0), 0)) * BM
+    r0 = (pb - sum(where(re == e, block_end - blocks, 0), 0)) * BM + pj * BS  # the rank of the program's 1st slot
     col = sum(where(re[None, :] == e, table, 0), 1)  # expert e's pairs in each chunk
     upto = cumsum(col, 0)
     passed = upto <= r0  # the chunks wholly before rank r0
-    reach = (upto - col < r0 + BM) & (rc < C)  # the chunks starting before rank r0 + BM
+    reach = (upto - col < r0 + BS) & (rc < C)  # the chunks starting before rank r0 + BS
     seen = sum(where(passed, col, 0), 0)  # e's pairs in the chunks wholly before rank r0
-    rs = arange(BM)
-    owner = zeros((BM,), int32)  # 1 + the pair sorted into each slot, 0 for a padding slot
+    rs = arange(BS)
+    owner = zeros((BS,), int32)  # 1 + the pair sorted into each slot, 0 for a padding slot
     for c in range(sum(passed.to(int32), 0), sum(reach.to(int32), 0)):
         rn = c * BN + arange(BN)
         valid = rn < N
@@ -211,9 +215,9 @@ def moe_place(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC
         match = (rank[None, :] == r0 + rs[:, None]) & hit[None, :]
         owner = owner + sum(where(match, rn[None, :] + 1, 0), 1)
         seen = seen + sum(hits, 0)
-    store(sorted_ids[pb * BM + rs], where(owner > 0, owner - 1, N))
+    store(sorted_ids[pb * BM + pj * BS + rs], where(owner > 0, owner - 1, N))
     rb = pb + arange(1)
-    store(block_expert[rb], zeros((1,), int32) + e)
+    store(block_expert[rb], zeros((1,), int32) + e, mask=(rb - pb + pj) == 0)
 
 
 def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
@@ -233,12 +237,16 @@ def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     table = torch.empty(chunks, be, dtype=torch.int32, device=flat.device)
     sorted_ids = torch.empty(nb * block_m, dtype=torch.int32, device=flat.device)
     block_expert = torch.empty(nb, dtype=torch.int32, device=flat.device)
-    pol = (policy or Policy.make(num_warps=8 if block_m * bn >= 8192 else 4)).with_consts(
-        BM=block_m, BN=bn, BE=be, BC=pow2(chunks))
+    bs = builtins.min(block_m, PLACE_SLOTS)
+    pol = (policy or Policy.make(num_warps=8 if bs * bn >= 8192 else 4)).with_consts(
+        BM=block_m, BN=bn, BE=be, BC=pow2(chunks), BS=bs)
     moe_count(flat, table, num_experts, policy=Policy.make(num_warps=4).with_consts(BN=bn, BE=be))
     moe_place(flat, table, sorted_ids, block_expert, num_experts, policy=pol)
     return sorted_ids, block_expert
 
+
+# moe_place's slots a program (BS): a block's slots split among BM / BS programs
+PLACE_SLOTS = 32
 
 # moe_place reads its whole chunks x experts table: at most this many chunks of pairs (_route_chunks makes the
 # chunks longer to keep the table within 2**14 cells)

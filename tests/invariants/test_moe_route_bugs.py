@@ -49,7 +49,7 @@ def test_planted_chunk_loop_bug_is_rejected(old, new, kind):
     assert res.violations[0].executions or res.violations[0].values, res.text()
 
 
-COUNTED = Policy.make(BM=16, BN=16, BE=16, BC=8)
+COUNTED = Policy.make(BM=16, BN=16, BE=16, BC=8, BS=4)  # four programs a block
 PLACE_SRC = "from argus_inductor.dsl import *\n" + moe_place.ir.source
 COUNT_SRC = "from argus_inductor.dsl import *\n" + moe_count.ir.source
 
@@ -63,8 +63,13 @@ def test_counted_routing_kernels_are_proven_for_every_shape():
 
 
 @pytest.mark.parametrize("old,new,kind", [
-    ("store(sorted_ids[pb * BM + rs]", "store(sorted_ids[pb * BM + rs // 2]", "write-once"),  # two slots, one pair
+    ("store(sorted_ids[pb * BM + pj * BS + rs]", "store(sorted_ids[pb * BM + pj * BS + rs // 2]",
+     "write-once"),  # two slots, one pair
     ("rb = pb + arange(1)", "rb = pb * 2 + arange(1)", "write-all"),  # every other block's expert never written
+    # each of a block's programs fills the block's first BS slots: the same slots written BM / BS times
+    ("store(sorted_ids[pb * BM + pj * BS + rs]", "store(sorted_ids[pb * BM + rs]", "write-once"),
+    # every program of a block writes the block's expert, not only its first
+    (", mask=(rb - pb + pj) == 0)", ")", "write-once"),
     # the earlier chunks' pairs of the block's expert forgotten: each chunk would rank its pairs from 0
     ("seen = seen + sum(hits, 0)", "seen = sum(hits, 0)", "loop-summary"),
 ])
