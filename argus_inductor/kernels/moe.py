@@ -245,8 +245,11 @@ def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     return sorted_ids, block_expert
 
 
-# moe_place's slots a program (BS): a block's slots split among BM / BS programs
-PLACE_SLOTS = 32
+# moe_place's slots a program (BS): a block's slots split among BM / BS programs. H100 (`sweep.py --ops route`,
+# sweep-route-place-slots-h100-2026-11-24.json; count + place, us, at 128, 64, 32 and 16 slots a program): 2048 tokens
+# of 8 experts, top 2 29.8 / 14.1 / 9.5 / 7.8; 4096 tokens 30.1 / 15.3 / 10.9 / 8.6; 512 tokens of 60, top 4 33.2 /
+# 21.0 / 19.4 / 12.1
+PLACE_SLOTS = 16
 
 # moe_place reads its whole chunks x experts table: at most this many chunks of pairs (_route_chunks makes the
 # chunks longer to keep the table within 2**14 cells)
@@ -304,8 +307,11 @@ def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
 # - 512 tokens of 60 experts, top 4 (128K cells): 78 / 103 / 33;
 # - 4096 tokens of 60 experts (1M cells) and 2048 tokens of 256 experts, top 8 (4M): 127 / 1549 / 160 and
 #   129 / 2916 / 429: a block of one of many experts holds few pairs a chunk, so moe_place reads many chunks.
+# With moe_place's blocks split among programs of PLACE_SLOTS slots (session 20, sweep-route-place-slots-h100-
+# 2026-11-24.json, at 32 slots a program): 2048 / 4096 tokens of 8 experts 80 / 9.5 and 122 / 10.9; 4096 tokens of
+# 60 experts, top 4 126 / 42; 2048 tokens of 256 experts, top 8 128 / 149: the two launches now win up to 1M cells.
 FUSED_ROUTE_MAX_CELLS = 1 << 13
-COUNTED_ROUTE_MAX_CELLS = 1 << 17
+COUNTED_ROUTE_MAX_CELLS = 1 << 20
 _FUSED_ROUTE_FAILED: list[str] = []
 
 

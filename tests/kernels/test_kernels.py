@@ -460,8 +460,8 @@ def test_counted_routing_kernels_sort_as_the_torch_ops_do():
 def test_moe_align_takes_the_routing_kernel_for_its_size(monkeypatch):
     """moe_align sorts with moe_route where the H100 measured it fastest (up to FUSED_ROUTE_MAX_CELLS pairs x experts:
     decode), with moe_count + moe_place beyond (512 and 2048 prefill tokens of 8 experts), and with the torch ops
-    past COUNTED_ROUTE_MAX_CELLS (1100 tokens of 60 experts) or 256 experts; every path gives moe_align_block's
-    result."""
+    past COUNTED_ROUTE_MAX_CELLS (4200 tokens of 128 experts) or 256 experts; every path gives moe_align_block's
+    result. 1100 tokens of 60 experts take the two launches too."""
     from argus_inductor.kernels import moe as moe_mod
 
     taken = []
@@ -470,13 +470,16 @@ def test_moe_align_takes_the_routing_kernel_for_its_size(monkeypatch):
     monkeypatch.setattr(moe_mod, "moe_align_counted", lambda *a: taken.append("counted") or counted(*a))
     monkeypatch.setattr(moe_mod, "moe_align_block", lambda *a: taken.append("torch") or torch_ops(*a))
     fresh_seed()
-    for t, e, want in ((4, 8, "fused"), (512, 8, "counted"), (2048, 8, "counted"), (1100, 60, "torch"),
+    for t, e, want in ((4, 8, "fused"), (512, 8, "counted"), (2048, 8, "counted"), (4200, 128, "torch"),
                        (8, 300, "torch")):
         ids = torch.stack([torch.randperm(e, device=DEVICE)[:2] for _ in range(t)])
         got = moe_mod.moe_align(ids, e, 128)
         assert taken[-1] == want, (t, taken)
         ref = torch_ops(ids, e, 128)
         assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), t
+    # 1100 tokens of 60 experts (140K cells) sort with the two launches since moe_place splits its blocks (they
+    # sort as the torch ops do: test_counted_routing_kernels_sort_as_the_torch_ops_do)
+    assert moe_mod.counted_route_takes(2200, 60) and not moe_mod.counted_route_takes(8400, 128)
 
 
 def test_device_is_what_the_run_asked_for():
