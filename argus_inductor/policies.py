@@ -90,11 +90,11 @@ GEMV_CAT_MAX_M = 4
 def gemv_cat_policy(target: str, k: int | None = None) -> Policy:
     """gemv_cat's tiles: BN columns of one segment a program, K in BK steps, the products kept per K lane and summed
     after the loop. H100, one row against Llama-3-8B's and Mixtral's q, k and v (4096 / 1024 / 1024 of K = 4096)
-    with the weights cold in L2 (`sweep.py --ops cat`, sweep-cat-router-h100-2026-11-24.log): one column a program
-    and K steps of 1024 on 4 warps 20.6 us, against 23.3 for the three GEMV launches and 33.5 for three cuBLAS
-    calls; the tiles of 1-4 columns with steps of 512-2048 were within 1.5 us of it (the run's spread), wider ones
-    slower. A single 6144-column GEMV streams the same bytes in 17.9 us (gemv-probe-h100-2026-11-24.log): the two
-    masked-off segment loads of each step cost the rest."""
+    with the weights cold in L2 (`sweep.py --ops cat`, sweep-cat-branches-h100-2026-11-24.json, each segment's loop
+    under a branch of its own): one column a program and K steps of 1024 on 4 warps 18.8 us, against 23.3 for the
+    three GEMV launches and 33.5 for three cuBLAS calls; 4 columns with steps of 2048 18.5, the other tiles of 1-4
+    columns within 2 us, wider ones slower. A single 6144-column GEMV streams the same bytes in 17.9 us
+    (gemv-probe-h100-2026-11-24.log). With the three segments' loads masked in one loop the same tile took 20.6."""
     if target == "interpret":
         return Policy.make(BN=16, BK=16)
     return Policy.make(BN=1, BK=min(1024, gemv_k_step(k)), num_warps=4, num_stages=1)
