@@ -1066,9 +1066,11 @@ class Interpreter:
 
     def accumulated_reduction(self, key: str, cs: tuple[Pieces, ...], t: TensorParam) -> bool:
         """Whether a loop's element-wise accumulation (each(K)) stored as is is a reduction over K that must be
-        complete: K is not a dimension of the output, and the indices it adds are the same for every element and
+        complete: K is not a dimension of the output, and where its indices start is the same for every element and
         every program (a gathered window, like a convolution's input rows, moves with the output position and is
-        the window's, not all of K)."""
+        the window's, not all of K). A cover whose end alone names the program (a loop run for K times a flag of
+        the program's, as a segment's loop of gemv_cat could be) is still all of K wherever it is stored: it was
+        exempt once, and a loop that skipped its first block proved."""
         if not key.startswith("each(") or reduced_dim(key) in t.dims:
             return False
         return not any(mentions_prefix(e, ("_ax", "pid:")) for ps in cs for p in ps for e in (p.lo, p.count)
@@ -1086,7 +1088,7 @@ class Interpreter:
             return
         if addr is not None and z3.is_true(simp(required(ps, XV))):
             # a partial result stored at an address indexed by the same program (or iteration) that
-            # chooses its part of the reduction (block sums, split-k partials) need not be complete
+            # chooses where its part of the reduction starts (block sums, split-k partials) need not be complete
             part = {n for p in ps for e in (p.lo,) + ((p.count,) if p.count is not None else ())
                     for n in _names(e) if n.startswith(("pid:", "it:"))}
             where = {n for e in addr for n in _names(e) if n.startswith(("pid:", "it:"))}
