@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import hashlib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +30,30 @@ def _say_once(msg: str) -> None:
     if msg not in _SAID:
         _SAID.add(msg)
         log.warning(msg)
+
+
+@functools.lru_cache(maxsize=1)
+def code_tag() -> str:
+    """A hash of argus_inductor's Python sources. Inductor's on-disk FX-graph cache keys a graph by its code, not
+    by the schemas of the custom ops it calls or the Python behind them: code Inductor cached for a graph of Argus
+    ops under one version of them came back under another (a call with keyword arguments the op no longer had,
+    which failed at run time). While Argus compiles, this tag is part of that key (torch.compiler.config's
+    cache_key_tag), so a changed argus_inductor compiles afresh."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _tagged_cache() -> contextlib.AbstractContextManager[Any]:
+    """Inductor's cache keys tagged with code_tag() (after the user's own tag, if any) for the compile."""
+    cconfig = getattr(torch.compiler, "config", None)
+    if cconfig is None or not hasattr(cconfig, "cache_key_tag"):  # a torch without the tag: nothing to add to
+        return contextlib.nullcontext()
+    tag = f"argus-{code_tag()}"
+    return cconfig.patch(cache_key_tag=f"{cconfig.cache_key_tag}|{tag}" if cconfig.cache_key_tag else tag)
 
 
 def _devices(example_inputs: list[Any]) -> set[torch.device]:
@@ -127,7 +154,7 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
 
     def compile_with(graph: torch.fx.GraphModule, config: dict[str, Any]) -> Callable[..., Any]:
         replay = opts.graph_replay and config["triton.cudagraphs"]
-        with replacing_trees() if replay else contextlib.nullcontext():
+        with replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache():
             return compile_fx(graph, example_inputs, config_patches=config)
 
     try:

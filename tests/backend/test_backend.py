@@ -2,6 +2,7 @@
 with eager; without the interpreter the backend is Inductor alone."""
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pytest
@@ -378,3 +379,35 @@ def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, 
         res = ops.verify_plan(spec, sig, ops.library_kernels(spec, pols), pols, target)
         assert {"attention_decode_part (split-KV)", "attention_decode_merge (split-KV)"} <= set(res["kernels"])
         assert res["status"] == "verified", res
+
+
+def test_inductor_cache_keys_carry_the_argus_code(fresh_cache, monkeypatch):
+    """Inductor's FX-graph cache keys a graph by its code, not by the Argus ops' schemas: code cached under one
+    version of the ops (a call with keyword arguments the op no longer had) came back under another and failed at
+    run time. The backend tags the key with a hash of argus_inductor's sources: the same code hits the cache, other
+    code (a changed tag) compiles afresh."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache as fresh_inductor_cache
+
+    from argus_inductor import backend
+    from argus_inductor import matchers as matchers_mod
+
+    assert backend.code_tag() == backend.code_tag() and len(backend.code_tag()) == 16
+    w = torch.randn(24, 40)
+
+    def f(x):
+        return F.linear(x, w).relu()
+
+    x = torch.randn(5, 40)
+    hits = []
+    with fresh_inductor_cache(), torch._inductor.config.patch(fx_graph_cache=True):
+        for tag in ("a" * 16, "a" * 16, "b" * 16):
+            monkeypatch.setattr(backend, "code_tag", lambda tag=tag: tag)
+            monkeypatch.setattr(matchers_mod, "_GRAPH_IDS", itertools.count())  # node ids as in a fresh process
+            torch._dynamo.reset()
+            counters.clear()
+            with torch.no_grad():
+                out = torch.compile(f, backend="argus")(x)
+            torch.testing.assert_close(out, f(x), rtol=1e-4, atol=1e-4)
+            hits.append((counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]))
+    assert hits[0] == (0, 1) and hits[1] == (1, 0) and hits[2] == (0, 1), hits
