@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from . import ops  # noqa: F401  (registers torch.ops.argus.*)
 from . import reporting as report
+from .kernels.attention import MASKED_SCORE
 
 log = logging.getLogger("argus_inductor")
 _GRAPH_IDS = itertools.count()
@@ -551,14 +552,12 @@ def _transposed_next(n: fx.Node) -> bool:
     return {d % 4 if isinstance(d, int) else d for d in t.args[1:]} == {1, 2}
 
 
-MASKED_SCORE = -1e30  # what a bool mask's False adds to a score (the kernels clamp any mask at it)
-
-
 def _additive_mask(g: fx.Graph, mask: Any, anchor: fx.Node) -> Any:
-    """A bool attention mask as the additive float mask the kernels read, converted in the graph (torch.where(mask,
-    0.0, MASKED_SCORE), shared by every attention op of that mask), so Inductor fuses the conversion into the kernel
-    that builds the mask. Converted inside the op, it cost a decode step a launch a layer and that launch two scalar
-    fills (torch.where's scalar operands on the device): six launches and about 7 us of Llama decode's GPU time."""
+    """A bool attention mask as the additive float mask the kernels read, converted in the graph as mask_operand
+    converts it (torch.where(mask, 0.0, MASKED_SCORE)), once for every attention op of that mask, so Inductor fuses
+    the conversion into the kernel that builds the mask. Converted inside the op, it cost a decode step a launch a
+    layer and that launch two scalar fills (torch.where's scalar operands on the device): six launches and about
+    7 us of Llama decode's GPU time."""
     mv = _val(mask)
     if not isinstance(mask, fx.Node) or mv is None or mv.dtype != torch.bool:
         return mask

@@ -211,6 +211,9 @@ def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, floa
     return (q, scale) if scale >= 0 else (-q, -scale)
 
 
+MASKED_SCORE = -1e30  # what a bool mask's False adds to a score (the kernels clamp any mask at this value)
+
+
 def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """The Mask argument of the attention kernels: `mask` (bool: True keeps; float: added to the scores)
     broadcast to (Z, H, S, T) by zero strides, or a placeholder the kernels never read when there is none.
@@ -220,7 +223,7 @@ def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) ->
     if mask is None:
         return torch.empty(1, dtype=torch.float32, device=q.device).expand(z, h, s, t)
     if mask.dtype == torch.bool:
-        mask = torch.where(mask, 0.0, -1e30).to(torch.float32)  # one launch (a no-op cast under float32)
+        mask = torch.where(mask, 0.0, MASKED_SCORE).to(torch.float32)  # one launch (a no-op cast under float32)
     elif not mask.is_floating_point():
         raise ValueError(f"an attention mask is bool or floating point, not {mask.dtype}")
     while mask.dim() < 4:
