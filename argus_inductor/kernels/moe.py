@@ -217,7 +217,7 @@ def moe_place(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC
         seen = seen + sum(hits, 0)
     store(sorted_ids[pb * BM + pj * BS + rs], where(owner > 0, owner - 1, N))
     rb = pb + arange(1)
-    store(block_expert[rb], zeros((1,), int32) + e, mask=(rb - pb + pj) == 0)
+    store(block_expert[rb], zeros((1,), int32) + e, mask=(arange(1) + pj) == 0)  # by the block's first program
 
 
 def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
