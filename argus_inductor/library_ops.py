@@ -27,6 +27,7 @@ from .kernels import normalize as _norm
 from .kernels import pointwise as _pw
 from .kernels import pool as _pool
 from .kernels import reduce as _reduce
+from .kernels import router as _router
 from .kernels import scan as _scan
 from .kernels.gemm import ACTIVATION_FNS
 from .policies import fit_shared_memory
@@ -206,6 +207,14 @@ register(LibraryOp(
     lambda ts, a, kw: _norm.rms_norm(ts[0], _dim_arg(a["dim"]), ts[1], a["eps"], **kw),
     _rms_ref,
     lambda ts, a, target: _norm.rms_norm_policies(tuple(ts[0].shape), _dim_arg(a["dim"]), target)))
+
+
+register(LibraryOp(
+    "router_topk", "moe", _router.KERNELS,
+    lambda ts, a, kw: _router.router_topk(ts[0], a["k"], a["renorm"], **kw),
+    lambda ts, a: _router.router_reference(ts[0], a["k"], a["renorm"]),
+    lambda ts, a, target: {"router_topk_rows": _router.router_policy(ts[0].shape[0], ts[0].shape[1], a["k"],
+                                                                     a["renorm"], target)}))
 
 
 # ----------------------------------------------------------------------------------------------- scans

@@ -195,6 +195,10 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
     amp = _under_autocast(g)
     if "moe" in enabled and moe_regions:
         matches += _match_moe_regions(g, gid, amp)
+    if "moe" in enabled:
+        from .router_match import rewrite_routers
+
+        matches += rewrite_routers(g, gid, amp)
     if "attention" in enabled:
         for node in list(g.nodes):
             if not _alive(node) or node.op not in ("call_function", "call_method") or node in amp:

@@ -118,6 +118,57 @@ def profile_call(call: Callable[[], Any], per_call: int) -> dict[str, Any]:
             "by_kind_ms": by_kind, "kernels": [{"name": n, **k} for n, k in top]}
 
 
+def timeline(call: Callable[[], Any], calls: int = 5, trace: str | None = None) -> dict[str, float]:
+    """Where one call's latency goes, from the profiler's timeline of `calls` calls each from an idle GPU (medians,
+    ms): host before the first launch (call start -> first cudaGraphLaunch or kernel launch; the input copies
+    before a graph's launch count as host time here), launch -> the first kernel running, bubbles (GPU idle between
+    the call's first kernel start and its last kernel end), the kernels' busy time, the whole span (call start ->
+    last kernel end) and the host's return (call start -> call end). `trace`: a path for the Chrome trace."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        for i in range(calls):
+            torch.cuda.synchronize()
+            with record_function(f"e2e_call_{i}"):
+                call()
+            torch.cuda.synchronize()
+    if trace:
+        prof.export_chrome_trace(trace)
+    evs = list(prof.events())
+    marks = sorted((e for e in evs if e.name.startswith("e2e_call_")), key=lambda e: e.time_range.start)
+    dev = sorted((e for e in evs if str(getattr(e, "device_type", "")).split(".")[-1] == "CUDA"
+                  and not e.name.startswith(("e2e_call_", "Memcpy", "Memset"))),  # kernels only
+                 key=lambda e: e.time_range.start)
+    launches = [e for e in evs if str(getattr(e, "device_type", "")).split(".")[-1] == "CPU"
+                and re.match(r"^(cudaGraphLaunch|cudaLaunchKernel|cuLaunchKernel)", e.name)]
+    parts: dict[str, list[float]] = {k: [] for k in ("host_pre", "launch_to_gpu", "bubbles", "busy", "span",
+                                                     "host_return")}
+    for i, m in enumerate(marks):
+        t0 = m.time_range.start
+        t_next = marks[i + 1].time_range.start if i + 1 < len(marks) else float("inf")
+        ks = [e for e in dev if t0 <= e.time_range.start < t_next]
+        ls = [e.time_range.start for e in launches if t0 <= e.time_range.start < t_next]
+        if not ks or not ls:
+            continue
+        first, end = ks[0].time_range.start, max(e.time_range.end for e in ks)
+        busy, cur_s, cur_e = 0.0, ks[0].time_range.start, ks[0].time_range.end
+        for e in ks[1:]:
+            if e.time_range.start > cur_e:
+                busy += cur_e - cur_s
+                cur_s, cur_e = e.time_range.start, e.time_range.end
+            else:
+                cur_e = max(cur_e, e.time_range.end)
+        busy += cur_e - cur_s
+        parts["host_pre"].append((min(ls) - t0) / 1e3)
+        parts["launch_to_gpu"].append((first - min(ls)) / 1e3)
+        parts["bubbles"].append((end - first - busy) / 1e3)
+        parts["busy"].append(busy / 1e3)
+        parts["span"].append((end - t0) / 1e3)
+        parts["host_return"].append((m.time_range.end - t0) / 1e3)
+    return {k: sorted(v)[len(v) // 2] for k, v in parts.items() if v}
+
+
 def render(rows: dict[str, dict[str, dict[str, Any]]], top: int) -> str:
     lines = []
     for wl, per_backend in rows.items():
@@ -132,6 +183,10 @@ def render(rows: dict[str, dict[str, dict[str, Any]]], top: int) -> str:
             lines.append(f"| {b} | {r['wall_ms']:.3f} | {r['gpu_ms']:.3f} | {r['gap_ms']:.3f} | "
                          f"{r['kernels_per_call']:.0f} | {k.get('gemm', 0):.3f} | {k.get('attention', 0):.3f} | "
                          f"{k.get('other', 0):.3f} |")
+        for b, r in per_backend.items():
+            if "timeline_ms" in r:
+                lines.append(f"\n{b}, one call's timeline (ms, median): " +
+                             ", ".join(f"{k} {v:.3f}" for k, v in r["timeline_ms"].items()))
         for b, r in per_backend.items():
             if "error" in r:
                 continue
@@ -151,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--top", type=int, default=20, help="kernels listed per backend and workload")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--timeline", action="store_true",
+                    help="also split each prefill call's latency: host before launch, launch -> GPU, bubbles, busy")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/e2e_profile.py needs a CUDA GPU", file=sys.stderr)
@@ -171,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
                 t = time.perf_counter()
                 try:
                     rows[w][b] = profile_call(make(fn), e2e.DECODE_STEPS if w.startswith("decode") else 1)
+                    if args.timeline and w.startswith("prefill"):
+                        trace = str(Path(args.out) / f"trace-{args.model}-{b}-{w.split()[-1]}.json")
+                        rows[w][b]["timeline_ms"] = timeline(make(fn), trace=trace)
                 except Exception as e:
                     rows[w][b] = {"error": f"{type(e).__name__}: {e}"[:300]}
                 e2e.log(f"{b} {w}: {rows[w][b].get('wall_ms', float('nan')):.3f} ms "

@@ -105,57 +105,67 @@ def split_report(call: Callable[[], Any], reps: int = 50) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="llama")
-    ap.add_argument("--workload", default="1x2048")
+    ap.add_argument("--workload", default="1x2048", help="BxS or b=N, or several comma-separated (warmed in order)")
     ap.add_argument("--backends", default="argus")
     ap.add_argument("--top", type=int, default=45)
     ap.add_argument("--split", action="store_true", help="stamp the host clock at each layer of the call")
     args = ap.parse_args()
     model, how = e2e.build(args.model, 2, "cuda")
-    decode = args.workload.startswith("b=")
-    if decode:
-        dec = e2e.Decoder(model, int(args.workload[2:]), "cuda")
-        with torch.no_grad():
-            dec.step(model, 0)  # the static cache initializes lazily
-    else:
-        b, s = (int(x) for x in args.workload.split("x"))
-        toks = torch.randint(0, model.config.vocab_size, (b, s), device="cuda")
+    calls: dict[str, Callable[[Callable], Callable[[], Any]]] = {}
+    for wl in args.workload.split(","):  # several: compiled and warmed in this order, as e2e.py runs them
+        if wl.startswith("b="):
+            dec = e2e.Decoder(model, int(wl[2:]), "cuda")
+            with torch.no_grad():
+                dec.step(model, 0)  # the static cache initializes lazily
+
+            def decode(fn: Callable, dec: Any = dec) -> Callable[[], Any]:
+                dec.rewind()
+                return lambda: dec.step(fn, 1)
+            calls[wl] = decode
+        else:
+            b, s = (int(x) for x in wl.split("x"))
+            toks = torch.randint(0, model.config.vocab_size, (b, s), device="cuda")
+            calls[wl] = lambda fn, toks=toks: e2e.prefill_fn(fn, toks, True)
     print(how, flush=True)
     with torch.no_grad():
         for backend in args.backends.split(","):
             fn = split_compile(model, backend) if args.split else e2e.compile_for(model, backend)
-            if decode:
-                dec.rewind()
-                call = lambda fn=fn: dec.step(fn, 1)  # noqa: E731
-            else:
-                call = e2e.prefill_fn(fn, toks, True)
             t = time.perf_counter()
-            for _ in range(3):
-                call()
+            for make in calls.values():
+                for _ in range(3):
+                    make(fn)()
             torch.cuda.synchronize()
             print(f"{backend}: compiled and warm in {time.perf_counter() - t:.1f}s", flush=True)
-            wall = e2e.bench_ms(call, budget_s=5.0)
-            hosts = []
-            for _ in range(20):
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                call()
-                hosts.append((time.perf_counter() - t) * 1e3)
-                torch.cuda.synchronize()
-            hosts.sort()
-            pr = cProfile.Profile()
-            torch.cuda.synchronize()
-            pr.enable()
-            for _ in range(20):
-                call()
-                torch.cuda.synchronize()
-            pr.disable()
-            buf = io.StringIO()
-            pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(args.top)
-            print(f"{backend}: wall {wall:.3f} ms (events), host until return {hosts[len(hosts) // 2]:.3f} ms "
-                  f"(median of 20, min {hosts[0]:.3f})", flush=True)
-            print(buf.getvalue(), flush=True)
-            if args.split:
-                print(f"{backend}: host ms from the call's start (median of 50):\n{split_report(call)}", flush=True)
+            for wl, make in calls.items():
+                call = make(fn)
+                report(f"{backend} {wl}", call, args.top, args.split)
+
+
+def report(name: str, call: Callable[[], Any], top: int, split: bool) -> None:
+    """Wall ms (events), host ms until return, cProfile's top functions and (split) the host split of `call`."""
+    wall = e2e.bench_ms(call, budget_s=5.0)
+    hosts = []
+    for _ in range(20):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        call()
+        hosts.append((time.perf_counter() - t) * 1e3)
+        torch.cuda.synchronize()
+    hosts.sort()
+    pr = cProfile.Profile()
+    torch.cuda.synchronize()
+    pr.enable()
+    for _ in range(20):
+        call()
+        torch.cuda.synchronize()
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(top)
+    print(f"{name}: wall {wall:.3f} ms (events), host until return {hosts[len(hosts) // 2]:.3f} ms "
+          f"(median of 20, min {hosts[0]:.3f})", flush=True)
+    print(buf.getvalue(), flush=True)
+    if split:
+        print(f"{name}: host ms from the call's start (median of 50):\n{split_report(call)}", flush=True)
 
 
 if __name__ == "__main__":
