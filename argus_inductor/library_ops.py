@@ -27,6 +27,7 @@ from .kernels import normalize as _norm
 from .kernels import pointwise as _pw
 from .kernels import pool as _pool
 from .kernels import reduce as _reduce
+from .kernels import rms_rounded as _rmsnorm
 from .kernels import router as _router
 from .kernels import scan as _scan
 from .kernels.gemm import ACTIVATION_FNS
@@ -207,6 +208,14 @@ register(LibraryOp(
     lambda ts, a, kw: _norm.rms_norm(ts[0], _dim_arg(a["dim"]), ts[1], a["eps"], **kw),
     _rms_ref,
     lambda ts, a, target: _norm.rms_norm_policies(tuple(ts[0].shape), _dim_arg(a["dim"]), target)))
+
+
+register(LibraryOp(
+    "rms_norm_rounded", "gemm", _rmsnorm.KERNELS,
+    lambda ts, a, kw: _rmsnorm.rms_norm_rounded(ts[0], ts[1], a["eps"], **kw),
+    lambda ts, a: _rmsnorm.rms_norm_reference(ts[0], ts[1], a["eps"]),
+    lambda ts, a, target: {"rms_norm_rows": _rmsnorm.rms_norm_policy(
+        ts[0].numel() // max(ts[0].shape[-1], 1), ts[0].shape[-1], target)}))
 
 
 register(LibraryOp(
@@ -456,6 +465,24 @@ _LIB.impl("library", library, "CompositeExplicitAutograd")
 @torch.library.register_fake("argus::library")
 def _(name, tensors, args, node_id):
     return LIBRARY[name].reference(list(tensors), parse_args(args))
+
+
+# transformers' RMSNorm with its eps as an argument of the op, not of the library call's JSON: under dynamic=True the
+# eps is a SymFloat of the graph (a float attribute Dynamo passes as an input), known only when the op runs
+_LIB.define("rms_norm(Tensor x, Tensor weight, float eps, str node_id) -> Tensor")
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float, node_id: str) -> Tensor:
+    """library op rms_norm_rounded with this call's eps."""
+    return library("rms_norm_rounded", [x, weight], canonical_args({"eps": float(eps)}), node_id)
+
+
+_LIB.impl("rms_norm", rms_norm, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("argus::rms_norm")
+def _(x, weight, eps, node_id):
+    return _rmsnorm.rms_norm_reference(x, weight, eps)
 
 
 def library_signature(name: str, ts: Tensors, args: str) -> Any:

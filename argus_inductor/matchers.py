@@ -221,6 +221,9 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
                 m = _match_gemm(g, node, gid)
                 if m:
                     matches.append(m)
+        from .norm_match import rewrite_decode_norms
+
+        matches += rewrite_decode_norms(g, gid, amp)  # RMSNorms between the GEMMs just rewritten, at decode
     library = [k for k in enabled if k in LIBRARY_KINDS]
     if library:
         from .library_match import rewrite_library

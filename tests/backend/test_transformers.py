@@ -230,3 +230,9 @@ def test_decode_projections_of_one_input_fuse_into_one_launch(name: str, fresh_c
         if fused:
             assert all(not e.source.startswith("fallback") and "cat32/16/16" in e.signature for e in cats), \
                 [(e.source, e.signature) for e in cats]
+        # the RMSNorms between Argus GEMMs at one row are Argus's rms_norm_rounded (Llama: after each o_proj and
+        # down_proj; Mixtral: after each o_proj, its MoE output being added in Inductor's kernel)
+        norms = [e for e in report_mod.entries() if e.graph_node.startswith("rms_norm ") and e.calls]
+        want = {"llama": 4, "mixtral": 2}[name] if fused else 0
+        assert len(norms) == want, [(e.graph_node, e.source) for e in report_mod.entries()]
+        assert all(not e.source.startswith("fallback") for e in norms), [(e.source, e.signature) for e in norms]

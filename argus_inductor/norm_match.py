@@ -1,0 +1,149 @@
+"""transformers' RMSNorm between two Argus GEMMs of a decode step, as one `argus::library("rms_norm_rounded")` call.
+
+The form matched is the models' own (LlamaRMSNorm, MistralRMSNorm, MixtralRMSNorm, Qwen's):
+
+    x32 = x.to(float32); r = rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps); out = weight * (x32 * r).to(x.dtype)
+
+where x comes from an Argus op (a GEMM's residual epilogue), its rows are static and at most
+kernels.rms_rounded.MAX_ROWS (a batch-1 decode step), and every use of `out` is an Argus op (directly or through a
+slice or view): Inductor would fuse nothing into this norm there, and its one-program reduction takes 2 to 8 us by
+the tile its tuning keeps. eps is a number or, under dynamic=True, `.item()` of a float tensor input (a SymFloat):
+`argus::rms_norm` takes it as a float argument, so the value each call passes is the one its kernel adds. Runs
+with the "gemm" op kind, after the GEMM matchers."""
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx as fx
+
+from . import library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
+from . import reporting as report
+from .kernels.rms_rounded import MAX_ROWS
+from .matchers import Match, _bind, _drop, _int, _is, _num, _val
+
+MUL = {operator.mul, torch.mul}
+ADD = {operator.add, torch.add}
+VIEWS = {operator.getitem}
+VIEW_METHODS = ("view", "reshape", "contiguous")
+
+
+def _is_argus(n: object) -> bool:
+    return isinstance(n, fx.Node) and n.op == "call_function" and str(n.target).startswith("argus.")
+
+
+def _cast(n: object, dtype: torch.dtype | None = None) -> fx.Node | None:
+    """The input of `n` when n is x.to(dtype) (positional or keyword dtype) or x.float() for float32."""
+    if not isinstance(n, fx.Node) or n.op != "call_method":
+        return None
+    if n.target == "float" and len(n.args) == 1 and not n.kwargs:
+        return n.args[0] if dtype in (None, torch.float32) else None
+    if n.target != "to":
+        return None
+    args = [a for a in n.args[1:]]
+    to = n.kwargs.get("dtype", args[0] if len(args) == 1 else None)
+    if not isinstance(to, torch.dtype) or set(n.kwargs) - {"dtype"} or len(args) > 1:
+        return None
+    return n.args[0] if dtype is None or to == dtype else None
+
+
+def _feeds_argus(n: fx.Node, depth: int = 2) -> bool:
+    """Every use of n is an Argus op, or a slice or view whose every use is (up to `depth` views deep)."""
+    for u in n.users:
+        if _is_argus(u):
+            continue
+        if depth and (_is(u, VIEWS, VIEW_METHODS)) and u.args and u.args[0] is n and _feeds_argus(u, depth - 1):
+            continue
+        return False
+    return bool(n.users)
+
+
+def _match(out: fx.Node) -> tuple[fx.Node, fx.Node, object, list[fx.Node]] | None:
+    """(x, weight, eps: a number or the .item() of a float tensor, the nodes) when `out` is the norm."""
+    if not _is(out, MUL) or len(out.args) != 2 or out.kwargs:
+        return None
+    for w, cast in (out.args, reversed(out.args)):
+        wv = _val(w)
+        if wv is None or not isinstance(cast, fx.Node) or wv.dim() != 1:
+            continue
+        y32 = _cast(cast)
+        if y32 is None or not _is(y32, MUL) or len(y32.args) != 2 or len(y32.users) != 1 or len(cast.users) != 1:
+            continue
+        for x32, r in (y32.args, reversed(y32.args)):
+            found = _rest(x32, r)
+            if found is None:
+                continue
+            x, eps, nodes = found
+            xv = _val(x)
+            if xv is None or _val(cast).dtype != xv.dtype or wv.dtype != xv.dtype:
+                continue
+            if tuple(wv.shape) != (xv.shape[-1],):
+                continue
+            return x, w, eps, [out, cast, y32, *nodes]
+    return None
+
+
+def _rest(x32: object, r: object) -> tuple[fx.Node, object, list[fx.Node]] | None:
+    """(x, eps, the nodes the match replaces) when r = rsqrt(mean(x32^2, -1, keepdim=True) + eps) and
+    x32 = x.to(float32)."""
+    if not (_is(r, {torch.rsqrt}, ("rsqrt",)) and len(r.users) == 1):
+        return None
+    add = r.args[0]
+    if not (_is(add, ADD) and len(add.users) == 1 and len(add.args) == 2):
+        return None
+    for mean, eps in (add.args, reversed(add.args)):
+        if not (_is(mean, {torch.mean}, ("mean",)) and len(mean.users) == 1):
+            continue
+        a = _bind(mean, ["input", "dim", "keepdim"])
+        sq = a.get("input")
+        if a.get("keepdim") is not True or not isinstance(sq, fx.Node) or len(sq.users) != 1:
+            continue
+        dim = a.get("dim")
+        dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
+        if _int(dim) is None or _val(x32) is None or _int(dim) % _val(x32).dim() != _val(x32).dim() - 1:
+            continue
+        if not ((_is(sq, {torch.pow, operator.pow}, ("pow",)) and sq.args[0] is x32 and _num(sq.args[1]) == 2.0)
+                or (_is(sq, MUL, ("mul",)) and sq.args[0] is x32 and sq.args[1] is x32)):
+            continue
+        x = _cast(x32, torch.float32)
+        if x is None or len(x32.users) != 2:
+            continue
+        nodes = [r, add, mean, sq, x32]
+        if _num(eps) is not None:
+            return x, float(eps), nodes
+        if isinstance(eps, fx.Node) and eps.op == "call_method" and eps.target == "item":
+            sv = _val(eps.args[0])
+            if sv is not None and sv.numel() == 1 and sv.is_floating_point():
+                return x, eps, nodes
+    return None
+
+
+def rewrite_decode_norms(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
+    """Rewrite each RMSNorm of the graph that sits between Argus ops at a few static rows."""
+    out = []
+    for node in list(g.nodes):
+        if getattr(node, "_erased", False) or node in amp:
+            continue
+        found = _match(node)
+        if found is None:
+            continue
+        x, w, eps, nodes = found
+        xv = _val(x)
+        if not _is_argus(x) or any(_int(s) is None for s in xv.shape) or xv.dim() < 1:
+            continue
+        if math.prod(int(s) for s in xv.shape[:-1]) > MAX_ROWS or not _feeds_argus(node) or amp.intersection(nodes):
+            continue
+        node_id = f"g{gid}:{node.name}"
+        with g.inserting_before(node):
+            new = g.call_function(torch.ops.argus.rms_norm.default, (x, w, eps, node_id))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        names = [n.name for n in reversed(nodes)]
+        report.record_match(node_id, "gemm", "rms_norm " + " -> ".join(names))
+        _drop(g, nodes)
+        out.append(Match("gemm", names))
+    return out
+
+
+__all__ = ["rewrite_decode_norms"]
