@@ -214,7 +214,7 @@ register(LibraryOp(
     "rms_norm_rounded", "gemm", _rmsnorm.KERNELS,
     lambda ts, a, kw: _rmsnorm.rms_norm_rounded(ts[0], ts[1], a["eps"], **kw),
     lambda ts, a: _rmsnorm.rms_norm_reference(ts[0], ts[1], a["eps"]),
-    lambda ts, a, target: {"rms_norm_rows": _rmsnorm.rms_norm_policy(
+    lambda ts, a, target: {"rmsnorm_kernel": _rmsnorm.rms_norm_policy(
         ts[0].numel() // max(ts[0].shape[-1], 1), ts[0].shape[-1], target)}))
 
 

@@ -7,6 +7,7 @@ from ..dsl import Policy
 from ..dsl.lang import (
     Tensor,
     arange,
+    assert_tag,
     cdiv,
     constexpr,
     exp,
@@ -19,6 +20,7 @@ from ..dsl.lang import (
     rsqrt,
     store,
     sum,
+    tag_of,
     tile_grid,
     where,
     zeros,
@@ -47,8 +49,9 @@ def softmax_kernel(X: Tensor("R", "C"), Y: Tensor("R", "C"), BR: constexpr = 4, 
 
 @kernel
 def rmsnorm_kernel(X: Tensor("R", "C"), W: Tensor("C"), Y: Tensor("R", "C"), eps: float,
-                   BR: constexpr = 4, BC: constexpr = 64):
-    """Y = X * rsqrt(mean(X^2) + eps) * W."""
+                   BR: constexpr = 4, BC: constexpr = 64, ROUND: constexpr = 0):
+    """Y = X * rsqrt(mean(X^2) + eps) * W; ROUND 1 rounds the normalized value to Y's dtype before the weight
+    multiplies it (transformers' RMSNorm: `weight * hidden.to(input_dtype)`)."""
     (pr,) = tile_grid(cdiv(R, BR))
     rr = pr * BR + arange(BR)
     ss = zeros((BR,), float32)
@@ -56,12 +59,18 @@ def rmsnorm_kernel(X: Tensor("R", "C"), W: Tensor("C"), Y: Tensor("R", "C"), eps
         rc = c0 + arange(BC)
         x = load(X[rr, rc]).to(float32)
         ss = ss + sum(x * x, 1)
+    assert_tag((tag_of(ss, "sum(C).lo") <= 0) & (tag_of(ss, "sum(C).hi") >= C),
+               "each row's mean square counts every element of the row")
     rstd = rsqrt(ss / C + eps)
     for c0 in range(0, C, BC):
         rc = c0 + arange(BC)
         x = load(X[rr, rc]).to(float32)
         w = load(W[rc]).to(float32)
-        store(Y[rr, rc], x * rstd[:, None] * w[None, :])
+        assert_tag(tag_of(w[None, :], "C") == tag_of(x, "C"), "the weight read belongs to the element's column")
+        n = x * rstd[:, None]
+        if ROUND == 1:
+            n = n.to(Y.dtype).to(float32)
+        store(Y[rr, rc], n * w[None, :])
 
 
 @kernel

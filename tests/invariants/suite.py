@@ -369,7 +369,6 @@ LIBRARY: dict[str, tuple[dict[str, Any], dict[str, int], list[str]]] = {
     "moe_gate_up": (dict(BM=16, BN=32, BK=32, TOPK=2), dict(T=13, HD=40, E=4, I2=48, I=24, P=64, NB=4),
                     ["0 <= block_expert <= E", "I2 == 2 * I", "P == NB * BM"]),
     "moe_gather": (dict(BM=16, BK=16, TOPK=2), dict(T=13, HD=40, P=64), []),
-    "rms_norm_rows": (dict(BO=1, BR=16), dict(O=3, L=37), []),
     "router_topk_rows": (dict(BT=4, BE=8, K=2, BK=2, RENORM=1), dict(T=13, E=7, K2=4), []),
     "moe_down": (dict(BM=16, BN=32, BK=32, TOPK=2), dict(T=13, HD=40, E=4, I=24, P=64, NB=4, TK=26),
                  ["0 <= block_expert <= E", "P == NB * BM"]),
