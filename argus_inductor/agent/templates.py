@@ -51,6 +51,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in [
                              "grouped-grid-order", "tma-block-pointers", "moe-row-gather"), "library:moe"),
     Template("moe_down", ("moe-token-sorting", "moe-weighted-combine", "moe-expert-grouping", "grouped-grid-order",
                           "tma-block-pointers"), "library:moe"),
+    Template("router_topk_rows", ("moe-router-topk",), "library:router"),
     Template("softmax_kernel", ("online-softmax", "row-block-normalization", "ragged-edge-masking"), "library:norms"),
     Template("rmsnorm_kernel", ("row-block-normalization", "two-pass-statistics"), "library:norms"),
     Template("layernorm_kernel", ("row-block-normalization", "two-pass-statistics"), "library:norms"),

@@ -18,6 +18,7 @@ from .moe import (
     moe_route,
 )
 from .norms import layernorm, layernorm_kernel, rmsnorm, rmsnorm_kernel, softmax, softmax_kernel
+from .router import router_topk, router_topk_rows
 
 __all__ = [
     "ACTIVATIONS", "gemm", "gemm_epilogue", "gemm_splitk", "gemv_cat", "bias_act_cast", "bmm", "bmm_kernel",
@@ -25,6 +26,6 @@ __all__ = [
     "attention", "attention_fwd", "attention_decode",
     "moe_align", "moe_align_block", "moe_align_fused", "moe_route", "moe_align_counted", "moe_count",
     "moe_place", "moe_gate_up", "moe_gather", "moe_down",
-    "moe_expert_step",
+    "moe_expert_step", "router_topk", "router_topk_rows",
     "conv", "loss", "normalize", "pointwise", "pool", "reduce", "scan",
 ]
