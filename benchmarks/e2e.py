@@ -239,7 +239,7 @@ def argus_kwargs(backend: str) -> dict[str, Any]:
 
 
 def run_model(name: str, backends: list[str], layers: int, deadline: float, device: str,
-              phases: tuple[str, ...] = ("prefill", "decode")) -> dict[str, Any]:
+              phases: tuple[str, ...] = ("prefill", "decode"), decode: tuple[int, ...] = DECODE) -> dict[str, Any]:
     res: dict[str, Any] = {"model": name, "layers": layers, "results": {}, "notes": []}
     t0 = time.perf_counter()
     model, how = build(name, layers, device)
@@ -257,7 +257,7 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
     decoders: dict[int, Any] = {}
     if hf and "decode" in phases:
         try:
-            decoders = {b: Decoder(model, b, device) for b in DECODE}
+            decoders = {b: Decoder(model, b, device) for b in decode}
         except Exception as e:  # an older/newer transformers without this StaticCache
             res["notes"].append(f"decode skipped: {type(e).__name__}: {e}")
     with torch.no_grad():
@@ -347,7 +347,7 @@ def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
     return f"{b['ms'] / a['ms']:.2f}x"
 
 
-def table(results: list[dict[str, Any]], backends: list[str]) -> str:
+def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int, ...] = DECODE) -> str:
     lines = []
     for r in results:
         lines.append(f"### {r['model']} ({r['layers']} layers, {r.get('params_b', '?')}B parameters; "
@@ -355,7 +355,7 @@ def table(results: list[dict[str, Any]], backends: list[str]) -> str:
         head = "| workload | " + " | ".join(f"{b} ms" for b in backends) + \
                " | argus vs eager | argus vs max-autotune | argus rel. err |"
         lines += [head, "|" + "---|" * (len(backends) + 4)]
-        keys = [f"prefill {b}x{s}" for b, s in PREFILL] + [f"decode b={b}" for b in DECODE]
+        keys = [f"prefill {b}x{s}" for b, s in PREFILL] + [f"decode b={b}" for b in decode]
         for key in keys:
             cells = []
             for b in backends:
@@ -400,7 +400,6 @@ def versions() -> dict[str, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global DECODE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="llama,mixtral")
     ap.add_argument("--backends", default=",".join(BACKENDS))
@@ -414,12 +413,13 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"decode batch sizes, comma-separated (default {','.join(map(str, DECODE))})")
     ap.add_argument("--smoke", action="store_true", help="tiny dims on the CPU: checks the script, times nothing")
     args = ap.parse_args(argv)
+    decode = DECODE
     if args.decode_batches:
         try:
-            DECODE = tuple(int(b) for b in args.decode_batches.split(",") if b.strip())
+            decode = tuple(int(b) for b in args.decode_batches.split(",") if b.strip())
         except ValueError:
             ap.error(f"--decode-batches takes integers, not {args.decode_batches!r}")
-        if not DECODE or min(DECODE) < 1:
+        if not decode or min(decode) < 1:
             ap.error(f"--decode-batches takes positive batch sizes, not {args.decode_batches!r}")
     if not args.smoke and not torch.cuda.is_available():
         print("benchmarks/e2e.py needs a CUDA GPU", file=sys.stderr)
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         share = (args.budget_s - (time.perf_counter() - start)) / (len(models) - i)
         deadline = time.perf_counter() + share
         try:
-            results.append(run_model(name, backends, args.layers, deadline, device, phases))
+            results.append(run_model(name, backends, args.layers, deadline, device, phases, decode))
         except Exception as e:
             log(f"{name}: FAILED {type(e).__name__}: {e}")
             results.append({"model": name, "layers": args.layers, "results": {},
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
           f"error of the logits "
           f"against eager at {TOL:g} or above (Mixtral: the median sequence's, or more than a quarter of them; a "
           f"bf16 rounding difference before a router can flip a near-tied expert for one sequence, listed as "
-          f"'sequences off').\n\n" + table(results, backends))
+          f"'sequences off').\n\n" + table(results, backends, decode))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"e2e-{stamp}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))

@@ -467,7 +467,6 @@ def sweep_route(rows: list[dict]) -> None:
     """The MoE routing sort alone: one moe_route launch and the two of moe_count + moe_place against
     moe_align_block's torch ops, at decode sizes (rows of 16 an expert block) and prefill sizes (rows of 128, the
     prefill tiles'), on both sides of the size up to which moe_align takes moe_route (FUSED_ROUTE_MAX_CELLS)."""
-    from argus_inductor.kernels import moe as moe_mod
     from argus_inductor.kernels.moe import (
         counted_route_takes,
         fused_route_takes,
@@ -493,15 +492,10 @@ def sweep_route(rows: list[dict]) -> None:
             row[f"{name}_ms"] = bench(lambda fn=fn: fn(ids, experts, bm))
         slots = {}  # moe_place's slots a program (PLACE_SLOTS; BM: one program a block, as before session 20)
         if counted_route_takes(pairs, experts):
-            default = moe_mod.PLACE_SLOTS
-            try:
-                for bs in sorted({bm, 64, 32, 16} & set(range(1, bm + 1))):
-                    moe_mod.PLACE_SLOTS = bs
-                    got = moe_align_counted(ids, experts, bm)
-                    ok = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
-                    slots[bs] = (bench(lambda: moe_align_counted(ids, experts, bm)), ok)
-            finally:
-                moe_mod.PLACE_SLOTS = default
+            for bs in sorted({bm, 64, 32, 16} & set(range(1, bm + 1))):
+                got = moe_align_counted(ids, experts, bm, slots=bs)
+                ok = torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+                slots[bs] = (bench(lambda bs=bs: moe_align_counted(ids, experts, bm, slots=bs)), ok)
         row["place_slots"] = {str(bs): dict(ms=ms, same=ok) for bs, (ms, ok) in slots.items()}
         rows.append(row)
         print(f"route T={t} E={experts} k={topk} BM={bm}: torch ops {row['torch_ms'] * 1e3:.1f} us, moe_route "

@@ -178,7 +178,7 @@ def moe_count(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC
 @kernel
 def moe_place(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC", dtype=int32),
               sorted_ids: Tensor("S", dtype=int32), block_expert: Tensor("NB", dtype=int32), E: int,
-              BM: constexpr = 128, BN: constexpr = 256, BE: constexpr = 16, BC: constexpr = 16, BS: constexpr = 32):
+              BM: constexpr = 128, BN: constexpr = 256, BE: constexpr = 16, BC: constexpr = 16, BS: constexpr = 16):
     """The second pass: one program BS of a block's BM slots fills them (and the block's first program the block's
     expert), by gathering (slot s holds the pair whose sorted position is s, or the padding id N), so every output
     element is written once.
@@ -221,9 +221,10 @@ def moe_place(topk_ids: Tensor("N", dtype=int32), chunk_counts: Tensor("C", "BEC
 
 
 def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
-                      policy: Policy | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      policy: Policy | None = None, slots: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """moe_align_block's result from two DSL launches (moe_count, then moe_place) instead of a few dozen torch
-    launches, for up to 256 experts and COUNTED_ROUTE_MAX_CHUNKS chunks of pairs. Same layout, order, padding."""
+    launches, for up to 256 experts and COUNTED_ROUTE_MAX_CHUNKS chunks of pairs. Same layout, order, padding.
+    `slots`: moe_place's slots a program (default PLACE_SLOTS), a power of two; more than block_m takes block_m."""
     flat = topk_ids.reshape(-1).to(torch.int32)
     n = flat.numel()
     if num_experts > 256:
@@ -237,7 +238,9 @@ def moe_align_counted(topk_ids: torch.Tensor, num_experts: int, block_m: int,
     table = torch.empty(chunks, be, dtype=torch.int32, device=flat.device)
     sorted_ids = torch.empty(nb * block_m, dtype=torch.int32, device=flat.device)
     block_expert = torch.empty(nb, dtype=torch.int32, device=flat.device)
-    bs = builtins.min(block_m, PLACE_SLOTS)
+    bs = builtins.min(block_m, PLACE_SLOTS if slots is None else slots)
+    if bs < 1 or bs & (bs - 1) or block_m % bs:
+        raise ValueError(f"moe_place's slots a program must be a power of two dividing BM={block_m}, got {bs}")
     pol = (policy or Policy.make(num_warps=8 if bs * bn >= 8192 else 4)).with_consts(
         BM=block_m, BN=bn, BE=be, BC=pow2(chunks), BS=bs)
     moe_count(flat, table, num_experts, policy=Policy.make(num_warps=4).with_consts(BN=bn, BE=be))

@@ -455,6 +455,15 @@ def test_counted_routing_kernels_sort_as_the_torch_ops_do():
         assert all(torch.equal(a, b) for a, b in zip(moe_align_block(skew, 8, 64), moe_align_counted(skew, 8, 64)))
     with pytest.raises(ValueError, match="256 experts"):
         moe_align_counted(torch.zeros(6, 2, dtype=torch.long, device=DEVICE), 300, 16)
+    # any slots a program that divides the block sorts the same (benchmarks/sweep.py --ops route times them)
+    ids = torch.stack([torch.randperm(8, device=DEVICE)[:2] for _ in range(300)])
+    want = moe_align_block(ids, 8, 64)
+    for slots in (64, 32, 8):
+        got = moe_align_counted(ids, 8, 64, slots=slots)
+        assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1]), slots
+    for bad in (3, 24):
+        with pytest.raises(ValueError, match="power of two dividing BM=64"):
+            moe_align_counted(ids, 8, 64, slots=bad)
 
 
 def test_moe_align_takes_the_routing_kernel_for_its_size(monkeypatch):
