@@ -286,24 +286,10 @@ def _match_rms(node: fx.Node) -> Found | None:
         return None
     if not _float_tensor(x) or len(r.users) != 1:
         return None
-    add = r.args[0]
-    if not (_is(add, {operator.add, torch.add}, ("add",)) and len(add.users) == 1 and len(add.args) == 2):
+    found = mean_square(r.args[0], x)
+    if found is None or _num(found[0]) is None:
         return None
-    mean, eps = add.args
-    if _num(mean) is not None:
-        mean, eps = eps, mean
-    if _num(eps) is None or not _is(mean, {torch.mean}, ("mean",)) or len(mean.users) != 1:
-        return None
-    a = _bind(mean, ["input", "dim", "keepdim"])
-    sq = a.get("input")
-    if a.get("keepdim") is not True or not isinstance(sq, fx.Node) or len(sq.users) != 1:
-        return None
-    if not ((_is(sq, {torch.pow, operator.pow}, ("pow",)) and sq.args[0] is x and _num(sq.args[1]) == 2.0)
-            or (_is(sq, {operator.mul, torch.mul}, ("mul",)) and sq.args[0] is x and sq.args[1] is x)):
-        return None
-    dims = _dims(a.get("dim"), _val(x).dim())
-    if dims is None:
-        return None
+    eps, dims, (add, mean, sq) = found
     nodes = [node, r, add, mean, sq]
     args = {"dim": dims, "eps": float(eps)}
     weight = _rms_weight(node, x, dims)
@@ -311,6 +297,31 @@ def _match_rms(node: fx.Node) -> Found | None:
         w, mul = weight
         return "rms_norm", [x, w], args, mul, [mul, *nodes]
     return "rms_norm", [x, None], args, node, nodes
+
+
+def mean_square(add: Any, x: fx.Node, adds: tuple[str, ...] = ("add",)
+                ) -> tuple[Any, list[int], list[fx.Node]] | None:
+    """(eps, dims, [add, mean, square]) when `add` = mean(x^2, dims, keepdim=True) + eps, in either order, x^2 as
+    x ** 2 or x * x, each node used once; eps is the add's other operand as it stands (a number, or a node the
+    caller takes or refuses). `adds`: the add methods taken besides torch.add and +. The statistics of an RMS
+    norm: _match_rms's, and norm_match's transformers form."""
+    if _val(x) is None or not (_is(add, {operator.add, torch.add}, adds) and len(add.users) == 1
+                               and len(add.args) == 2):
+        return None
+    for mean, eps in (add.args, add.args[::-1]):
+        if not (_is(mean, {torch.mean}, ("mean",)) and len(mean.users) == 1):
+            continue
+        a = _bind(mean, ["input", "dim", "keepdim"])
+        sq = a.get("input")
+        if a.get("keepdim") is not True or not isinstance(sq, fx.Node) or len(sq.users) != 1:
+            continue
+        if not ((_is(sq, {torch.pow, operator.pow}, ("pow",)) and sq.args[0] is x and _num(sq.args[1]) == 2.0)
+                or (_is(sq, {operator.mul, torch.mul}, ("mul",)) and sq.args[0] is x and sq.args[1] is x)):
+            continue
+        dims = _dims(a.get("dim"), _val(x).dim())
+        if dims is not None:
+            return eps, dims, [add, mean, sq]
+    return None
 
 
 def _rms_weight(node: fx.Node, x: fx.Node, dims: list[int]) -> tuple[fx.Node, fx.Node] | None:

@@ -21,10 +21,10 @@ import torch.fx as fx
 from . import library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
 from . import reporting as report
 from .kernels.rms_rounded import MAX_ROWS
-from .matchers import Match, _bind, _drop, _int, _is, _num, _val
+from .library_match import mean_square
+from .matchers import Match, _alive, _drop, _int, _is, _num, _val
 
 MUL = {operator.mul, torch.mul}
-ADD = {operator.add, torch.add}
 VIEWS = {operator.getitem}
 VIEW_METHODS = ("view", "reshape", "contiguous")
 
@@ -41,7 +41,7 @@ def _cast(n: object, dtype: torch.dtype | None = None) -> fx.Node | None:
         return n.args[0] if dtype in (None, torch.float32) else None
     if n.target != "to":
         return None
-    args = [a for a in n.args[1:]]
+    args = n.args[1:]
     to = n.kwargs.get("dtype", args[0] if len(args) == 1 else None)
     if not isinstance(to, torch.dtype) or set(n.kwargs) - {"dtype"} or len(args) > 1:
         return None
@@ -86,36 +86,23 @@ def _match(out: fx.Node) -> tuple[fx.Node, fx.Node, object, list[fx.Node]] | Non
 
 def _rest(x32: object, r: object) -> tuple[fx.Node, object, list[fx.Node]] | None:
     """(x, eps, the nodes the match replaces) when r = rsqrt(mean(x32^2, -1, keepdim=True) + eps) and
-    x32 = x.to(float32)."""
+    x32 = x.to(float32) (the statistics: library_match.mean_square)."""
     if not (_is(r, {torch.rsqrt}, ("rsqrt",)) and len(r.users) == 1):
         return None
-    add = r.args[0]
-    if not (_is(add, ADD) and len(add.users) == 1 and len(add.args) == 2):
+    x = _cast(x32, torch.float32)
+    if x is None or len(x32.users) != 2:
         return None
-    for mean, eps in (add.args, reversed(add.args)):
-        if not (_is(mean, {torch.mean}, ("mean",)) and len(mean.users) == 1):
-            continue
-        a = _bind(mean, ["input", "dim", "keepdim"])
-        sq = a.get("input")
-        if a.get("keepdim") is not True or not isinstance(sq, fx.Node) or len(sq.users) != 1:
-            continue
-        dim = a.get("dim")
-        dim = dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
-        if _int(dim) is None or _val(x32) is None or _int(dim) % _val(x32).dim() != _val(x32).dim() - 1:
-            continue
-        if not ((_is(sq, {torch.pow, operator.pow}, ("pow",)) and sq.args[0] is x32 and _num(sq.args[1]) == 2.0)
-                or (_is(sq, MUL, ("mul",)) and sq.args[0] is x32 and sq.args[1] is x32)):
-            continue
-        x = _cast(x32, torch.float32)
-        if x is None or len(x32.users) != 2:
-            continue
-        nodes = [r, add, mean, sq, x32]
-        if _num(eps) is not None:
-            return x, float(eps), nodes
-        if isinstance(eps, fx.Node) and eps.op == "call_method" and eps.target == "item":
-            sv = _val(eps.args[0])
-            if sv is not None and sv.numel() == 1 and sv.is_floating_point():
-                return x, eps, nodes
+    found = mean_square(r.args[0], x32, adds=())
+    if found is None or found[1] != [_val(x32).dim() - 1]:
+        return None
+    eps, _, stats = found
+    nodes = [r, *stats, x32]
+    if _num(eps) is not None:
+        return x, float(eps), nodes
+    if isinstance(eps, fx.Node) and eps.op == "call_method" and eps.target == "item":
+        sv = _val(eps.args[0])
+        if sv is not None and sv.numel() == 1 and sv.is_floating_point():
+            return x, eps, nodes
     return None
 
 
@@ -123,7 +110,7 @@ def rewrite_decode_norms(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match
     """Rewrite each RMSNorm of the graph that sits between Argus ops at a few static rows."""
     out = []
     for node in list(g.nodes):
-        if getattr(node, "_erased", False) or node in amp:
+        if not _alive(node) or node in amp:
             continue
         found = _match(node)
         if found is None:

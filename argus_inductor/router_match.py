@@ -14,18 +14,14 @@ import torch.nn.functional as F
 
 from . import reporting as report
 from .kernels.router import MAX_EXPERTS, MAX_TOP_K, router_reference
+from .library_match import _dims
 from .library_ops import canonical_args
-from .matchers import Match, _bind, _drop, _int, _is, _val
+from .matchers import Match, _alive, _bind, _drop, _int, _is, _val
 
 SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax}
 TOPK = {torch.topk, torch.Tensor.topk}
 SUM = {torch.sum, torch.Tensor.sum}
 DIV = {operator.truediv, operator.itruediv, torch.div, torch.true_divide, torch.Tensor.div, torch.Tensor.div_}
-
-
-def _last_dim(d: object, rank: int) -> bool:
-    d = _int(d)
-    return d is not None and d % rank == rank - 1
 
 
 def _router(node: fx.Node) -> tuple[fx.Node, int, fx.Node | None, fx.Node | None, fx.Node | None] | None:
@@ -44,7 +40,7 @@ def _router(node: fx.Node) -> tuple[fx.Node, int, fx.Node | None, fx.Node | None
     e = _int(xv.shape[1])
     if e is None or e > MAX_EXPERTS or k is None or not 1 <= k <= min(e, MAX_TOP_K):
         return None
-    if not _last_dim(s.get("dim"), 2) or not _last_dim(a.get("dim", -1), 2):
+    if _dims(s.get("dim"), 2) != [1] or _dims(a.get("dim", -1), 2) != [1]:
         return None
     gets = {u.args[1]: u for u in node.users if u.op == "call_function" and u.target is operator.getitem}
     if len(gets) != len(node.users) or not gets:
@@ -57,7 +53,7 @@ def _router(node: fx.Node) -> tuple[fx.Node, int, fx.Node | None, fx.Node | None
         if len(sums) == 1 and len(divs) == 1:
             sa = _bind(sums[0], ["input", "dim", "keepdim"])
             d = divs[0]
-            if (sa.get("keepdim") is True and _last_dim(sa.get("dim"), 2) and list(sums[0].users) == [d]
+            if (sa.get("keepdim") is True and _dims(sa.get("dim"), 2) == [1] and list(sums[0].users) == [d]
                     and d.args[:2] == (values, sums[0]) and len(d.args) == 2 and not d.kwargs):
                 div = d
     return x, k, (div if div is not None else values), experts, div
@@ -67,7 +63,7 @@ def rewrite_routers(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
     """Rewrite every router top-k of the graph (outside autocast regions) into one router_topk call."""
     out = []
     for node in list(g.nodes):
-        if getattr(node, "_erased", False) or node in amp:
+        if not _alive(node) or node in amp:
             continue
         found = _router(node)
         if found is None:
