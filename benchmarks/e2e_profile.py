@@ -41,6 +41,11 @@ KINDS = (("gemm", re.compile(r"gemm|nvjet|xmma|cutlass|_mm_|mm_|matmul|linear|ga
          ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|cudnn", re.I)))
 
 
+def device_of(evt: Any) -> str:
+    """'CPU' or 'CUDA': where a profiler event ran (its DeviceType's name)."""
+    return str(getattr(evt, "device_type", "")).split(".")[-1]
+
+
 def kind_of(kernel: str) -> str:
     """'gemm', 'attention' or 'other', from the kernel's name (cuBLAS, Inductor templates and Argus kernels)."""
     return next((k for k, pat in KINDS if pat.search(kernel)), "other")
@@ -93,14 +98,14 @@ def profile_call(call: Callable[[], Any], per_call: int) -> dict[str, Any]:
     kernels: dict[str, dict[str, float]] = {}
     host: dict[str, dict[str, float]] = {}
     for evt in prof.key_averages():
-        if str(getattr(evt, "device_type", "")).split(".")[-1] == "CPU" and RUNTIME.match(evt.key):
+        if device_of(evt) == "CPU" and RUNTIME.match(evt.key):
             h = host.setdefault(evt.key, {"us": 0.0, "count": 0.0})
             h["us"] += evt.self_cpu_time_total / CALLS
             h["count"] += evt.count / CALLS
         us = getattr(evt, "self_device_time_total", None)
         if us is None:
             us = getattr(evt, "self_cuda_time_total", 0.0)
-        if not us or str(getattr(evt, "device_type", "")).split(".")[-1] != "CUDA":
+        if not us or device_of(evt) != "CUDA":
             continue
         k = kernels.setdefault(evt.key, {"us": 0.0, "count": 0.0})
         k["us"] += us / (CALLS * per_call)
@@ -137,10 +142,10 @@ def timeline(call: Callable[[], Any], calls: int = 5, trace: str | None = None) 
         prof.export_chrome_trace(trace)
     evs = list(prof.events())
     marks = sorted((e for e in evs if e.name.startswith("e2e_call_")), key=lambda e: e.time_range.start)
-    dev = sorted((e for e in evs if str(getattr(e, "device_type", "")).split(".")[-1] == "CUDA"
+    dev = sorted((e for e in evs if device_of(e) == "CUDA"
                   and not e.name.startswith(("e2e_call_", "Memcpy", "Memset"))),  # kernels only
                  key=lambda e: e.time_range.start)
-    launches = [e for e in evs if str(getattr(e, "device_type", "")).split(".")[-1] == "CPU"
+    launches = [e for e in evs if device_of(e) == "CPU"
                 and re.match(r"^(cudaGraphLaunch|cudaLaunchKernel|cuLaunchKernel)", e.name)]
     parts: dict[str, list[float]] = {k: [] for k in ("host_pre", "launch_to_gpu", "bubbles", "busy", "span",
                                                      "host_return")}
