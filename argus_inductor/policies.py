@@ -16,8 +16,9 @@ def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Pol
         if ws is not None:
             return ws
     if n <= 16 and m > 16:  # matrix-vector shapes (x @ a vector): narrow N tiles and enough programs to stream A
-        # (not yet timed on the H100: the BN=256 prefill tile it replaces wasted 255/256 of each tile at N=1)
-        return Policy.make(BM=32, BN=16, BK=128, num_warps=4, num_stages=4)
+        # (a MoE router's x @ W^T, N = 8: 9.9 us at 2048 rows and 14.3 at 4096 with K steps of 256, against 12.3 and
+        # 15.6 with 128 and cuBLAS's 11.0 and 17.0; benchmarks/gemm_fewtiles.py, gemm-fewtiles-h100-2026-11-24.json)
+        return Policy.make(BM=32, BN=16, BK=256, num_warps=4, num_stages=4)
     if m <= 16:  # decode: skinny tiles, many programs, deep K pipeline (memory-bound)
         # wide N (>= 8192 columns: 14336 measured) runs 3.5-4% faster with 3 stages than 5, in both H100 sweeps of
         # 2026-11-22 at M = 1 and 16 (sweep-gemm-2026-11-22.json, sweep-gemm-splitk-2026-11-22.json); at N = 6144
@@ -37,8 +38,14 @@ def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Pol
                            SPLIT_K=max(2, min(64, 128 // tiles)))
     # operand tiles through tensor descriptors: 0.96-1.00x cuBLAS against 0.89-0.94x with pointer loads
     # (sweep-gemm-kmajor-tma-2026-11-23.json, nn.Linear weights: K-contiguous B)
-    return Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
+    wide = Policy.make(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, grid_order="grouped", group_m=8,
                        persistent=True, tma=target == "cuda")
+    if -(-m // 128) * -(-n // 256) <= GLUON_GEMM_SMS // 2:
+        # 128x256 tiles would leave half the SMs idle (the k and v projections of Llama-3-8B and Mixtral at 2048
+        # rows: 64 tiles): 128x128 tiles, four slots deep, 29.1 us there against 42.3 (cuBLAS 26.2); at 4096 rows
+        # (128 wide tiles, one wave) the wide tile stays faster, 54.0 against 55.6 (gemm-fewtiles-h100-2026-11-24)
+        return replace(wide.with_consts(BN=128), num_stages=4)
+    return wide
 
 
 def gemv_policy(m: int, n: int, target: str, k: int | None = None, k_major: bool = True) -> Policy | None:
