@@ -28,6 +28,7 @@ from .kernels import pointwise as _pw
 from .kernels import pool as _pool
 from .kernels import reduce as _reduce
 from .kernels import rms_rounded as _rmsnorm
+from .kernels import rotary as _rotary
 from .kernels import router as _router
 from .kernels import scan as _scan
 from .kernels.gemm import ACTIVATION_FNS
@@ -224,6 +225,14 @@ register(LibraryOp(
     lambda ts, a: _router.router_reference(ts[0], a["k"], a["renorm"]),
     lambda ts, a, target: {"router_topk_rows": _router.router_policy(ts[0].shape[0], ts[0].shape[1], a["k"],
                                                                      a["renorm"], target)}))
+
+
+register(LibraryOp(
+    "rotary_table", "attention", _rotary.KERNELS,
+    lambda ts, a, kw: _rotary.rotary_table(ts[0], **kw),
+    lambda ts, a: _rotary.rotary_reference(ts[0]),
+    lambda ts, a, target: {"rotary_table_rows": _rotary.rotary_policy(ts[0].numel() // max(ts[0].shape[-1], 1),
+                                                                      ts[0].shape[-1], target)}))
 
 
 # ----------------------------------------------------------------------------------------------- scans

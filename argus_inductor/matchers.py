@@ -206,6 +206,9 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
             m = _match_sdpa(g, node, gid) if _is(node, SDPA) else _match_eager_attention(g, node, gid)
             if m:
                 matches.append(m)
+        from .rotary_match import rewrite_rotary_tables
+
+        matches += rewrite_rotary_tables(g, gid, amp)  # the rotary tables the attention's q and k are rotated by
     changed = False
     if "gemm" in enabled:
         _einsum_as_matmul(g, amp)

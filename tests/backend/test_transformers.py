@@ -98,6 +98,9 @@ def test_model_matches_eager_and_argus_takes_its_subgraphs(name: str, attn: str,
     if name in SOFTMAX_ROUTERS:  # softmax -> top-k [-> renormalize] is one router_topk launch
         assert any(e.graph_node.startswith("router ") for e in rows), text
         assert f'router_topk[{{"k":2,"renorm":{SOFTMAX_ROUTERS[name]}}}' in text, text
+    # every one of these models rotates q and k by cos and sin of cat(freqs, freqs): one rotary_table launch
+    assert [e.graph_node.startswith("table emb") for e in rows if e.op == "rotary"] == [True], text
+    assert "rotary_table[{}|1]" in text, text
 
 
 @pytest.mark.slow
