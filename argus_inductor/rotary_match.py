@@ -4,9 +4,11 @@ Matches `emb = cat((f, f), -1)` followed by `emb.cos()` and `emb.sin()` (transfo
 Mistral, Mixtral, Qwen), over float32 angles. Inductor would inline both into every q and k rotation that reads
 them (kernels/rotary.py says when and what it costs); the call computes them once. It returns both packed in one
 float32 tensor, and two views give the graph's cos and sin back; the scaling and cast after them are untouched.
-Runs with the "attention" op kind."""
+A decode step's tables (at most DECODE_ROWS positions known at compile time) stay Inductor's. Runs with the
+"attention" op kind."""
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -22,8 +24,13 @@ COS = {torch.cos, torch.Tensor.cos}
 SIN = {torch.sin, torch.Tensor.sin}
 
 
+# a decode step's tables: a few positions, which Inductor's rotations compute inline for less than a launch costs
+DECODE_ROWS = 16
+
+
 def _angles(node: fx.Node) -> bool:
-    """Whether `node` is cat((f, f), dim=-1) of float32 angles with a static last dim of at most MAX_WIDTH."""
+    """Whether `node` is cat((f, f), dim=-1) of float32 angles with a static last dim of at most MAX_WIDTH, more
+    than DECODE_ROWS rows of them (or a number unknown at compile time: a prefill of any length)."""
     if not _is(node, CAT, ("cat",)):
         return False
     a = _bind(node, ["tensors", "dim"])
@@ -31,6 +38,9 @@ def _angles(node: fx.Node) -> bool:
     if not isinstance(parts, (list, tuple)) or len(parts) != 2 or parts[0] is not parts[1] or v is None:
         return False
     width = _int(v.shape[-1]) if v.dim() >= 1 else None
+    lead = [_int(d) for d in v.shape[:-1]]
+    if None not in lead and math.prod(lead) <= DECODE_ROWS:
+        return False
     return (v.dtype == torch.float32 and width is not None and 1 <= width <= MAX_WIDTH
             and _dims(a.get("dim", 0), v.dim()) == [v.dim() - 1])
 
