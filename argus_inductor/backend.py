@@ -17,7 +17,7 @@ from . import optimize as _optimize  # noqa: F401  (makes argus_inductor.optimiz
 from . import reporting as _report
 from .config import Options
 from .cuda_graphs import replacing_trees
-from .matchers import rewrite
+from .matchers import is_argus_op, rewrite
 from .ops import set_active_options, target_for
 
 log = logging.getLogger("argus_inductor")
@@ -109,7 +109,7 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     else:
         matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize)
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
-        argus_ops = sum(1 for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus."))
+        argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:
             from .inline import inline_ops
 

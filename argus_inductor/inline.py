@@ -31,6 +31,7 @@ import torch
 from torch import fx
 
 from . import reporting as _report
+from .matchers import is_argus_op
 from .replay import Recording, _Launch, _view, run_host_step
 
 log = logging.getLogger("argus_inductor")
@@ -184,7 +185,7 @@ def inline_ops(gm: fx.GraphModule, devices: tuple[str, ...] | None = None,
     known = dict(zip(placeholders, example_inputs or []))
     done = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or not str(node.target).startswith("argus."):
+        if not is_argus_op(node):
             continue
         try:
             found = record_node(node, devices, known)

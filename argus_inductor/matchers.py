@@ -116,6 +116,11 @@ def _alive(n: fx.Node) -> bool:
     return not getattr(n, "_erased", False)
 
 
+def is_argus_op(n: object) -> bool:
+    """Whether `n` is a call of one of Argus's ops (torch.ops.argus.*)."""
+    return isinstance(n, fx.Node) and n.op == "call_function" and str(n.target).startswith("argus.")
+
+
 def _only_user(n: fx.Node, user: fx.Node) -> bool:
     return list(n.users) == [user]
 

@@ -22,15 +22,11 @@ from . import library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
 from . import reporting as report
 from .kernels.rms_rounded import MAX_ROWS
 from .library_match import mean_square
-from .matchers import Match, _alive, _drop, _int, _is, _num, _val
+from .matchers import Match, _alive, _drop, _int, _is, _num, _val, is_argus_op
 
 MUL = {operator.mul, torch.mul}
 VIEWS = {operator.getitem}
 VIEW_METHODS = ("view", "reshape", "contiguous")
-
-
-def _is_argus(n: object) -> bool:
-    return isinstance(n, fx.Node) and n.op == "call_function" and str(n.target).startswith("argus.")
 
 
 def _cast(n: object, dtype: torch.dtype | None = None) -> fx.Node | None:
@@ -51,7 +47,7 @@ def _cast(n: object, dtype: torch.dtype | None = None) -> fx.Node | None:
 def _feeds_argus(n: fx.Node, depth: int = 2) -> bool:
     """Every use of n is an Argus op, or a slice or view whose every use is (up to `depth` views deep)."""
     for u in n.users:
-        if _is_argus(u):
+        if is_argus_op(u):
             continue
         if depth and (_is(u, VIEWS, VIEW_METHODS)) and u.args and u.args[0] is n and _feeds_argus(u, depth - 1):
             continue
@@ -117,7 +113,7 @@ def rewrite_decode_norms(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match
             continue
         x, w, eps, nodes = found
         xv = _val(x)
-        if not _is_argus(x) or any(_int(s) is None for s in xv.shape) or xv.dim() < 1:
+        if not is_argus_op(x) or any(_int(s) is None for s in xv.shape) or xv.dim() < 1:
             continue
         if math.prod(int(s) for s in xv.shape[:-1]) > MAX_ROWS or not _feeds_argus(node) or amp.intersection(nodes):
             continue
