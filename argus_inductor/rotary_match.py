@@ -17,6 +17,7 @@ import torch.fx as fx
 from . import reporting as report
 from .kernels.rotary import MAX_WIDTH, rotary_reference
 from .library_match import _dims
+from .library_ops import canonical_args
 from .matchers import Match, _alive, _bind, _drop, _int, _is, _val
 
 CAT = {torch.cat, torch.concat, torch.concatenate}
@@ -64,9 +65,9 @@ def rewrite_rotary_tables(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Matc
         ev = _val(emb)
         with ev.fake_mode:
             pv = rotary_reference(ev)
-        first = cos if list(g.nodes).index(cos) < list(g.nodes).index(sin) else sin
-        with g.inserting_before(first):
-            packed = g.call_function(torch.ops.argus.library.default, ("rotary_table", [emb], "{}", node_id))
+        with g.inserting_before(emb.next):  # right after emb: before both cos and sin, which read it
+            packed = g.call_function(torch.ops.argus.library.default,
+                                     ("rotary_table", [emb], canonical_args({}), node_id))
             cos_t = g.call_function(operator.getitem, (packed, 0))
             sin_t = g.call_function(operator.getitem, (packed, 1))
         for new, val, like in ((packed, pv, cos), (cos_t, pv[0], cos), (sin_t, pv[1], sin)):
