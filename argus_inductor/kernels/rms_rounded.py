@@ -38,7 +38,7 @@ def rms_norm_rounded(x: torch.Tensor, weight: torch.Tensor, eps: float, *,
                      policies: dict[str, Policy] | None = None, kernels: dict[str, Kernel] | None = None,
                      target: str | None = None) -> torch.Tensor:
     """transformers' RMSNorm of x over its last dim: weight * (x32 * rsqrt(mean(x32^2) + eps)).to(x.dtype);
-    `eps` a one-element float tensor on x's device."""
+    `eps` a non-negative number (the op passes each call's value)."""
     if x.dim() < 1 or not x.is_floating_point():
         raise ValueError(f"rms_norm_rounded takes a floating-point tensor, got {x.dtype}")
     length = x.shape[-1]
