@@ -91,9 +91,13 @@ def _mode_options(mode: str | None) -> dict[str, Any]:
 def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
                   options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The Dynamo backend. `options` are Argus options (see argus_inductor.config.Options); `mode` goes to
-    Inductor (e.g. "max-autotune")."""
+    Inductor (e.g. "max-autotune"). torch.compile refuses a mode beside options, so `options["mode"]` is taken
+    for it too."""
     from torch._inductor.compile_fx import compile_fx
 
+    if options and "mode" in options:  # torch.compile takes mode or options, not both: Argus's options carry it
+        options = dict(options)
+        mode = options.pop("mode") if mode is None else mode
     opts = Options.resolve(options)
     set_active_options(opts)
     inlined = argus_ops = 0
@@ -107,7 +111,7 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
                   "with ARGUS_INTERPRET=1); compiling with Inductor alone")
     else:
-        matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize)
+        matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
         argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:

@@ -55,6 +55,8 @@ class Options:
     replay: bool = True            # ARGUS_REPLAY: replay an op call's recorded launches (argus_inductor.replay)
     inline: bool = True            # ARGUS_INLINE: on a GPU, hand Inductor the Triton launches of each op with static
     #                                 shapes, so its generated code launches them (argus_inductor.inline)
+    prune_rows: bool = True        # ARGUS_PRUNE_ROWS: compute only the rows a final slice keeps (a prefill's last
+    #                                 layer on the positions whose logits are returned; argus_inductor.row_pruning)
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
@@ -74,6 +76,7 @@ class Options:
             "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),
             "replay": _env_bool("ARGUS_REPLAY", True),
             "inline": _env_bool("ARGUS_INLINE", True),
+            "prune_rows": _env_bool("ARGUS_PRUNE_ROWS", True),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

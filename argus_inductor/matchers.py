@@ -190,13 +190,19 @@ def _under_autocast(g: fx.Graph) -> set[fx.Node]:
     return inside
 
 
-def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True) -> list[Match]:
+def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True,
+            prune_rows: bool = True) -> list[Match]:
     """Rewrite matched subgraphs in place; returns what was matched. Nothing inside an enabled autocast region
-    is matched (_under_autocast)."""
+    is matched (_under_autocast). `prune_rows`: first compute only the rows a final slice keeps of the row-wise
+    ops before it (row_pruning: a prefill's last layer on its last position), so the matchers see those shapes."""
     enabled = tuple(enabled)
     gid = next(_GRAPH_IDS)
     g = gm.graph
     matches: list[Match] = []
+    if prune_rows:
+        from .row_pruning import prune_unread_rows
+
+        matches += prune_unread_rows(g, gid)
     amp = _under_autocast(g)
     if "moe" in enabled and moe_regions:
         matches += _match_moe_regions(g, gid, amp)

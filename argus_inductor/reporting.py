@@ -27,6 +27,13 @@ def record_match(node_id: str, op: str, graph_node: str) -> None:
         _ENTRIES.setdefault(node_id, Entry(graph_node, op))
 
 
+def record_rewrite(node_id: str, op: str, graph_node: str, what: str) -> None:
+    """A graph rewrite that has no kernel of its own (rows no output reads, not computed): shown with what it
+    changed in place of a signature."""
+    with _LOCK:
+        _ENTRIES[node_id] = Entry(graph_node, op, signature=what, source="graph rewrite (no kernel of its own)")
+
+
 def forget_match(node_id: str) -> None:
     """Drop a match a later rewrite absorbed (a GEMM whose epilogue became a fused chain's)."""
     with _LOCK:

@@ -1,0 +1,159 @@
+"""Rows no output reads, not computed (argus_inductor.row_pruning): a prefill that returns its last position's
+logits (logits_to_keep=1) runs its last layer's MLP or experts, output projection, attention queries and query
+projection on that position only, and its logits equal eager's; where every row is kept, or the slice is not of
+row-wise ops, the graph is left as it was."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.fx as fx
+
+from argus_inductor import reporting as report_mod
+from argus_inductor.row_pruning import prune_unread_rows
+
+transformers = pytest.importorskip("transformers")
+
+COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _model(name: str, attn: str = "sdpa") -> torch.nn.Module:
+    if name == "llama":
+        cfg, cls = transformers.LlamaConfig(**COMMON), transformers.LlamaForCausalLM
+    elif name == "mixtral":
+        cfg, cls = transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2), \
+            transformers.MixtralForCausalLM
+    else:
+        cfg = transformers.Qwen2MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                          shared_expert_intermediate_size=24)
+        cls = transformers.Qwen2MoeForCausalLM
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    if name != "llama":
+        import argus_inductor
+
+        argus_inductor.optimize(model)  # the experts as one argus::moe call, as backend="argus" traces them
+    return model
+
+
+def _rows(v: Any) -> tuple[int, ...]:
+    return tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else int(d) for d in v.shape)
+
+
+def _prune_in_graph(model: torch.nn.Module, tokens: torch.Tensor, keep: int) -> dict[str, Any]:
+    """Trace `model` as torch.compile(dynamic=True) does, run the pass on the graph, and run both graphs on the
+    traced inputs: the logits of each, and the (hinted) shapes of the layers' linear and attention calls."""
+    seen: dict[str, Any] = {}
+
+    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        inputs = [x.node.hint if isinstance(x, torch.SymInt) else x for x in example_inputs]
+        seen["before"] = gm(*inputs)[0]
+        seen["matches"] = prune_unread_rows(gm.graph, 0)
+        gm.graph.lint()
+        gm.recompile()
+        seen["after"] = gm(*inputs)[0]
+        seen["shapes"] = [(str(n.target), _rows(n.meta["example_value"])) for n in gm.graph.nodes
+                          if n.op == "call_function" and ("linear" in str(n.target) or "attention" in str(n.target)
+                                                          or "moe" in str(n.target))]
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend, dynamic=True)(input_ids=tokens, use_cache=False, logits_to_keep=keep)
+    return seen
+
+
+@pytest.mark.parametrize("name,attn", [("llama", "sdpa"), ("llama", "eager"), ("mixtral", "sdpa"),
+                                       ("qwen2_moe", "sdpa")])
+def test_the_last_layer_runs_on_the_kept_row_only_and_the_logits_do_not_change(name: str, attn: str) -> None:
+    batch, seq = 3, 9
+    seen = _prune_in_graph(_model(name, attn), torch.randint(0, 64, (batch, seq)), keep=1)
+    torch.testing.assert_close(seen["after"], seen["before"], rtol=1e-5, atol=1e-6)
+    assert seen["after"].shape == (batch, 1, 64)
+    assert [m.kind for m in seen["matches"]] == ["rows"]
+    shapes = seen["shapes"]
+    linears = [s for t, s in shapes if "linear" in t and len(s) == 3 and s[-1] != 64]  # the layers', not lm_head's
+    # the first layer whole; the last layer's q (and with it every projection after attention) on one row each
+    full = [s for s in linears if s[1] == seq]
+    one = [s for s in linears if s[1] == 1]
+    assert full and one, shapes
+    hidden, inter = COMMON["hidden_size"], COMMON["intermediate_size"]
+    assert (batch, 1, hidden) in one  # the last layer's q or o projection
+    if name == "llama":
+        assert (batch, 1, inter) in one and (batch, seq, inter) in full  # the MLP's gate/up: last layer only
+        assert sum(s[1] == seq and s[2] == inter for s in linears) == 2  # first layer's gate and up only
+    else:  # the last layer's experts take one token a sequence
+        moe = [s for t, s in shapes if "moe" in t]
+        assert (batch * seq, hidden) in moe and (batch, hidden) in moe, moe
+    if attn == "sdpa":
+        attention = [s for t, s in shapes if "attention" in t]
+        assert (batch, COMMON["num_attention_heads"], 1, hidden // COMMON["num_attention_heads"]) in attention
+
+
+def test_every_row_kept_leaves_the_graph_as_it_was() -> None:
+    seen = _prune_in_graph(_model("llama"), torch.randint(0, 64, (2, 6)), keep=0)  # logits_to_keep=0: all rows
+    assert seen["matches"] == []
+    torch.testing.assert_close(seen["after"], seen["before"], rtol=0, atol=0)
+
+
+def test_a_slice_of_ops_whose_rows_mix_is_left_alone() -> None:
+    """cumsum along the sliced dimension makes a row depend on the rows before it: nothing above it shrinks."""
+    class Mixing(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(16, 16)
+            self.b = torch.nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.cumsum(self.a(x), dim=1))[:, -1:]
+
+    class RowWise(Mixing):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.nn.functional.silu(self.a(x)) * 2)[:, -1:]
+
+    for cls, pruned in ((Mixing, 1), (RowWise, 2)):
+        torch.manual_seed(0)
+        model = cls().eval()
+        x = torch.randn(2, 8, 16)
+        seen: dict[str, Any] = {}
+
+        def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+            seen["matches"] = prune_unread_rows(gm.graph, 0)
+            gm.graph.lint()
+            gm.recompile()
+            return gm.forward
+
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend=backend)(x)
+            torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
+        got = [len(m.nodes) for m in seen["matches"]]
+        # Mixing: only b (after the cumsum) shrinks; RowWise: a and b both
+        assert got == [pruned], (cls.__name__, seen["matches"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama", "mixtral"])
+def test_backend_argus_prefill_of_the_last_logits_matches_eager(name: str, fresh_cache: Path) -> None:
+    """The whole backend under the interpreter (ARGUS_INTERPRET=1, the tests' setting): the pruned rows reach
+    the matchers, whose kernels run on them, and the report says what was pruned; with ARGUS_PRUNE_ROWS off the
+    same logits come from the whole last layer."""
+    model = _model(name)
+    tokens = torch.randint(0, 64, (2, 9))
+    with torch.no_grad():
+        ref = model(input_ids=tokens, use_cache=False, logits_to_keep=1).logits
+        for prune in (True, False):
+            report_mod.clear()
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend="argus", dynamic=True, options={"prune_rows": prune})
+            out = compiled(input_ids=tokens, use_cache=False, logits_to_keep=1).logits
+            torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+            rows = [e for e in report_mod.entries() if e.op == "rows"]
+            assert bool(rows) == prune, report_mod.report()  # (Dynamo may trace the graph twice)
+            for e in rows:
+                assert e.source.startswith("graph rewrite") and "on the 1 row(s) of dim 1" in e.signature
+                assert len(e.graph_node.split(", ")) >= 5  # q, attention, o, and the MLP's or experts' calls
