@@ -199,13 +199,16 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
     gid = next(_GRAPH_IDS)
     g = gm.graph
     matches: list[Match] = []
-    if prune_rows:
-        from .row_pruning import prune_unread_rows
-
-        matches += prune_unread_rows(g, gid)
     amp = _under_autocast(g)
     if "moe" in enabled and moe_regions:
         matches += _match_moe_regions(g, gid, amp)
+    if prune_rows:  # after the experts regions became argus::moe calls, whose rows (tokens) are independent
+        from .row_pruning import prune_unread_rows
+
+        pruned = prune_unread_rows(g, gid)
+        if pruned:
+            matches += pruned
+            amp = _under_autocast(g)  # the new nodes sit beside the ones they replace, in the same regions
     if "moe" in enabled:
         from .router_match import rewrite_routers
 

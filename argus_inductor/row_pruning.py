@@ -72,6 +72,7 @@ ELEMENTWISE_FNS = {
     torch.sigmoid, torch.pow, torch.cos, torch.sin, torch.abs,
     F.silu, F.gelu, F.relu, torch.relu, F.sigmoid, F.tanh,
 }
+ACTIVATION_FNS = {F.silu, F.relu}  # whose second positional argument is `inplace`
 IN_PLACE_FNS = {operator.iadd, operator.isub, operator.imul, operator.itruediv}
 ELEMENTWISE_METHODS = {
     "add", "sub", "mul", "div", "neg", "pow", "rsqrt", "sqrt", "exp", "tanh", "sigmoid", "cos", "sin", "abs",
@@ -180,8 +181,8 @@ def _view_rule(n: fx.Node, keep: Keep) -> _Rule | None:
     if ik is None:
         return None
     old = _shape_args(n)
-    if len(old) != out.dim():
-        return None
+    if len(old) != out.dim() or not all(isinstance(o, (int, fx.Node)) for o in old):
+        return None  # x.view(dtype) reinterprets bytes: not a shape
     shape: list[Any] = []
     for d, size in enumerate(out.shape):
         if d == keep.dim:
@@ -319,6 +320,9 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
         return None
     if keep.dim >= out.dim():
         return None
+    if n.kwargs.get("inplace") or (n.op == "call_function" and n.target in ACTIVATION_FNS and len(n.args) > 1
+                                   and n.args[1] is True):
+        return None  # F.relu(x, inplace=True) and the like: x's other rows would keep their old values
     inputs = _tensor_inputs(n)
     if n.op == "call_function" and n.target is operator.getitem:
         return _getitem_rule(n, keep)
@@ -434,9 +438,9 @@ def _val_or(x: Any) -> Any:
 
 
 def _plan(g: fx.Graph, x: fx.Node, keep: Keep, full: set[fx.Node]) -> tuple[dict[fx.Node, Keep],
-                                                                          dict[fx.Node, _Rule]] | None:
-    """Which nodes compute only their kept rows (walking back from x), each with its rule; None where a pruned node
-    would read a grouped slice (rows of a merged dimension) of a node kept whole, which a plain slice cannot give."""
+                                                                          dict[fx.Node, _Rule]]:
+    """Which nodes compute only their kept rows (walking back from x, the sliced node, in reverse graph order so
+    that every user is decided before its inputs), each with its rule. Nodes in `full` are computed whole."""
     wanted: dict[fx.Node, list[Keep | None]] = {x: [keep]}
     pruned: dict[fx.Node, Keep] = {}
     rules: dict[fx.Node, _Rule] = {}
@@ -447,7 +451,7 @@ def _plan(g: fx.Graph, x: fx.Node, keep: Keep, full: set[fx.Node]) -> tuple[dict
         if not asks or n in full:
             continue
         k = asks[0]
-        users_ok = n is x or len(asks) == len(n.users)  # every user asked (users that keep n whole ask nothing)
+        users_ok = len(asks) == len(n.users)  # every user asked (users that read n whole ask nothing)
         if k is None or not users_ok or any(a is None or not a.same(k) for a in asks):
             continue
         rule = _rule(n, k)
@@ -458,11 +462,13 @@ def _plan(g: fx.Graph, x: fx.Node, keep: Keep, full: set[fx.Node]) -> tuple[dict
         for a, dk in rule.demands.items():
             if dk is not None:
                 wanted.setdefault(a, []).append(dk)
-    # a user's demand counted once per user: redo the count by users, not by arguments
     return pruned, rules
 
 
 def _fixpoint(g: fx.Graph, x: fx.Node, keep: Keep) -> tuple[dict[fx.Node, Keep], dict[fx.Node, _Rule]] | None:
+    """_plan, with the nodes it cannot build computed whole, until none is left: a pruned node that would read a
+    grouped slice (rows of a merged dimension) of a node kept whole, which a plain slice cannot give, and an
+    in-place op on a node kept whole (its other rows would keep their old values). None: x itself is not pruned."""
     full: set[fx.Node] = set()
     while True:
         pruned, rules = _plan(g, x, keep, full)
