@@ -46,18 +46,20 @@ def _rows(v: Any) -> tuple[int, ...]:
     return tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else int(d) for d in v.shape)
 
 
-def _prune_in_graph(model: torch.nn.Module, tokens: torch.Tensor, keep: int) -> dict[str, Any]:
+def _prune_in_graph(model: torch.nn.Module, tokens: torch.Tensor, keep: int, cache: bool = False) -> dict[str, Any]:
     """Trace `model` as torch.compile(dynamic=True) does, run the pass on the graph, and run both graphs on the
     traced inputs: the logits of each, and the (hinted) shapes of the layers' linear and attention calls."""
     seen: dict[str, Any] = {}
 
     def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
         inputs = [x.node.hint if isinstance(x, torch.SymInt) else x for x in example_inputs]
-        seen["before"] = gm(*inputs)[0]
+        before = gm(*inputs)
         seen["matches"] = prune_unread_rows(gm.graph, 0)
         gm.graph.lint()
         gm.recompile()
-        seen["after"] = gm(*inputs)[0]
+        after = gm(*inputs)
+        seen["before"], seen["after"] = before[-1 if cache else 0], after[-1 if cache else 0]  # the logits
+        seen["outputs"] = list(zip(before, after))
         seen["shapes"] = [(str(n.target), _rows(n.meta["example_value"])) for n in gm.graph.nodes
                           if n.op == "call_function" and ("linear" in str(n.target) or "attention" in str(n.target)
                                                           or "moe" in str(n.target))]
@@ -65,8 +67,21 @@ def _prune_in_graph(model: torch.nn.Module, tokens: torch.Tensor, keep: int) -> 
 
     torch._dynamo.reset()
     with torch.no_grad():
-        torch.compile(model, backend=backend, dynamic=True)(input_ids=tokens, use_cache=False, logits_to_keep=keep)
+        torch.compile(model, backend=backend, dynamic=True)(input_ids=tokens, use_cache=cache, logits_to_keep=keep)
     return seen
+
+
+@pytest.mark.parametrize("name", ["llama", "mixtral"])
+def test_a_prefill_that_fills_the_kv_cache_still_computes_every_key_and_value(name: str) -> None:
+    """With use_cache=True the graph also returns every layer's keys and values: those of the last layer stay
+    whole (every position's), equal to the unpruned graph's, while its queries and MLP shrink."""
+    seen = _prune_in_graph(_model(name), torch.randint(0, 64, (2, 9)), keep=1, cache=True)
+    assert [m.kind for m in seen["matches"]] == ["rows"]
+    assert len(seen["outputs"]) == 2 * COMMON["num_hidden_layers"] + 1  # k and v of each layer, then the logits
+    for before, after in seen["outputs"]:
+        assert before.shape == after.shape
+        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+    assert seen["outputs"][-2][0].shape[-2] == 9  # the last layer's values: all 9 positions
 
 
 @pytest.mark.parametrize("name,attn", [("llama", "sdpa"), ("llama", "eager"), ("mixtral", "sdpa"),
