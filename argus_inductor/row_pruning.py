@@ -63,8 +63,6 @@ class Keep:
         return None if self.start < 0 and end >= 0 else end
 
 
-HEAVY = {"linear", "matmul", "sdpa", "moe"}
-
 ELEMENTWISE_FNS = {
     operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pow,
     operator.iadd, operator.isub, operator.imul, operator.itruediv,
