@@ -193,8 +193,9 @@ def _under_autocast(g: fx.Graph) -> set[fx.Node]:
 def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True,
             prune_rows: bool = True) -> list[Match]:
     """Rewrite matched subgraphs in place; returns what was matched. Nothing inside an enabled autocast region
-    is matched (_under_autocast). `prune_rows`: first compute only the rows a final slice keeps of the row-wise
-    ops before it (row_pruning: a prefill's last layer on its last position), so the matchers see those shapes."""
+    is matched (_under_autocast). `prune_rows`: once the experts regions are argus::moe calls, compute only the
+    rows a final slice keeps of the row-wise ops before it (row_pruning: a prefill's last layer on its last
+    position), so the GEMM and attention matchers see those shapes."""
     enabled = tuple(enabled)
     gid = next(_GRAPH_IDS)
     g = gm.graph
