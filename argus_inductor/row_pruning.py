@@ -7,7 +7,8 @@ sequence, and then slices one row out of them. Each of those ops computes a row 
 its input (a linear, an RMSNorm, a residual add, an MoE block over tokens; attention from its own query row and all
 keys), so the slice can move up to where the rows are still needed in full (the last layer's input, which its key
 and value projections read): the ops above it then run on the kept rows only. llama.cpp builds its graphs this way
-(`inp_out_ids` on the last layer).
+(`inp_out_ids` on the last layer). An encoder's pooler that reads one position (`hidden[:, 0]`, a CLS token) is
+the same case with the row's dimension dropped.
 
 The pass walks the graph backwards from such a slice. A node is computed on the kept rows only where every one of
 its users reads only those rows of it, and its op is one whose rows are independent along that dimension (the
@@ -80,6 +81,7 @@ REDUCTIONS = {"mean", "sum", "amax", "amin"}  # methods and torch functions of t
 SOFTMAX_FNS = {F.softmax, F.log_softmax, torch.softmax, torch.log_softmax}
 LINEAR_FNS = {F.linear, torch._C._nn.linear}
 MATMUL_FNS = {torch.matmul, operator.matmul}
+NORM_FNS = {F.layer_norm, torch.layer_norm} | ({F.rms_norm} if hasattr(F, "rms_norm") else set())
 VIEWS = {"view", "reshape"}
 
 
@@ -352,6 +354,12 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
         if d_in is None or d_in in dims:
             return None
         return _Rule({x: keep.at(d_in)})
+    if n.op == "call_function" and n.target in NORM_FNS:  # normalized over trailing dims, weights broadcast
+        x, shape = n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("normalized_shape")
+        xv = _val(x)
+        if xv is None or not isinstance(shape, (list, tuple)) or keep.dim >= xv.dim() - len(shape):
+            return None
+        return _Rule({a: (keep if a is x else None) for a in inputs})
     if n.op == "call_function" and (n.target in LINEAR_FNS or n.target in MATMUL_FNS):
         x, w = n.args[0], n.args[1]
         xv, wv = _val(x), _val(w)
@@ -394,8 +402,9 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
     return None
 
 
-def _start(n: fx.Node) -> tuple[fx.Node, Keep] | None:
-    """A slice `x[..., a:b, ...]` of static length, of fewer rows than x has, along one dimension."""
+def _start(n: fx.Node) -> tuple[fx.Node, Keep, bool] | None:
+    """A slice `x[..., a:b, ...]` of static length, of fewer rows than x has, along one dimension, or one row
+    `x[..., i, ...]` (a pooler's first or last position): x, its kept rows, and whether the row's dimension goes."""
     if n.op != "call_function" or n.target is not operator.getitem:
         return None
     x, idx = n.args
@@ -407,12 +416,17 @@ def _start(n: fx.Node) -> tuple[fx.Node, Keep] | None:
         at = idx.index(Ellipsis)
         idx = idx[:at] + (slice(None),) * (xv.dim() - len(idx) + 1) + idx[at + 1:]
     idx = idx + (slice(None),) * (xv.dim() - len(idx))
-    if len(idx) != xv.dim() or any(not isinstance(i, slice) for i in idx):
+    if len(idx) != xv.dim() or any(not isinstance(i, (slice, int)) or isinstance(i, bool) for i in idx):
         return None
     partial = [d for d, i in enumerate(idx) if i != slice(None)]
     if len(partial) != 1:
         return None
     d = partial[0]
+    if isinstance(idx[d], int):  # x[:, i]: the row i, its dimension dropped
+        i, size = idx[d], _int(xv.shape[d])
+        if size is not None and not (-size <= i < size and size > 1):
+            return None
+        return x, Keep(d, xv.shape[d], i, 1), True
     s = idx[d]
     start = 0 if s.start is None else _int(_val_or(s.start))
     stop = None if s.stop is None else _int(_val_or(s.stop))
@@ -426,7 +440,7 @@ def _start(n: fx.Node) -> tuple[fx.Node, Keep] | None:
     size = _int(xv.shape[d])
     if length < 1 or (size is not None and length >= size):
         return None
-    return x, Keep(d, xv.shape[d], start, length)
+    return x, Keep(d, xv.shape[d], start, length), False
 
 
 def _val_or(x: Any) -> Any:
@@ -507,7 +521,7 @@ def prune_unread_rows(g: fx.Graph, gid: int) -> list[Match]:
         start = _start(s)
         if start is None:
             continue
-        x, keep = start
+        x, keep, drops_dim = start
         plan = _fixpoint(g, x, keep)
         if plan is None:
             continue
@@ -515,7 +529,7 @@ def prune_unread_rows(g: fx.Graph, gid: int) -> list[Match]:
         heavy = [n for n in pruned if rules[n].heavy]
         if not heavy:
             continue
-        _rewrite(g, s, x, pruned, rules)
+        _rewrite(g, s, x, pruned, rules, keep.dim if drops_dim else None)
         names = [n.name for n in heavy]
         node_id = f"g{gid}:rows:{s.name}"
         report.record_rewrite(node_id, "rows", "rows of " + ", ".join(names),
@@ -526,7 +540,10 @@ def prune_unread_rows(g: fx.Graph, gid: int) -> list[Match]:
     return out
 
 
-def _rewrite(g: fx.Graph, s: fx.Node, x: fx.Node, pruned: dict[fx.Node, Keep], rules: dict[fx.Node, _Rule]) -> None:
+def _rewrite(g: fx.Graph, s: fx.Node, x: fx.Node, pruned: dict[fx.Node, Keep], rules: dict[fx.Node, _Rule],
+             drop: int | None) -> None:
+    """Build the pruned nodes beside the ones they replace, hand the slice's users the pruned x (with the kept
+    row's dimension `drop` removed, for x[:, i]), and erase what nothing reads any more."""
     new: dict[fx.Node, fx.Node] = {}
     slices: list[tuple[fx.Node, Keep, fx.Node]] = []  # Keep holds SymInts: compared with same(), not hashed
 
@@ -559,7 +576,12 @@ def _rewrite(g: fx.Graph, s: fx.Node, x: fx.Node, pruned: dict[fx.Node, Keep], r
             m = g.create_node(n.op, n.target, tuple(args), dict(kwargs))
         _fake(m, n)
         new[n] = m
-    s.replace_all_uses_with(new[x])
+    result = new[x]
+    if drop is not None:  # x[:, i] keeps one row and drops its dimension: the pruned x has that one row
+        with g.inserting_after(result):
+            result = g.call_function(operator.getitem, (new[x], (slice(None),) * drop + (0,)))
+        _fake(result, s)
+    s.replace_all_uses_with(result)
     g.erase_node(s)
     for n in reversed(list(g.nodes)):
         if n in pruned and _alive(n) and not n.users:

@@ -166,6 +166,54 @@ def test_a_slice_of_ops_whose_rows_mix_or_are_read_whole_is_left_alone() -> None
         assert got == pruned, (cls.__name__, seen["matches"])
 
 
+class Encoder(torch.nn.Module):
+    """One bidirectional attention layer (no mask) and an MLP, pooled at one position: x[:, pos] of the output."""
+
+    def __init__(self, pos: int, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.pos, self.heads = pos, heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.o = torch.nn.Linear(dim, dim)
+        self.up = torch.nn.Linear(dim, 2 * dim)
+        self.down = torch.nn.Linear(2 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        h = x + self.o(a.transpose(1, 2).reshape(b, s, d))
+        h = h + self.down(torch.nn.functional.gelu(self.up(torch.nn.functional.layer_norm(h, (d,)))))
+        return h[:, self.pos]
+
+
+@pytest.mark.parametrize("pos", [0, 3, -1])
+def test_a_pooled_position_runs_the_layer_on_that_position_only(pos: int) -> None:
+    """x[:, i] (an int index: the row's dimension dropped) is a kept row like x[:, i:i+1]: the output projection,
+    the MLP and the attention's queries run on it, at any position of a bidirectional attention. The fused qkv
+    projection stays whole: its k and v parts are read at every position (chunk is not in the vocabulary)."""
+    torch.manual_seed(0)
+    model = Encoder(pos).eval()
+    x = torch.randn(2, 8, 32)
+    seen: dict[str, Any] = {}
+
+    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        seen["matches"] = prune_unread_rows(gm.graph, 0)
+        gm.graph.lint()
+        gm.recompile()
+        seen["shapes"] = {str(n.target).split(".")[-1]: tuple(n.meta["example_value"].shape) for n in gm.graph.nodes
+                          if n.op == "call_function" and "attention" in str(n.target)}
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend=backend)(x)
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
+    assert out.shape == (2, 32)
+    assert [m.kind for m in seen["matches"]] == ["rows"]
+    assert len(seen["matches"][0].nodes) == 4  # down, up, o, and the attention
+    assert list(seen["shapes"].values()) == [(2, 4, 1, 8)], seen["shapes"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama", "mixtral"])
 def test_backend_argus_prefill_of_the_last_logits_matches_eager(name: str, fresh_cache: Path) -> None:
