@@ -479,20 +479,35 @@ def _plan(g: fx.Graph, x: fx.Node, keep: Keep, full: set[fx.Node]) -> tuple[dict
 
 def _fixpoint(g: fx.Graph, x: fx.Node, keep: Keep) -> tuple[dict[fx.Node, Keep], dict[fx.Node, _Rule]] | None:
     """_plan, with the nodes it cannot build computed whole, until none is left: a pruned node that would read a
-    grouped slice (rows of a merged dimension) of a node kept whole, which a plain slice cannot give, and an
-    in-place op on a node kept whole (its other rows would keep their old values). None: x itself is not pruned."""
+    grouped slice (rows of a merged dimension) of a node kept whole where no graph input gives the group's size,
+    and an in-place op on a node kept whole (its other rows would keep their old values). None: x itself is not
+    pruned."""
     full: set[fx.Node] = set()
     while True:
         pruned, rules = _plan(g, x, keep, full)
         if x not in pruned:
             return None
         bad = [n for n, r in rules.items() for a, dk in r.demands.items()
-               if dk is not None and a not in pruned and not _known_eq(_val(a).shape[dk.dim], dk.inner)]
+               if dk is not None and a not in pruned and not _known_eq(_val(a).shape[dk.dim], dk.inner)
+               and _size_arg(g, dk.inner) is None]
         bad += [n for n, r in rules.items() if n.op == "call_function" and n.target in IN_PLACE_FNS
                 and n.args[0] not in pruned]
         if not bad:
             return pruned, rules
         full.update(bad)
+
+
+def _size_arg(g: fx.Graph, size: Any) -> int | fx.Node | None:
+    """`size` as a graph argument: the int, or the graph input Dynamo passes that size symbol in (None: none)."""
+    if _int(size) is not None:
+        return _int(size)
+    for n in g.nodes:
+        if n.op != "placeholder":
+            break
+        v = _val_or(n)
+        if isinstance(v, torch.SymInt) and _known_eq(v, size):
+            return n
+    return None
 
 
 def _fake(n: fx.Node, like: fx.Node) -> None:
@@ -552,9 +567,20 @@ def _rewrite(g: fx.Graph, s: fx.Node, x: fx.Node, pruned: dict[fx.Node, Keep], r
             if b is a and bk.same(k):
                 return node
         idx = tuple([slice(None)] * k.dim + [slice(k.start, k.stop())])
-        with g.inserting_after(a):
-            node = g.call_function(operator.getitem, (a, idx))
-        _fake(node, a)
+        if _known_eq(_val(a).shape[k.dim], k.inner):
+            with g.inserting_after(a):
+                node = g.call_function(operator.getitem, (a, idx))
+            _fake(node, a)
+        else:  # rows of a merged dimension (tokens of a batch): split it, slice the inner part, merge again
+            with g.inserting_after(a):
+                split = g.call_method("unflatten", (a, k.dim, (-1, _size_arg(g, k.inner))))
+            _fake(split, a)
+            with g.inserting_after(split):
+                part = g.call_function(operator.getitem, (split, (slice(None),) + idx))
+            _fake(part, a)
+            with g.inserting_after(part):
+                node = g.call_method("flatten", (part, k.dim, k.dim + 1))
+            _fake(node, a)
         slices.append((a, k, node))
         return node
 

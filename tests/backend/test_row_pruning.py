@@ -26,6 +26,13 @@ def _model(name: str, attn: str = "sdpa", optimize: bool = True) -> torch.nn.Mod
     elif name == "mixtral":
         cfg, cls = transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2), \
             transformers.MixtralForCausalLM
+    elif name == "deepseek_v3":  # a dense first layer, then an MoE layer with a grouped sigmoid router; MLA
+        cfg = transformers.DeepseekV3Config(
+            vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
+            first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+            n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, q_lora_rank=None, kv_lora_rank=16,
+            qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, max_position_embeddings=64)
+        cls = transformers.DeepseekV3ForCausalLM
     else:
         cfg = transformers.Qwen2MoeConfig(**COMMON, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                                           shared_expert_intermediate_size=24)
@@ -109,6 +116,19 @@ def test_the_last_layer_runs_on_the_kept_row_only_and_the_logits_do_not_change(n
     if attn == "sdpa":
         attention = [s for t, s in shapes if "attention" in t]
         assert (batch, COMMON["num_attention_heads"], 1, hidden // COMMON["num_attention_heads"]) in attention
+
+
+def test_deepseek_v3s_last_experts_take_one_token_a_sequence_behind_a_router_kept_whole() -> None:
+    """DeepSeek-V3's grouped router (a scatter into a group mask, a gather) is not in the pass's vocabulary, so it
+    runs on every token, and with it the attention before it; its top-k weights and ids (tokens of the batch
+    merged into one dimension) are read by the pruned experts call through a split-slice-merge of that
+    dimension."""
+    batch, seq = 3, 9
+    seen = _prune_in_graph(_model("deepseek_v3"), torch.randint(0, 64, (batch, seq)), keep=1)
+    torch.testing.assert_close(seen["after"], seen["before"], rtol=1e-5, atol=1e-6)
+    moe = [s for t, s in seen["shapes"] if "moe" in t]
+    assert moe == [(batch, COMMON["hidden_size"])], seen["shapes"]
+    assert [m.kind for m in seen["matches"]] == ["rows"] and "moe" in seen["matches"][0].nodes
 
 
 def test_every_row_kept_leaves_the_graph_as_it_was() -> None:
