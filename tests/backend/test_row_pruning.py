@@ -131,6 +131,23 @@ def test_deepseek_v3s_last_experts_take_one_token_a_sequence_behind_a_router_kep
     assert [m.kind for m in seen["matches"]] == ["rows"] and "moe" in seen["matches"][0].nodes
 
 
+def _compile_pruned(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[Any], fx.Graph]:
+    """model(x) compiled through the pass alone: the output, the pass's matches and the rewritten graph."""
+    seen: dict[str, Any] = {}
+
+    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        seen["matches"] = prune_unread_rows(gm.graph, 0)
+        gm.graph.lint()
+        gm.recompile()
+        seen["graph"] = gm.graph
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend=backend)(x)
+    return out, seen["matches"], seen["graph"]
+
+
 def test_every_row_kept_leaves_the_graph_as_it_was() -> None:
     seen = _prune_in_graph(_model("llama"), torch.randint(0, 64, (2, 6)), keep=0)  # logits_to_keep=0: all rows
     assert seen["matches"] == []
@@ -168,22 +185,14 @@ def test_a_slice_of_ops_whose_rows_mix_or_are_read_whole_is_left_alone() -> None
         torch.manual_seed(0)
         model = cls().eval()
         x = torch.randn(2, 8, 16)
-        seen: dict[str, Any] = {}
-
-        def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
-            seen["matches"] = prune_unread_rows(gm.graph, 0)
-            gm.graph.lint()
-            gm.recompile()
-            return gm.forward
-
-        torch._dynamo.reset()
         with torch.no_grad():
-            out = torch.compile(model, backend=backend)(x)
-            torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
-        got = [len(m.nodes) for m in seen["matches"]]
+            ref = model(x)  # before: the in-place relu's model updates its own intermediate, not x
+        out, matches, _ = _compile_pruned(model, x)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+        got = [len(m.nodes) for m in matches]
         # Mixing: only b (after the cumsum) shrinks; RowWise: a and b both; AlsoWhole nothing; InPlace b, reading
         # its row of the relu run whole (in place on the last row only, the sum would read un-relu'd rows)
-        assert got == pruned, (cls.__name__, seen["matches"])
+        assert got == pruned, (cls.__name__, matches)
 
 
 class Encoder(torch.nn.Module):
@@ -214,24 +223,15 @@ def test_a_pooled_position_runs_the_layer_on_that_position_only(pos: int) -> Non
     torch.manual_seed(0)
     model = Encoder(pos).eval()
     x = torch.randn(2, 8, 32)
-    seen: dict[str, Any] = {}
-
-    def backend(gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
-        seen["matches"] = prune_unread_rows(gm.graph, 0)
-        gm.graph.lint()
-        gm.recompile()
-        seen["shapes"] = {str(n.target).split(".")[-1]: tuple(n.meta["example_value"].shape) for n in gm.graph.nodes
-                          if n.op == "call_function" and "attention" in str(n.target)}
-        return gm.forward
-
-    torch._dynamo.reset()
+    out, matches, graph = _compile_pruned(model, x)
     with torch.no_grad():
-        out = torch.compile(model, backend=backend)(x)
         torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
     assert out.shape == (2, 32)
-    assert [m.kind for m in seen["matches"]] == ["rows"]
-    assert len(seen["matches"][0].nodes) == 4  # down, up, o, and the attention
-    assert list(seen["shapes"].values()) == [(2, 4, 1, 8)], seen["shapes"]
+    assert [m.kind for m in matches] == ["rows"]
+    assert len(matches[0].nodes) == 4  # down, up, o, and the attention
+    attention = [tuple(n.meta["example_value"].shape) for n in graph.nodes
+                 if n.op == "call_function" and "attention" in str(n.target)]
+    assert attention == [(2, 4, 1, 8)], attention
 
 
 @pytest.mark.slow
