@@ -35,6 +35,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from . import reporting as report
+from .library_match import _dims
 from .matchers import SDPA, SDPA_ARGS, Match, _alive, _bind, _drop, _int, _known_eq, _val
 
 log = logging.getLogger("argus_inductor")
@@ -102,12 +103,6 @@ def _norm_dim(d: Any, rank: int) -> int | None:
     return d % rank if rank else 0
 
 
-def _dims(d: Any, rank: int) -> list[int] | None:
-    ds = list(d) if isinstance(d, (list, tuple)) else [d]
-    out = [_norm_dim(x, rank) for x in ds]
-    return None if None in out or not out else out  # type: ignore[return-value]
-
-
 def _tensor_inputs(n: fx.Node) -> list[fx.Node]:
     return [a for a in n.all_input_nodes if isinstance(_val(a), torch.Tensor)]
 
@@ -169,7 +164,7 @@ def _new_size(size: Any, keep: Keep) -> int | None:
     """The kept dimension's size: length, times the factor the dimension has beyond `inner` (None: not static)."""
     if _known_eq(size, keep.inner):
         return keep.length
-    outer = _int(size // keep.inner) if isinstance(size, int) and isinstance(keep.inner, int) else None
+    outer = size // keep.inner if isinstance(size, int) and isinstance(keep.inner, int) else None
     return None if outer is None else outer * keep.length
 
 
@@ -202,6 +197,21 @@ def _view_rule(n: fx.Node, keep: Keep) -> _Rule | None:
     return _Rule({x: ik}, rebuild)
 
 
+def _full_index(idx: Any, rank: int) -> list[Any]:
+    """A tensor index as one entry per input dimension (None entries add an output dimension and take none): the
+    ellipsis expanded, the dimensions it leaves out as full slices."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    named = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    full: list[Any] = []
+    for i in idx:
+        if i is Ellipsis:
+            full.extend([slice(None)] * (rank - named))
+        else:
+            full.append(i)
+    full.extend([slice(None)] * (rank - sum(1 for i in full if i is not None)))
+    return full
+
+
 def _getitem_rule(n: fx.Node, keep: Keep) -> _Rule | None:
     x, idx = n.args
     xv = _val(x)
@@ -209,19 +219,10 @@ def _getitem_rule(n: fx.Node, keep: Keep) -> _Rule | None:
         return None
     if xv is None:  # a tuple's element (topk's values or indices): the tuple node reads the same rows
         return _Rule({x: keep}) if isinstance(idx, int) and _is_tuple_op(x) else None
-    idx = idx if isinstance(idx, tuple) else (idx,)
-    if any(isinstance(i, fx.Node) for i in idx):
+    full = _full_index(idx, xv.dim())
+    if any(isinstance(i, fx.Node) for i in full):
         return None
-    # expand the ellipsis, then walk input and output dimensions together
-    explicit = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    full: list[Any] = []
-    for i in idx:
-        if i is Ellipsis:
-            full.extend([slice(None)] * (xv.dim() - explicit))
-        else:
-            full.append(i)
-    full.extend([slice(None)] * (xv.dim() - sum(1 for i in full if i is not None)))
-    d_in = d_out = 0
+    d_in = d_out = 0  # walk input and output dimensions together
     for i in full:
         if i is None:
             if d_out == keep.dim:
@@ -411,11 +412,9 @@ def _start(n: fx.Node) -> tuple[fx.Node, Keep, bool] | None:
     xv, out = _val(x), _val(n)
     if not isinstance(x, fx.Node) or x.op not in ("call_function", "call_method") or xv is None or out is None:
         return None
-    idx = idx if isinstance(idx, tuple) else (idx,)
-    if idx.count(Ellipsis) == 1:  # x[..., a:b, :] : the ellipsis is the dimensions the others do not name
-        at = idx.index(Ellipsis)
-        idx = idx[:at] + (slice(None),) * (xv.dim() - len(idx) + 1) + idx[at + 1:]
-    idx = idx + (slice(None),) * (xv.dim() - len(idx))
+    if len(x.users) != 1:  # x read whole elsewhere (x[..., :h] of rotate_half): its rows all stay, no walk needed
+        return None
+    idx = _full_index(idx, xv.dim())
     if len(idx) != xv.dim() or any(not isinstance(i, (slice, int)) or isinstance(i, bool) for i in idx):
         return None
     partial = [d for d, i in enumerate(idx) if i != slice(None)]
@@ -609,11 +608,7 @@ def _rewrite(g: fx.Graph, s: fx.Node, x: fx.Node, pruned: dict[fx.Node, Keep], r
         _fake(result, s)
     s.replace_all_uses_with(result)
     g.erase_node(s)
-    for n in reversed(list(g.nodes)):
-        if n in pruned and _alive(n) and not n.users:
-            inputs = list(n.all_input_nodes)
-            g.erase_node(n)
-            _drop(g, [i for i in inputs if _alive(i) and not i.users and i not in pruned])
+    _drop(g, [n for n in g.nodes if n in pruned])  # graph order: popped last first, each after its users
 
 
 __all__ = ["Keep", "prune_unread_rows"]
