@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=20, help="kernels listed per backend and workload")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
     ap.add_argument("--timeline", action="store_true",
-                    help="also split each prefill call's latency: host before launch, launch -> GPU, bubbles, busy")
+                    help="also split each call's latency (a decode call: its steps back to back): host before launch, "
+                         "launch -> GPU, bubbles, busy; writes the Chrome trace beside the JSON")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/e2e_profile.py needs a CUDA GPU", file=sys.stderr)
@@ -233,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                 t = time.perf_counter()
                 try:
                     rows[w][b] = profile_call(make(fn), e2e.DECODE_STEPS if w.startswith("decode") else 1)
-                    if args.timeline and w.startswith("prefill"):
-                        trace = str(Path(args.out) / f"trace-{args.model}-{b}-{w.split()[-1]}.json")
+                    if args.timeline:
+                        name = re.sub(r"[^A-Za-z0-9x-]", "", f"{b.replace('/', '-')}-{w.split()[-1]}")
+                        trace = str(Path(args.out) / f"trace-{args.model}-{name}.json")
                         rows[w][b]["timeline_ms"] = timeline(make(fn), trace=trace)
                 except Exception as e:
                     rows[w][b] = {"error": f"{type(e).__name__}: {e}"[:300]}

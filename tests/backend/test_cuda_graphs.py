@@ -173,3 +173,45 @@ def test_a_parameter_that_moved_is_captured_again(gpu_counters) -> None:
         for _ in range(2):
             torch.testing.assert_close(f(x), lin(x), rtol=1e-2, atol=1e-2)
     assert gpu_counters["captured"] >= 2, gpu_counters
+
+
+def test_small_inputs_are_copied_in_one_launch_into_aligned_slices() -> None:
+    """PackedCopy (a replay's copy of small inputs): every buffer starts 16 bytes aligned, keeps its input's dtype
+    and shape, and one call fills them all with the sources' values, also where a source is not contiguous (then
+    a copy each); inputs too large, alone or not contiguous are left to the per-input copy."""
+    like = [torch.zeros(1, 1, dtype=torch.int64), torch.zeros(3, dtype=torch.bool), torch.zeros(2, 3),
+            torch.zeros(5, dtype=torch.bfloat16), torch.zeros((), dtype=torch.int32)]
+    assert cuda_graphs.PackedCopy.fits(like)
+    packed = cuda_graphs.PackedCopy(like)
+    for buf, t in zip(packed.buffers, like):
+        assert buf.data_ptr() % cuda_graphs.ALIGN == 0 and buf.dtype == t.dtype and buf.shape == t.shape
+        assert buf.untyped_storage().data_ptr() == packed.packed.untyped_storage().data_ptr()
+    for contiguous in (True, False):
+        srcs = [torch.randint(0, 1000, (1, 1)), torch.rand(3) < 0.5, torch.randn(3, 2).t() if not contiguous
+                else torch.randn(2, 3), torch.randn(5).bfloat16(), torch.tensor(7, dtype=torch.int32)]
+        packed.copy(srcs)
+        for buf, src in zip(packed.buffers, srcs):
+            assert torch.equal(buf, src)
+    big = torch.zeros(cuda_graphs.PACK_MAX_BYTES // 4 + 1)
+    assert not cuda_graphs.PackedCopy.fits([like[0], big])
+    assert not cuda_graphs.PackedCopy.fits([like[0]])
+    assert not cuda_graphs.PackedCopy.fits([like[0], torch.zeros(3, 2).t()])
+
+
+@on_gpu
+def test_a_step_of_small_inputs_replays_with_each_calls_values(gpu_counters) -> None:
+    """A decode-like step whose inputs besides the weight are small (ids, a position, a bool flag): their buffers
+    are filled in one launch per replay, and every call sees its own values."""
+    emb = torch.randn(100, 64, device="cuda")
+    w = torch.randn(32, 64, device="cuda")
+
+    def step(ids, pos, keep):
+        return F.linear(emb[ids] * (pos + 1).unsqueeze(-1) * keep.unsqueeze(-1), w)
+
+    f = torch.compile(step, backend="argus", mode="reduce-overhead")
+    for _ in range(5):
+        ids = torch.randint(0, 100, (4,), device="cuda")
+        pos = torch.randint(0, 9, (4,), device="cuda").float()
+        keep = torch.rand(4, device="cuda") < 0.5
+        torch.testing.assert_close(f(ids, pos, keep), step(ids, pos, keep), rtol=1e-2, atol=1e-2)
+    assert gpu_counters["replayed"] >= 3 and gpu_counters["declined"] == 0, gpu_counters
