@@ -13,9 +13,10 @@ launch. `GraphReplay` takes the trees' place (0.07 ms there) where its simpler m
   and returns its outputs; the second captures (which runs nothing) and replays, so every call runs the graph's
   work once (an input mutation, a KV-cache write say, is applied once per call, as without graphs);
 * per replay: the static inputs (parameters, buffers, static-address tensors) must be where they were at capture
-  (one that moved is captured again), the other CUDA inputs are copied into the graph's buffers in one
-  foreach copy, and each output is returned as a fresh copy, so an output kept across calls is never overwritten by
-  a later replay (the trees instead make reading such an output an error).
+  (one that moved is captured again), the other CUDA inputs are copied into the graph's buffers (small ones, a
+  decode step's ids and positions, in one launch: PackedCopy; others in one foreach copy), and each output is
+  returned as a fresh copy, so an output kept across calls is never overwritten by a later replay (the trees
+  instead make reading such an output an error).
 
 It hands the graph to Inductor's own wrapper for good where that model does not hold: an input the graph mutates
 that is not static (or not 16-byte aligned), a CPU tensor input of more than one element, an input that is neither
