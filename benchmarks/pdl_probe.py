@@ -33,6 +33,15 @@ HIDDEN, INTER, VOCAB, LAYERS = 4096, 14336, 128256, 2
 
 
 @triton.jit
+def pdl_enter(GDC: tl.constexpr):
+    """Under PDL: let the next kernel launch, then wait for the previous one's writes (a kernel that reads only
+    what earlier kernels wrote, so it has nothing to load before the wait)."""
+    if GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
 def gemv(A, W, R, C, N, K: tl.constexpr, BK: tl.constexpr, RESIDUAL: tl.constexpr, GDC: tl.constexpr,
          PREFETCH: tl.constexpr):
     """C[n] = sum_k A[k] W[n, k] (+ R[n]); one column a program, products kept per K lane."""
@@ -101,9 +110,7 @@ def rms(X, Wn, Y, H: tl.constexpr, GDC: tl.constexpr):
 @triton.jit
 def mix(X, Y, H: tl.constexpr, GDC: tl.constexpr):
     """Y = X / 2: a stand-in for the rotary embedding and the cache writes at decode (one small launch)."""
-    if GDC:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
+    pdl_enter(GDC)
     r = tl.arange(0, H)
     x = tl.load(X + r).to(tl.float32)
     tl.store(Y + r, x * 0.5)
@@ -114,9 +121,7 @@ def cache_part(Q, KV, P, KEYS: tl.constexpr, D: tl.constexpr, GDC: tl.constexpr)
     """A stand-in for split-KV decode attention's first pass: program c reads its chunk of KEYS cached rows of D
     (keys and values of one head) and writes D partial sums scaled by the query; as much memory as the real one."""
     c = tl.program_id(0)
-    if GDC:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
+    pdl_enter(GDC)
     rk = tl.arange(0, KEYS)
     rd = tl.arange(0, D)
     kv = tl.load(KV + (c * KEYS + rk)[:, None].to(tl.int64) * D + rd[None, :]).to(tl.float32)
@@ -128,9 +133,7 @@ def cache_part(Q, KV, P, KEYS: tl.constexpr, D: tl.constexpr, GDC: tl.constexpr)
 def cache_merge(P, O, CHUNKS: tl.constexpr, D: tl.constexpr, GDC: tl.constexpr):
     """A stand-in for the merge pass: program h sums CHUNKS partial rows of its head."""
     h = tl.program_id(0)
-    if GDC:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
+    pdl_enter(GDC)
     rc = tl.arange(0, CHUNKS)
     rd = tl.arange(0, D)
     p = tl.load(P + ((h % 8) * CHUNKS + rc)[:, None] * D + rd[None, :])
