@@ -13,10 +13,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-PLANNED = {
-    "bench": "benchmark kernels against their PyTorch reference",
-}
-
 
 def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -104,13 +100,6 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _planned(name: str) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        print(f"argus {name}: not implemented yet ({PLANNED[name]}).", file=sys.stderr)
-        return 2
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="argus", description="Argus Inductor: verified tile kernels for PyTorch.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -141,10 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print JSON")
     c.add_argument("--yes", action="store_true", help="confirm `clear`")
     c.set_defaults(func=_cache)
-    for name, text in PLANNED.items():
-        sp = sub.add_parser(name, help=f"{text} (not implemented yet)")
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=_planned(name))
+    from .agent.cache_bench import add_bench_parser
+    add_bench_parser(sub)
     return p
 
 
