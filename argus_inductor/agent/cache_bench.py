@@ -11,8 +11,9 @@ PyTorch peer of the op (cuBLAS, SDPA's backends, grouped_mm, ...) on the same in
 graph median, operands rotated so that each call reads them from memory), and the ratio printed. Entries for
 another device are skipped and counted. On a machine without a GPU the CPU entries run under the Triton
 interpreter (start with ARGUS_INTERPRET=1): their results are checked, their times only rank plans, and no peer
-is timed. Exit status: 0 when every entry matched its reference, 1 when one did not or failed to run, 2 on a
-usage error (an unreadable cache folder, nothing to benchmark).
+is timed. An entry of an op this command cannot build inputs for is listed as skipped. Exit status: 0 when every
+entry it ran matched its reference, 1 when one did not or failed to run, 2 on a usage error (an unreadable cache
+folder, nothing to benchmark).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 def bench_entry(entry: Any, rep_ms: int = 40, seed: int | None = None) -> dict[str, Any]:
     """One row: the entry's result against its reference, its time, the fastest peer's time. Never raises for a
     kernel that fails; the row says why ("failed", with the error)."""
+    from ..library_ops import LIBRARY
     from ..signature import Signature
     from .evaluate import Candidate, Evaluator, rel_error
     from .launch import kernels_of
@@ -50,7 +52,13 @@ def bench_entry(entry: Any, rep_ms: int = 40, seed: int | None = None) -> dict[s
     row: dict[str, Any] = {"signature": sig.short(), "key": sig.key(), "origin": entry.origin}
     try:
         device, target = _device_for(sig, None)
-        problem = problem_from_signature(sig, device)
+        try:
+            problem = problem_from_signature(sig, device)  # an op of the agent's (its dims, its dtype)
+        except (KeyError, ValueError):
+            if sig.op in LIBRARY:  # a general op class (its signature names every dim of every operand)
+                return _bench_library(entry, sig, device, target, rep_ms, seed, row)
+            row.update(status="skipped", error=f"no benchmark for op '{sig.op}' here")
+            return row
         op = spec(sig.op)
         kernels, policies = kernels_of(entry, device)
         cand = Candidate(plan_from_policy(problem, entry.policy), kernels, entry.dsl_source, entry.origin)
@@ -72,6 +80,50 @@ def bench_entry(entry: Any, rep_ms: int = 40, seed: int | None = None) -> dict[s
         row["status"] = "ok"
     except Exception as e:  # one entry that cannot run must not end the benchmark
         row.update(status="failed", error=f"{type(e).__name__}: {e}"[:300])
+    return row
+
+
+def _bench_library(entry: Any, sig: Any, device: str, target: str, rep_ms: int, seed: int | None,
+                   row: dict[str, Any]) -> dict[str, Any]:
+    """A general op class's entry (conv, reductions, norms, ...: library_ops): its plan on random operands of the
+    signature's shapes against torch's own op, which is also the peer it is timed against."""
+    import random
+
+    import torch
+
+    from .. import ops
+    from ..library_ops import example_operands, launcher
+    from . import bench
+    from .evaluate import rel_error
+    from .tune import _agrees, _tolerance
+
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    row["seed"] = seed
+    plan = ops._plan_from_entry(ops.spec_for(sig), sig, entry, "cache", "")
+    first = example_operands(sig, device, seed)
+    size = sum(t.numel() * t.element_size() for t in first[0] if isinstance(t, torch.Tensor))
+    copies = bench.rotation(size) if target != "interpret" else 0
+    more = [example_operands(sig, device, seed + 1 + i) for i in range(copies)]
+    runs = [launcher(sig, *operands) for operands in [first, *more]]
+    out = runs[0][0](plan, target)
+    ref = runs[0][1]()
+    if isinstance(out, torch.Tensor) and out.is_floating_point():
+        row["rel_err"], _ = rel_error(out, ref)
+        row["tolerance"] = _tolerance(out)
+    ok, why = _agrees(out, ref, row.get("tolerance", 0.0))
+    if not ok:
+        row.update(status="wrong", error=f"{why} (seed {seed})")
+        return row
+    mine = [lambda run=run: run(plan, target) for run, _ in runs]
+    theirs = [ref_fn for _, ref_fn in runs]
+    for f in mine[1:] + theirs:
+        f()
+    row["ms"], row["method"] = bench.time_ms(mine, target, rep_ms)
+    if target != "interpret":
+        row["peer"] = "torch"
+        row["peer_ms"], _ = bench.time_ms(theirs, target, rep_ms, row["method"])
+        row["speed_vs_peer"] = row["peer_ms"] / row["ms"] if row["ms"] else None
+    row["status"] = "ok"
     return row
 
 
@@ -154,20 +206,23 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"[{i}/{len(here)}] {Signature.from_dict(entry.signature).short()} ...", file=sys.stderr, flush=True)
         rows.append(bench_entry(entry, args.rep_ms, args.seed))
         r = rows[-1]
-        if r["status"] != "ok":
+        if r["status"] != "ok":  # wrong, failed or skipped: why
             print(f"      {r['status']}: {r.get('error', '')}", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
         print(table(rows))
         ok = sum(r["status"] == "ok" for r in rows)
-        note = f"{ok} of {len(rows)} match their reference; {time.perf_counter() - t0:.1f} s"
+        skipped = sum(r["status"] == "skipped" for r in rows)
+        note = f"{ok} of {len(rows) - skipped} match their reference; {time.perf_counter() - t0:.1f} s"
+        if skipped:
+            note += f"; {skipped} skipped (an op this command cannot build inputs for)"
         if elsewhere:
             note += f"; {elsewhere} entr{'y' if elsewhere == 1 else 'ies'} for other devices skipped"
         if arch == "cpu":
             note += "; times are the Triton interpreter's wall clock (they rank plans only; no peers timed)"
         print(f"\n{note}")
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1
 
 
 __all__ = ["add_bench_parser", "bench_entry", "run_bench", "table"]

@@ -70,6 +70,35 @@ def test_filters_and_other_devices(cache: KernelCache, capsys) -> None:
     other.put(gpu_sig.key(), dataclasses.replace(entry, signature=gpu_sig.as_dict()))
     assert main(["bench", "--cache-dir", str(other.root)]) == 2
     assert "1 for other devices" in capsys.readouterr().err
+    # an op this command cannot build inputs for is listed as skipped, not as a failure
+    odd_sig = dataclasses.replace(Signature.from_dict(entry.signature), op="frobnicate")
+    cache.put(odd_sig.key(), dataclasses.replace(entry, signature=odd_sig.as_dict()))
+    assert main(["bench", "--cache-dir", str(cache.root), "softmax", "frobnicate"]) == 0
+    out = capsys.readouterr().out
+    assert "| skipped |" in out and "1 of 1 match" in out and "1 skipped" in out
+
+
+def test_a_general_op_class_entry_runs_against_torchs_own_op(tmp_path: Path, capsys) -> None:
+    """A library entry (here transformers' RMSNorm, as the backend caches it) is checked against torch's op on
+    random operands of its shapes; its DSL source planted to drop eps from the mean square is reported wrong."""
+    import torch
+
+    from argus_inductor import ops
+    from argus_inductor.library_ops import canonical_args, library_signature
+
+    kc = KernelCache(tmp_path / "lib")
+    sig = library_signature("rms_norm_rounded", [torch.randn(5, 96), torch.randn(96)],
+                            canonical_args({"eps": 0.5}))
+    entry = ops.warm(sig, cache=kc)
+    assert main(["bench", "--cache-dir", str(kc.root), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["status"] == "ok" and row["rel_err"] < 1e-5 and row["ms"] > 0, row
+    assert "rstd = rsqrt(ss / C + eps)" in entry.dsl_source
+    kc.put(sig.key(), dataclasses.replace(entry, dsl_source=entry.dsl_source.replace(
+        "rstd = rsqrt(ss / C + eps)", "rstd = rsqrt(ss / C)")))
+    assert main(["bench", "--cache-dir", str(kc.root), "--json"]) == 1
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["status"] == "wrong" and "relative error" in row["error"], row
 
 
 def test_usage_errors_are_said_in_words(tmp_path: Path, capsys) -> None:
