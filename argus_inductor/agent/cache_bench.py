@@ -3,6 +3,8 @@
     argus bench                       # every kernel in the cache made for this machine's device
     argus bench gemm softmax          # only entries whose signature contains one of these texts
     argus bench --json                # the rows as JSON
+    argus bench --shapes shapes.json  # these shapes (as `argus warmup --shapes` reads them): the cached kernel,
+                                      # else the plan the backend would run on a miss (the template default)
 
 Per cache entry (ARGUS_CACHE_DIR, or --cache-dir) whose device is this machine's: its kernels (the entry's DSL
 source, read again by the frontend) run on fresh random inputs of the signature's shape and are compared with the
@@ -29,6 +31,9 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("filters", nargs="*", metavar="TEXT",
                    help="only entries whose signature (as `argus cache` lists it) contains one of these")
+    p.add_argument("--shapes", metavar="shapes.json",
+                   help="benchmark these shapes instead of the cache's entries: each one's cached kernel, or the "
+                        "template default the backend runs on a cache miss (not stored)")
     p.add_argument("--cache-dir", help="the cache (default ARGUS_CACHE_DIR or ~/.cache/argus)")
     p.add_argument("--limit", type=int, help="benchmark at most this many entries")
     p.add_argument("--rep-ms", type=int, default=40, help="GPU time each measurement repeats for (default 40)")
@@ -128,6 +133,20 @@ def _bench_library(entry: Any, sig: Any, device: str, target: str, rep_ms: int, 
     return row
 
 
+def _shape_entries(path: str, cache: Any, arch: str) -> list[Any]:
+    """One entry a distinct signature of the shapes file on this machine's device: the cached one, else the
+    backend's template default (built and proven here, not stored), its origin "default"."""
+    from .. import ops
+    from .shapes import from_shapes_file
+
+    out: dict[str, Any] = {}
+    for job in from_shapes_file(path):
+        sig = job.signature_on(arch)
+        if sig.key() not in out:
+            out[sig.key()] = cache.get(sig.key()) or ops.make_entry(sig, None, origin="default")
+    return list(out.values())
+
+
 def _selected(entries: list[Any], filters: list[str]) -> list[Any]:
     from ..signature import Signature
 
@@ -180,7 +199,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print("argus bench: --rep-ms takes a positive number of milliseconds", file=sys.stderr)
         return 2
     cache = KernelCache(args.cache_dir)
-    if not cache.root.is_dir():
+    if not cache.root.is_dir() and not args.shapes:
         print(f"argus bench: no cache at {cache.root} (fill one with `argus warmup`, or compile a model with "
               f"backend=\"argus\")", file=sys.stderr)
         return 2
@@ -189,7 +208,15 @@ def run_bench(args: argparse.Namespace) -> int:
         print("argus bench: this machine has no GPU; CPU entries run under the Triton interpreter: start with "
               "ARGUS_INTERPRET=1", file=sys.stderr)
         return 2
-    chosen = _selected(cache.entries(), args.filters)
+    if args.shapes:
+        try:
+            entries = _shape_entries(args.shapes, cache, arch)
+        except Exception as e:  # an unreadable file, a shape no op takes
+            print(f"argus bench: {e}", file=sys.stderr)
+            return 2
+    else:
+        entries = cache.entries()
+    chosen = _selected(entries, args.filters)
     here = [e for e in chosen if Signature.from_dict(e.signature).arch == arch]
     elsewhere = len(chosen) - len(here)
     if args.limit is not None:

@@ -101,6 +101,23 @@ def test_a_general_op_class_entry_runs_against_torchs_own_op(tmp_path: Path, cap
     assert row["status"] == "wrong" and "relative error" in row["error"], row
 
 
+def test_shapes_run_the_cached_kernel_or_the_backends_default(cache: KernelCache, tmp_path: Path, capsys) -> None:
+    """--shapes: a shape whose signature is cached runs its entry; one that is not runs the template default the
+    backend would run on a miss, which is not stored."""
+    shapes = tmp_path / "bench-shapes.json"
+    shapes.write_text(json.dumps([{"op": "softmax", "R": 7, "C": 40, "dtype": "float32"},  # cached (R 5-8)
+                                  {"op": "gemm", "M": 3, "N": 16, "K": 24, "dtype": "float32"}]))
+    before = len(cache.entries())
+    assert main(["bench", "--cache-dir", str(cache.root), "--shapes", str(shapes), "--json"]) == 0
+    rows = {r["signature"].split("(")[0]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["softmax"]["origin"] == "warmup" and rows["gemm"]["origin"] == "default", rows
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    assert len(cache.entries()) == before
+    (tmp_path / "bad.json").write_text("{")
+    assert main(["bench", "--shapes", str(tmp_path / "bad.json")]) == 2
+    assert "cannot read shapes file" in capsys.readouterr().err
+
+
 def test_usage_errors_are_said_in_words(tmp_path: Path, capsys) -> None:
     assert main(["bench", "--cache-dir", str(tmp_path / "nowhere")]) == 2
     assert "no cache at" in capsys.readouterr().err
