@@ -239,21 +239,23 @@ def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) ->
 # walks the whole cache alone. Chunks of at least SPLIT_MIN_KEYS keys, as many as bring the programs to about
 # SPLIT_TARGET_PROGRAMS.
 SPLIT_TARGET_PROGRAMS = 128
-SPLIT_MIN_KEYS = 32
+SPLIT_MIN_KEYS = 64
 SPLIT_MAX_CHUNKS = 64  # the merge's chunk tile (BC): one program reads every chunk's statistics
 
 
-def decode_split_chunks(z: int, hk: int, t: int, block: int = 64) -> int:
+def decode_split_chunks(z: int, hk: int, t: int) -> int:
     """How many chunks of the KV cache split-KV decode runs for Z x HK programs over T keys: 1 (no split) where the
-    programs fill the GPU already or no chunk count from SPLIT_TARGET_PROGRAMS' up to 4 times it divides T into
-    chunks of SPLIT_MIN_KEYS or more. Among those that do, the one whose chunks take the fewest key blocks of
-    `block` keys (a program's serial steps), then the fewest chunks: a 1040-key cache in 16 chunks of 65 keys
-    took two blocks of 64 a program, the second with one key; in 20 chunks of 52 it takes one."""
+    programs fill the GPU already or no chunk count divides T into chunks of SPLIT_MIN_KEYS or more. The smallest
+    count that brings the programs to SPLIT_TARGET_PROGRAMS: more chunks of fewer key blocks each measured slower
+    (Llama's 8 key/value heads on the H100, benchmarks/decode_attention_probe.py: 4096 keys in 16 chunks 11.6 us,
+    in 32 of one block each 14.9; 1040 keys flat at 7.5-8.1 us over 10-16 chunks)."""
     want = -(-SPLIT_TARGET_PROGRAMS // (z * hk))
     if want < 2:
         return 1
-    fits = [c for c in range(want, builtins.min(4 * want, t // SPLIT_MIN_KEYS, SPLIT_MAX_CHUNKS) + 1) if t % c == 0]
-    return min(fits, key=lambda c: (-(-(t // c) // block), c), default=1)
+    for c in range(want, builtins.min(4 * want, t // SPLIT_MIN_KEYS, SPLIT_MAX_CHUNKS) + 1):  # the smallest divisor
+        if t % c == 0:
+            return c
+    return 1
 
 
 def attention_decode_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, out: torch.Tensor,
@@ -264,7 +266,7 @@ def attention_decode_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     (a layout whose key stride cannot split)."""
     z, h, _, d = q.shape
     t = k.shape[2]
-    chunks = decode_split_chunks(z, k.shape[1], t, part.const("BN", 64))
+    chunks = decode_split_chunks(z, k.shape[1], t)
     if chunks < 2:
         return 0
     try:
