@@ -98,15 +98,14 @@ class PackedCopy:
 
     def __init__(self, like: Sequence[torch.Tensor]) -> None:
         total = 0
-        spans = []
+        spans, pads = [], []
         for t in like:
             size = t.numel() * t.element_size()
             spans.append((total, size))
-            total += -(-size // ALIGN) * ALIGN
+            pads.append(-size % ALIGN)  # zero bytes up to the next buffer's 16-byte offset
+            total += size + pads[-1]
         self.packed = torch.zeros(total, dtype=torch.uint8, device=like[0].device)
         self.buffers = [self.packed[o:o + n].view(t.dtype).view(t.shape) for (o, n), t in zip(spans, like)]
-        self.sizes = [n for _, n in spans]
-        pads = [-(-n // ALIGN) * ALIGN - n for n in self.sizes]
         self.pads = [self.packed.new_zeros(p) if p else None for p in pads]
 
     @staticmethod
@@ -237,22 +236,23 @@ class GraphReplay:
             elif isinstance(x, torch.Tensor):
                 if i in self.mutated:
                     raise Declined(f"it mutates input {i}, which is not 16-byte aligned")
-                buf = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-                rec.inputs.append(buf)
-                if x.device.type == "cuda":  # filled by each replay (the capture runs nothing)
+                if x.device.type == "cuda":  # filled by each replay (the capture runs nothing); buffer below
+                    rec.inputs.append(None)
                     rec.copied.append(i)
-                    rec.buffers.append(_dense_view(buf))
                     rec.expanded = rec.expanded or 0 in x.stride()
                 else:
+                    buf = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
                     _dense_view(buf).copy_(_dense_view(x))
+                    rec.inputs.append(buf)
             else:
                 rec.inputs.append(x)
-        rec.packed = None
-        if not rec.expanded and PackedCopy.fits([inputs[i] for i in rec.copied]):
-            rec.packed = PackedCopy([inputs[i] for i in rec.copied])
-            for i, buf in zip(rec.copied, rec.packed.buffers):
-                rec.inputs[i] = buf
-            rec.buffers = list(rec.packed.buffers)
+        copied = [inputs[i] for i in rec.copied]
+        rec.packed = PackedCopy(copied) if not rec.expanded and PackedCopy.fits(copied) else None
+        for j, (i, x) in enumerate(zip(rec.copied, copied)):
+            buf = rec.packed.buffers[j] if rec.packed is not None else \
+                torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+            rec.inputs[i] = buf
+            rec.buffers.append(_dense_view(buf))
 
     def _warm_up(self, inputs: list[Any]) -> Any:
         """Run the compiled code on the caller's inputs (a misaligned one copied: the code assumes 16 bytes)."""

@@ -23,26 +23,10 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
-from argus_inductor.kernels.attention import (  # noqa: E402
-    attention,
-    attention_decode_merge,
-    attention_decode_part,
-    mask_operand,
-)
+from argus_inductor.kernels.attention import attention, attention_decode_split, mask_operand  # noqa: E402
 
 Z, H, HK, D = 1, 32, 8, 128
 HOST = "host (attention(), with the mask's conversion)"
-
-
-def split(q, k, v, m, out, chunks: int, part: Policy, merge: Policy) -> None:
-    t = k.shape[2]
-    kc, vc, mc = k.unflatten(2, (chunks, t // chunks)), v.unflatten(2, (chunks, t // chunks)), \
-        m.unflatten(3, (chunks, t // chunks))
-    acc = torch.empty(Z, H, chunks, D, dtype=torch.float32, device=q.device)
-    mx = torch.empty(Z, H, chunks, dtype=torch.float32, device=q.device)
-    den = torch.empty(Z, H, chunks, dtype=torch.float32, device=q.device)
-    attention_decode_part(q, kc, vc, mc, acc, mx, den, D ** -0.5, policy=part)
-    attention_decode_merge(acc, mx, den, out, policy=merge)
 
 
 def probe(t: int, top: int) -> dict[str, float]:
@@ -85,7 +69,8 @@ def probe(t: int, top: int) -> dict[str, float]:
             continue
         part = Policy.make(BG=16, BN=bn, BD=D, HAS_MASK=1, num_warps=nw, num_stages=ns)
         merge = Policy.make(BC=max(16, triton.next_power_of_2(c)), BD=D, num_warps=4)
-        fn = lambda kk=k, vv=v, c=c, part=part, merge=merge: split(q, kk, vv, m, out, c, part, merge)  # noqa: E731
+        fn = lambda kk=k, vv=v, c=c, part=part, merge=merge: attention_decode_split(  # noqa: E731
+            q, kk, vv, m, out, D ** -0.5, part, merge, chunks=c)
         try:
             out.fill_(float("nan"))
             fn()

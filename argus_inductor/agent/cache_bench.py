@@ -166,14 +166,6 @@ def _here_arch() -> str:
     return "cpu"
 
 
-def _interpreting() -> bool:
-    import os
-
-    from ..dsl.runtime import interpret_requested
-
-    return interpret_requested() or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table: ours, the peer, the ratio (> 1: ours faster)."""
     def num(v: Any, spec: str) -> str:
@@ -203,8 +195,11 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"argus bench: no cache at {cache.root} (fill one with `argus warmup`, or compile a model with "
               f"backend=\"argus\")", file=sys.stderr)
         return 2
+    from ..dsl.runtime import interpret_requested
+    from .loop import _interpreting
+
     arch = _here_arch()
-    if arch == "cpu" and not _interpreting():
+    if arch == "cpu" and not (interpret_requested() or _interpreting()):  # as loop._device_for asks
         print("argus bench: this machine has no GPU; CPU entries run under the Triton interpreter: start with "
               "ARGUS_INTERPRET=1", file=sys.stderr)
         return 2

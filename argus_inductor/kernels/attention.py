@@ -259,14 +259,15 @@ def decode_split_chunks(z: int, hk: int, t: int) -> int:
 
 
 def attention_decode_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, out: torch.Tensor,
-                           scale: float, part: Policy, merge: Policy, target: str | None = None) -> int:
+                           scale: float, part: Policy, merge: Policy, target: str | None = None,
+                           chunks: int | None = None) -> int:
     """Split-KV decode into `out` where it pays (decode_split_chunks): attention_decode_part over the cache's
     chunks, then attention_decode_merge; `mask` is mask_operand's (Z, H, 1, T) view. Returns the chunk count it
     ran, or 0 with nothing launched where the split does not pay or the cache or the mask does not view as chunks
-    (a layout whose key stride cannot split)."""
+    (a layout whose key stride cannot split). `chunks`: run this many instead (a probe's sweep), dividing T."""
     z, h, _, d = q.shape
     t = k.shape[2]
-    chunks = decode_split_chunks(z, k.shape[1], t)
+    chunks = decode_split_chunks(z, k.shape[1], t) if chunks is None else chunks
     if chunks < 2:
         return 0
     try:
