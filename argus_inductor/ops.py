@@ -236,14 +236,14 @@ def _presplit_template(sig: Signature, target: str) -> Policy | None:
     return presplit_gemm_policy(m, n, k) if tf32x3_split_pays(m, n, k) else None
 
 
-def _gemm_base(sig: Signature, target: str, gluon: bool = False) -> Policy:
+def _gemm_base(sig: Signature, target: str, gluon: bool = False, split: bool = True) -> Policy:
     """The tile policy of a GEMM-family signature: the CUDA-core path (policies.gemv_policy) where the op's kernel
     has one (a GEMV constexpr) and the shape takes it, else gemm_policy."""
     d = sig.dims()
     m, n, k = d.get("M", 1), d["N"], d["K"]
     gemv = any(c.name == "GEMV" for c in SPECS[sig.op].kernels[0].ir.constexprs)
     gemv_pol = gemv_policy(m, n, target, k, weight_k_major(sig.layouts)) if gemv else None
-    return gemv_pol or gemm_policy(m, n, k, target, gluon=gluon)
+    return gemv_pol or gemm_policy(m, n, k, target, gluon=gluon, split=split)
 
 
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -264,11 +264,11 @@ def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
     split = _presplit_template(sig, target)
     if split is not None:
         return split.as_dict()
-    return _for_dtype(_unsplit(_gemm_base(sig, target)), sig, target).as_dict()
+    return _for_dtype(_unsplit(_gemm_base(sig, target, split=False)), sig, target).as_dict()
 
 
 def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
-    p = _unsplit(_gemm_base(sig, target))
+    p = _unsplit(_gemm_base(sig, target, split=False))
     if target != "interpret" and p.const("BN", 64) > 128:  # two accumulators: half the tile width
         p = p.with_consts(BN=p.const("BN") // 2)
     return _for_dtype(p, sig, target, b_tiles=2).as_dict()

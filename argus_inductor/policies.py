@@ -6,9 +6,11 @@ from dataclasses import replace
 from .dsl import Policy
 
 
-def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Policy:
+def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False, split: bool = True) -> Policy:
     """Regimes from benchmarks/results/sweep-gemm-2026-11-22.json (H100, bf16, CUDA-graph timing). `gluon`: the
-    caller runs gemm_epilogue on 2-byte operands, so few-wave shapes may take its Gluon lowering (gemm_ws_policy)."""
+    caller runs gemm_epilogue on 2-byte operands, so few-wave shapes may take its Gluon lowering (gemm_ws_policy).
+    `split`: the kernel can split K (gemm_epilogue's split-K path); the fused kernels (residual, gate*up) keep the
+    whole K loop, and take the tiles of the unsplit regime instead, where the split tile would leave SMs idle."""
     if target == "interpret":
         return Policy.make(BM=16, BN=32, BK=32)
     if gluon and target == "cuda":
@@ -25,14 +27,20 @@ def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False) -> Pol
         # 5 stages win by 10%
         return Policy.make(BM=16, BN=32, BK=256 if n <= 4096 else 128, num_warps=4, num_stages=3 if n >= 8192 else 5)
     if m <= 128:
-        if k >= 3 * n:  # long K, few output tiles: split K in two (sweep-gemm-splitk-2026-11-22.json)
+        if k >= 3 * n and split:  # long K, few output tiles: split K in two (sweep-gemm-splitk-2026-11-22.json)
             return Policy.make(BM=128, BN=64, BK=128, num_warps=8, num_stages=4, SPLIT_K=2)
         if n <= 4096:  # sweep-gemm-splitk-2026-11-22.json: M=128, N=K=4096
+            # a long K unsplit (a residual GEMM: Llama's down projection at 17-64 rows): 32 columns a tile where 64
+            # would leave half the SMs without a program, five slots deep (`argus warmup`'s search, H100: 0.0457 and
+            # 0.0465 ms at 32 and 64 rows of 4096 x 14336, against 0.0479 and 0.0493 for cuBLAS + the add; NOTES.md,
+            # session 25)
+            if k >= 3 * n and -(-m // 64) * -(-n // 64) < 128:
+                return Policy.make(BM=64, BN=32, BK=128, num_warps=4, num_stages=5)
             return Policy.make(BM=64, BN=64, BK=128, num_warps=4, num_stages=4)
         return Policy.make(BM=128, BN=128 if n >= 8192 else 64, BK=128 if n < 8192 else 64, num_warps=8,
                            num_stages=4)
     tiles = -(-m // 128) * -(-n // 128)
-    if tiles < 32 and k >= 8 * max(m, n):  # a long K over a few output tiles: split K so every SM streams
+    if tiles < 32 and k >= 8 * max(m, n) and split:  # a long K over a few output tiles: split K so every SM streams
         # (KernelBench 15, 256x256x131072: 4 tiles of 128x128; unsplit, 2-4 programs walk all of K)
         return Policy.make(BM=128, BN=128, BK=64, num_warps=8, num_stages=3,
                            SPLIT_K=max(2, min(64, 128 // tiles)))

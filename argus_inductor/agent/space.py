@@ -8,7 +8,7 @@ from typing import Any
 
 from . import kb, rules, templates
 from .hardware import Hardware
-from .opspecs import OpSpec, Problem
+from .opspecs import OpSpec, Problem, template_plan
 from .opspecs.base import kernel_knobs
 from .plan import Plan
 
@@ -108,7 +108,7 @@ class SearchSpace:
 def build(spec: OpSpec, problem: Problem, hardware: Hardware, target: str) -> SearchSpace:
     regime = spec.regime(problem)
     entries = kb.applicable(problem.op, regime, hardware.family, problem.dtype)
-    default = spec.default_plan(problem, target)
+    default = template_plan(spec, problem, target)
     variants: dict[str, Space] = {}
     priors: dict[str, dict[str, dict[str, Any]]] = {}
     for vname, kernels in spec.variants(problem).items():
