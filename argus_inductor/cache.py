@@ -24,7 +24,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -220,16 +220,18 @@ class KernelCache:
     def keys(self) -> list[str]:
         return sorted(p.stem for p in self.kernels.glob("*.json")) if self.kernels.is_dir() else []
 
-    def nearest(self, signature: Signature) -> tuple[CacheEntry, float] | None:
+    def nearest(self, signature: Signature,
+                accept: Callable[[Signature], bool] | None = None) -> tuple[CacheEntry, float] | None:
         """The solved entry closest to `signature` within its family (same op, epilogue, dtypes, layouts,
-        device), with its distance; None when the family has no entry."""
+        device), with its distance; None when the family has no entry. `accept`: only entries whose signature it
+        accepts."""
         best: tuple[CacheEntry, float] | None = None
         for e in self.entries():
             try:
                 other = e.sig()
             except (KeyError, TypeError, ValueError):
                 continue
-            if not signature.same_family(other):
+            if not signature.same_family(other) or (accept is not None and not accept(other)):
                 continue
             d = signature.distance(other)
             if best is None or d < best[1]:

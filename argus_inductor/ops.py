@@ -9,8 +9,8 @@ Where a call's kernel comes from (the report's "kernel" column):
 - synthesized: ARGUS_ON_MISS=synthesize and the agent (argus_inductor.agent.synthesize) produced a
   kernel now; it is stored in the cache.
 - default: ARGUS_ON_MISS=default (the default) - the library kernel with the policy of the nearest
-  solved signature of the same op/epilogue/dtypes, else the template default of policies.py; the
-  signature is recorded for `argus warmup`.
+  solved signature of the same op/epilogue/dtypes whose template is this signature's (one regime of the
+  template rules), else the template default of policies.py; the signature is recorded for `argus warmup`.
 - fallback: the aten op (ARGUS_ON_MISS=fallback on a miss, a device or dtype Argus does not run on,
   or a kernel that failed to launch).
 """
@@ -744,10 +744,27 @@ def tune_library(spec: OpSpec, sig: Signature, target: str, run_plan: Callable[[
     return None, "the checker rejected every tuned candidate"
 
 
+def _same_template(spec: OpSpec, sig: Signature, target: str) -> Callable[[Signature], bool]:
+    """Whether another signature's template is this one's: the two are in one regime of the op's rules (decode
+    GEMV or tensor-core tiles, one wave or many, ...), so a policy tuned for one is a refinement for the other. A
+    policy from another regime is not (a prefill GEMM's 128x256 persistent tiles for a one-row GEMV)."""
+    try:
+        mine = spec.template(sig, target)
+    except (KeyError, TypeError, ValueError):
+        return lambda other: False
+
+    def accept(other: Signature) -> bool:
+        try:
+            return spec_for(other).template(other, target) == mine
+        except (KeyError, TypeError, ValueError):
+            return False
+    return accept
+
+
 def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache) -> Plan:
     near = None
     try:
-        near = cache.nearest(sig)
+        near = cache.nearest(sig, accept=_same_template(spec, sig, target))
     except OSError as e:
         _say_once(f"argus: cannot read the kernel cache in {cache.root} ({e})")
     if near is not None:

@@ -14,7 +14,7 @@ from argus_inductor import ops
 from argus_inductor import reporting as report_mod
 from argus_inductor.config import Options
 from argus_inductor.dsl import Policy
-from argus_inductor.signature import Signature
+from argus_inductor.signature import Signature, make_signature
 
 
 def _linear(m: int, node: str = "t:lin", act: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,6 +65,29 @@ def test_default_uses_the_nearest_solved_signature(fresh_cache: Path) -> None:
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert _source().startswith("default (policy of nearest solved gemm[bias+silu](K=24,N=40,M=65-128)")
     assert len(ops.kernel_cache().misses()) == 2
+
+
+def test_default_takes_a_nearest_policy_only_from_the_same_regime(fresh_cache: Path) -> None:
+    """A warmed prefill GEMM (2048 rows: 128x256 persistent tiles) is a start for another prefill size, never for
+    a decode row, whose template is the CUDA-core GEMV: borrowed, its one row would run in a 128-row tensor-core
+    tile. The plans are the H100's ("cuda": the policies, not a launch)."""
+    _use()
+
+    def sig(m: int) -> Signature:
+        x, w = torch.empty(m, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
+        return make_signature("gemm", "", [x, w], {"N": 4096, "K": 4096}, {"M": m})
+
+    tuned = {"BM": 128, "BN": 256, "BK": 64, "num_warps": 8, "num_stages": 4, "persistent": True,
+             "grid_order": "grouped", "group_m": 4}
+    ops.kernel_cache().put(sig(2048).key(), ops.make_entry(sig(2048), tuned, verify=False))
+    ops.forget_plans()
+    other = ops.plan_for(sig(3000), "cuda")
+    assert other.source == "default" and "nearest solved gemm(K=4096,N=4096,M=1025-2048)" in other.detail
+    assert other.policies["gemm_epilogue"].num_stages == 4 and other.policies["gemm_epilogue"].group_m == 4
+    row = ops.plan_for(sig(1), "cuda")
+    assert row.source == "default" and row.detail == "template policy"
+    p = row.policies["gemm_epilogue"]
+    assert (p.const("GEMV"), p.const("BM"), p.const("BN")) == (1, 1, 1)
 
 
 def test_synthesize_without_an_agent_falls_back_to_default_with_a_note(fresh_cache: Path,
