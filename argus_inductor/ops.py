@@ -875,6 +875,26 @@ def tensor_key(t: Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.device)
 
 
+_RECORDING = threading.local()  # .seen: the signatures of the Argus op calls made inside recording_signatures()
+
+
+class SignatureRecorded(Exception):
+    """Raised by an Argus op's host function inside recording_signatures() once its signature is recorded."""
+
+
+@contextlib.contextmanager
+def recording_signatures() -> Iterator[list[Signature]]:
+    """Inside: an Argus op's host function appends its call's signature to the yielded list and raises
+    SignatureRecorded instead of planning and launching (no cache, no report): how `argus warmup --config` learns
+    the signatures of a model from its traced graph's fake values (agent/trace.py)."""
+    prev = getattr(_RECORDING, "seen", None)
+    _RECORDING.seen = seen = []
+    try:
+        yield seen
+    finally:
+        _RECORDING.seen = prev
+
+
 def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[Plan, str], Tensor],
            fallback_fn: Callable[[], Tensor], tensors: list[Tensor], memo: tuple = (),
            flops: int | Callable[[Tensor], int] = 0, inputs: list[Tensor] | None = None,
@@ -884,6 +904,10 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     `inputs`: every tensor the host function reads (default `tensors`), for replaying its launches; `memo` and
     the metadata of `tensors` must decide everything else the host function does. `key`: call_key(node_id, memo,
     tensors), where the caller has it already."""
+    seen = getattr(_RECORDING, "seen", None)
+    if seen is not None:
+        seen.append(sig_fn())
+        raise SignatureRecorded(node_id)
     if key is None:
         key = call_key(node_id, memo, tensors)
         out = replay_hot(key, node_id, tensors, tensors if inputs is None else inputs)

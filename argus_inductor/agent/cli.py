@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,15 @@ def add_warmup_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="signatures earlier runs recorded as cache misses (GEMM/attention/MoE go to the agent; "
                           "conv, reductions, norms, pooling, scans, losses and elementwise chains to a policy "
                           "search on random operands of their shapes, where this machine has their device)")
-    src.add_argument("--config", metavar="config.json", help="a transformers model config")
-    src.add_argument("--tokens", default="1,16,2048", help="token counts for --config (default 1,16,2048)")
-    src.add_argument("--context", type=int, default=4096, help="KV length of decode attention for --config")
+    src.add_argument("--config", metavar="config.json",
+                     help="a transformers model config: the model is traced on the meta device (no weights) and "
+                          "every signature the backend makes for it is warmed (without transformers, or for a "
+                          "model it cannot build, the shapes its dims predict)")
+    src.add_argument("--tokens", default="1,16,2048",
+                     help="for --config: a prefill of one sequence of each count above 1, and for 1 a decode step "
+                          "(default 1,16,2048)")
+    src.add_argument("--context", type=int, default=4096,
+                     help="for --config: positions of the static KV cache a decode step attends over")
     src.add_argument("--batch", type=int, default=1, help="sequences per decode step for --config")
     src.add_argument("--shapes", metavar="shapes.json", help="a JSON list of shapes (see agent/shapes.py)")
     src.add_argument("--preset", help="a named shape set: fast-kernels")
@@ -62,9 +69,27 @@ def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
 
     jobs = []
     ops = {o.strip() for o in args.ops.split(",")} if args.ops else None
+    args.traced_library = []
     if args.config:
         tokens = [int(t) for t in str(args.tokens).split(",") if t.strip()]
-        jobs += shapes.from_config_file(args.config, tokens, args.dtype, args.context, args.batch)
+        if not tokens or min(tokens) < 1 or args.context < 1 or args.batch < 1:
+            raise ValueError("--tokens, --context and --batch take positive numbers")
+        cfg = shapes.read_config(args.config)
+        from ..config import Options
+        from .trace import TraceError, trace_config
+
+        try:
+            traced = trace_config(cfg, tokens, args.dtype, args.context, args.batch,
+                                  Options.resolve({}).enabled_ops)
+        except TraceError as e:
+            print(f"argus warmup: cannot trace the model of {args.config} ({e}); warming the shapes its dims "
+                  "predict instead (shapes.from_config)", file=sys.stderr)
+            jobs += shapes.from_config(cfg, tokens, args.dtype, args.context, args.batch)
+        else:
+            found, args.traced_library = shapes.from_traced(traced)
+            print(f"argus warmup: traced the model of {args.config}: {len(traced)} signature(s) of Argus ops",
+                  file=sys.stderr)
+            jobs += found
     if args.shapes:
         jobs += shapes.from_shapes_file(args.shapes, args.dtype)
     if args.preset:
@@ -83,9 +108,6 @@ def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
     otherwise, or when tuning finds nothing, it is stored with its template policy. Either way the entry carries
     the invariant checker's verdict, so the next run is a cache hit with a proven kernel. Returns how many were
     stored."""
-    if args.config or args.shapes or args.preset:
-        if not args.misses:
-            return 0
     import torch
 
     from .. import ops
@@ -94,11 +116,18 @@ def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
     from ..signature import Signature, device_arch
 
     cache = KernelCache(cache_root)
-    todo = [Signature.from_dict(m["signature"]) for m in cache.misses()
-            if not m.get("solved") and m["signature"].get("op") in LIBRARY]
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    todo = []
+    if args.misses or not (args.config or args.shapes or args.preset):
+        todo = [Signature.from_dict(m["signature"]) for m in cache.misses()
+                if not m.get("solved") and m["signature"].get("op") in LIBRARY]
+    # a traced model's (arch "meta"): of this machine's device, not yet cached (or all of them with --force)
+    for sig in getattr(args, "traced_library", []):
+        sig = replace(sig, arch=device_arch(device))
+        if sig.op in LIBRARY and (args.force or cache.get(sig.key()) is None):
+            todo.append(sig)
     wanted = {o.strip() for o in args.ops.split(",")} if args.ops else None
     todo = [s for s in todo if wanted is None or s.op in wanted]
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     target = ops.target_for(device)
     for i, sig in enumerate(todo, 1):
         how = "template policy"

@@ -4,7 +4,7 @@ recorded signature."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,9 @@ class Job:
 
     def signature_on(self, arch: str) -> Signature:
         if self.signature is not None:
-            return Signature.from_dict(self.signature)
+            sig = Signature.from_dict(self.signature)
+            # a recorded miss is of the device it ran on; a traced signature (arch "meta") is of the worker's
+            return replace(sig, arch=arch) if self.source == "traced" else sig
         return signature_for(self.problem, arch)
 
     def to_json(self) -> dict[str, Any]:
@@ -159,15 +161,33 @@ def from_config(config: dict[str, Any], tokens: list[int], dtype: str = "bfloat1
     return jobs
 
 
-def from_config_file(path: Path | str, tokens: list[int], dtype: str = "bfloat16", context: int = 4096,
-                     batch: int = 1) -> list[Job]:
+def read_config(path: Path | str) -> dict[str, Any]:
     try:
         cfg = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ShapesError(f"cannot read config {path}: {e}") from None
     if not isinstance(cfg, dict):
         raise ShapesError(f"{path}: not a JSON object")
-    return from_config(cfg, tokens, dtype, context, batch)
+    return cfg
+
+
+def from_config_file(path: Path | str, tokens: list[int], dtype: str = "bfloat16", context: int = 4096,
+                     batch: int = 1) -> list[Job]:
+    return from_config(read_config(path), tokens, dtype, context, batch)
+
+
+def from_traced(signatures: list[Signature]) -> tuple[list[Job], list[Signature]]:
+    """Traced signatures (agent/trace.py) as the agent's jobs, and the rest: the general op classes' signatures
+    (norms, rotary tables, routers: library_ops), which `argus warmup` tunes as it does their recorded misses."""
+    jobs, library = [], []
+    for sig in signatures:
+        try:
+            prob = problem_from_signature(sig)
+        except (KeyError, ValueError):
+            library.append(sig)
+            continue
+        jobs.append(Job(prob, "traced", sig.as_dict(), label="traced"))
+    return jobs, library
 
 
 @dataclass
