@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,12 +30,12 @@ CONFIGS = {"llama": dict(model_type="llama", **COMMON),
 PREFILL, CONTEXT = 16, 24
 
 
-def _run_compiled(config: dict, root: Path) -> set[str]:
-    """The signatures the backend records as misses when the model of `config` (random float32 weights, on the
-    CPU under the interpreter) runs a prefill and a decode step compiled, as a user would call it."""
+def _run_compiled(config: dict, root: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> set[str]:
+    """The signatures the backend records as misses when the model of `config` (random weights; on the CPU under
+    the interpreter) runs a prefill and a decode step compiled, as a user would call it."""
     from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
-    opts = {"interpret": True, "on_miss": "fallback", "cache_dir": str(root)}
+    opts = {"interpret": device == "cpu", "on_miss": "fallback", "cache_dir": str(root)}
     ops.forget_plans()
     report_mod.clear()
     cfg = AutoConfig.for_model(**config)
@@ -43,19 +44,19 @@ def _run_compiled(config: dict, root: Path) -> set[str]:
     if "num_local_experts" in config:
         cfg._experts_implementation = "grouped_mm"
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).eval()
+    model = AutoModelForCausalLM.from_config(cfg).to(device=device, dtype=dtype).eval()
+    one = torch.zeros(1, 1, dtype=torch.long, device=device)
     with torch.no_grad():
         torch._dynamo.reset()
         fn = torch.compile(model, backend="argus", dynamic=False, options=opts)
-        fn(input_ids=torch.randint(0, 64, (1, PREFILL)), use_cache=False, logits_to_keep=1)
+        fn(input_ids=torch.randint(0, 64, (1, PREFILL), device=device), use_cache=False, logits_to_keep=1)
         cache = StaticCache(config=cfg, max_cache_len=CONTEXT)
-        pos = torch.tensor([CONTEXT - 1])
-        model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, cache_position=pos,
-              position_ids=pos[None], use_cache=True)  # the cache's tensors come to exist in eager
+        pos = torch.tensor([CONTEXT - 1], device=device)
+        model(input_ids=one, past_key_values=cache, cache_position=pos, position_ids=pos[None],
+              use_cache=True)  # the cache's tensors come to exist in eager
         torch._dynamo.reset()
         fn = torch.compile(model, backend="argus", dynamic=False, options=opts)
-        fn(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, cache_position=pos,
-           position_ids=pos[None], use_cache=True)
+        fn(input_ids=one, past_key_values=cache, cache_position=pos, position_ids=pos[None], use_cache=True)
     torch._dynamo.reset()
     return {Signature.from_dict(m["signature"]).key() for m in KernelCache(root).misses()}
 
@@ -108,3 +109,21 @@ def test_an_untraceable_config_says_why_and_falls_back_to_the_predicted_shapes(t
     jobs = cli._jobs(parser.parse_args(["warmup", "--config", str(cfg), "--tokens", "4"]), tmp_path)
     assert "cannot trace the model" in capsys.readouterr().err
     assert jobs and all(j.source == "config" for j in jobs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("ARGUS_TEST_DEVICE") != "cuda",
+                    reason="needs the H100 (ARGUS_TEST_DEVICE=cuda)")
+def test_on_the_gpu_a_model_warmed_from_its_config_runs_from_the_cache_alone(tmp_path: Path, capsys) -> None:
+    """`argus warmup --config` on the GPU, then the compiled bf16 model's prefill and decode step: no miss."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(CONFIGS["llama"]))
+    cache = tmp_path / "cache"
+    rc = cli.main(["--config", str(cfg), "--tokens", f"1,{PREFILL}", "--context", str(CONTEXT), "--cache-dir",
+                   str(cache), "--policy", "offline", "--trials", "0"])
+    assert rc == 0, capsys.readouterr().err
+    try:
+        missed = _run_compiled(CONFIGS["llama"], cache, "cuda", torch.bfloat16)
+    finally:
+        ops.set_active_options(Options.resolve())
+        ops.forget_plans()
+    assert not missed, missed
