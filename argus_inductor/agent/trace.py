@@ -5,23 +5,21 @@ prediction drifted from what the backend matches: the output and down projection
 decode step's attention reads a mask, the last layer of a prefill runs on its last position only (row pruning),
 and the layouts are the graph's. Here the model is built from the config on the meta device (no weights are
 allocated) with at most two layers (every layer of a decoder makes the same signatures; the second is the last
-one, whose rows a prefill prunes), compiled with a backend that applies Argus's rewrite and runs the rewritten
-graph eagerly, and each Argus op computes its signature and records it instead of launching (ops.recording_signatures):
-a prefill of each token count and one decode step of `batch` sequences against a static cache of `context`
-positions.
+one, whose rows a prefill prunes) and compiled with a backend that applies Argus's rewrite to each graph Dynamo
+traces; there each Argus op node's host function runs on the node's fake values as far as its signature
+(ops.recording_signatures), and the rewritten graph then runs on the meta device through the ops' fake
+implementations. Traced: a prefill of one sequence of each token count, and one decode step of `batch` sequences
+against a static cache of `context` positions.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 from typing import Any
 
 import torch
 
 from ..signature import Signature
-
-log = logging.getLogger("argus_inductor.agent")
 
 
 class TraceError(RuntimeError):
@@ -131,10 +129,12 @@ def _signatures_of(node: torch.fx.Node) -> list[Signature]:
 
     from .. import ops
 
-    args, kwargs = map_arg((node.args, node.kwargs), lambda n: n.meta.get("example_value", n.meta.get("val")))
-    fake = next((v.fake_mode for v in node.all_input_nodes
-                 for v in [v.meta.get("example_value", v.meta.get("val"))] if hasattr(v, "fake_mode")), None)
-    with ops.recording_signatures() as got, (fake if fake is not None else contextlib.nullcontext()):
+    def value(n: torch.fx.Node) -> Any:
+        return n.meta.get("example_value", n.meta.get("val"))
+
+    args, kwargs = map_arg((node.args, node.kwargs), value)
+    modes = [value(n).fake_mode for n in node.all_input_nodes if hasattr(value(n), "fake_mode")]
+    with ops.recording_signatures() as got, (modes[0] if modes else contextlib.nullcontext()):
         try:
             _host_function(node.target)(*args, **kwargs)
         except ops.SignatureRecorded:

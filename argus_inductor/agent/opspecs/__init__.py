@@ -118,7 +118,7 @@ def template_plan(op: OpSpec, problem: Problem, target: str) -> Plan:
     try:
         sig = signature_for(problem, "cpu")
         backend = plan_from_policy(problem, ops.spec_for(sig).template(sig, target))
-    except (KeyError, ValueError, StopIteration):
+    except (KeyError, TypeError, ValueError, StopIteration):
         return own
     if set(backend.knobs) != set(own.knobs):  # another variant than the op's own rule (split-K or not)
         return Plan(backend.knobs, note=own.note)
