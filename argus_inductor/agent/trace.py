@@ -42,20 +42,33 @@ def _model(config: dict[str, Any], dtype: torch.dtype) -> torch.nn.Module:
         v = getattr(cfg, name, None)
         if isinstance(v, list) and isinstance(layers, int) and len(v) == layers:
             setattr(cfg, name, v[:cfg.num_hidden_layers])
-    cfg._attn_implementation = "sdpa"
     moe = any(getattr(cfg, n, None) for n in ("num_local_experts", "num_experts", "n_routed_experts"))
     if moe and hasattr(torch, "_grouped_mm"):
         cfg._experts_implementation = "grouped_mm"  # the form the backend's MoE rewrite takes whole
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
+        for attention in ("sdpa", "eager"):  # transformers' own default: SDPA where the model has it
+            cfg._attn_implementation = attention
+            try:
+                with torch.device("meta"):
+                    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+            except ValueError as e:
+                if attention == "sdpa" and "attention implementation" in str(e):
+                    continue
+                raise
     except Exception as e:
-        raise TraceError(f"transformers cannot build a causal LM from the config ({type(e).__name__}: {e})") from None
+        raise TraceError(f"transformers cannot build a causal LM from the config ({_first_line(e)})") from None
     finally:
         torch.set_default_dtype(old)
-    return model.eval()
+    raise TraceError("transformers cannot build a causal LM from the config")
+
+
+def _first_line(e: BaseException) -> str:
+    """`Type: first line` of an exception, of the one inside where Dynamo wraps a backend's failure."""
+    e = getattr(e, "inner_exception", None) or e
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 def trace_config(config: dict[str, Any], tokens: list[int], dtype: str = "bfloat16", context: int = 4096,
@@ -75,8 +88,13 @@ def trace_config(config: dict[str, Any], tokens: list[int], dtype: str = "bfloat
     seen: list[Signature] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
         rewrite(gm, ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
         gm.recompile()
+        # every node's fake value, the rewrite's own nodes included (some carry none of their own)
+        FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
         for node in gm.graph.nodes:
             if is_argus_op(node):
                 seen.extend(_signatures_of(node))
@@ -96,9 +114,8 @@ def trace_config(config: dict[str, Any], tokens: list[int], dtype: str = "bfloat
             except TraceError:
                 raise
             except Exception as e:
-                raise TraceError(f"tracing {'a decode step' if t == 1 else f'a prefill of {t} tokens'} failed "
-                                 f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
-                                 ) from None
+                what = "a decode step" if t == 1 else f"a prefill of {t} tokens"
+                raise TraceError(f"tracing {what} failed ({_first_line(e)})") from None
             for sig in seen:
                 found.setdefault(sig.key(), sig)
             seen.clear()
@@ -130,7 +147,7 @@ def _signatures_of(node: torch.fx.Node) -> list[Signature]:
     from .. import ops
 
     def value(n: torch.fx.Node) -> Any:
-        return n.meta.get("example_value", n.meta.get("val"))
+        return n.meta.get("val", n.meta.get("example_value"))
 
     args, kwargs = map_arg((node.args, node.kwargs), value)
     modes = [value(n).fake_mode for n in node.all_input_nodes if hasattr(value(n), "fake_mode")]

@@ -26,7 +26,9 @@ transformers = pytest.importorskip("transformers")
 COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64)
 CONFIGS = {"llama": dict(model_type="llama", **COMMON),
-           "mixtral": dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, **COMMON)}
+           "mixtral": dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, **COMMON),
+           "qwen2_moe": dict(model_type="qwen2_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                             shared_expert_intermediate_size=24, **COMMON)}
 PREFILL, CONTEXT = 16, 24
 
 
@@ -41,7 +43,7 @@ def _run_compiled(config: dict, root: Path, device: str = "cpu", dtype: torch.dt
     cfg = AutoConfig.for_model(**config)
     cfg.num_hidden_layers = 2
     cfg._attn_implementation = "sdpa"
-    if "num_local_experts" in config:
+    if "num_local_experts" in config or "num_experts" in config:
         cfg._experts_implementation = "grouped_mm"
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg).to(device=device, dtype=dtype).eval()
@@ -75,7 +77,7 @@ def test_traced_signatures_are_the_ones_the_compiled_model_runs(name: str, tmp_p
     epilogues = {(s.op, s.epilogue) for s in traced}
     assert ("gemm", "residual") in epilogues  # the output projection with its residual add
     assert any(op == "attention" and "mask" in e for op, e in epilogues)  # the decode step's masked attention
-    if name == "mixtral":
+    if name != "llama":
         assert any(op == "moe" for op, _ in epilogues)
     # the config's dims predicted other signatures: no residual epilogue, no mask
     predicted = shapes.from_config(config, [1, PREFILL], "float32", CONTEXT, 1)
@@ -127,3 +129,11 @@ def test_on_the_gpu_a_model_warmed_from_its_config_runs_from_the_cache_alone(tmp
         ops.set_active_options(Options.resolve())
         ops.forget_plans()
     assert not missed, missed
+
+
+def test_a_model_without_sdpa_is_traced_with_its_eager_attention() -> None:
+    """Gemma 2 has no SDPA attention in transformers: it is built with eager attention, as transformers itself
+    would load it, and its GEMMs are traced (its soft-capped attention stays Inductor's)."""
+    config = dict(model_type="gemma2", head_dim=8, **COMMON)
+    sigs = trace_config(config, [1, PREFILL], "float32", CONTEXT, 1)
+    assert ("gemm", "gelu_tanh*up") in {(s.op, s.epilogue) for s in sigs}
