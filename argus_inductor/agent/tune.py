@@ -125,6 +125,18 @@ def _agrees(out: Any, ref: Any, tol: float) -> tuple[bool, str]:
     return ok, "" if ok else f"relative error {err:.3g} > {tol:.3g} against the reference ({where})"
 
 
+def _poisoned(reference: Any) -> None:
+    """Leave a block the size of the output, filled with NaN (or -1 for an integer output), at the top of the
+    device allocator's free list, where the next run's torch.empty takes it: a candidate that does not write part
+    of its output shows the poison, not the values an earlier run left in that memory (a rotary table tile
+    narrower than its rows once passed that way with the template's output still in the block)."""
+    if not isinstance(reference, torch.Tensor) or reference.device.type != "cuda":
+        return
+    block = torch.empty_like(reference)
+    block.fill_(float("nan") if block.is_floating_point() else -1)
+    del block
+
+
 def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[str, Any]]], Any], target: str,
            reference: Any, seconds: float = 20.0, max_candidates: int = 24, gain: float = 0.03) -> TuneResult:
     """Coordinate descent over `template`'s knobs. run(policy) launches the op with that policy and returns its
@@ -132,6 +144,7 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
     otherwise: a wrong template is not tuned); a candidate may differ from it by at most four times the
     template's own error (or the dtype's floor). Returns the fastest agreeing candidate (the template when none
     is faster by `gain`). Timing holds ARGUS_TUNE_LOCK (bench.exclusive)."""
+    _poisoned(reference)
     out = run(template)
     ok, why = _agrees(out, reference, _tolerance(reference) if isinstance(reference, torch.Tensor) else 0.0)
     if not ok:
@@ -162,6 +175,7 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
             row: dict[str, Any] = {"policy": cand}
             tried.append(row)
             try:
+                _poisoned(reference)
                 ok, why = _agrees(run(cand), reference, tol)
                 if not ok:
                     row["dropped"] = why

@@ -121,6 +121,12 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     extents = {t.name: [sym[d] for d in t.dims] for t in ir.tensors}
     obligations = interp.obligations + kernel_obligations(interp.accesses, interp.renamer(), extents,
                                                           interp.dim_extent, interp.index_lines)
+    false_assumes = _false_assumes(interp, always + background, timeout)
+    if false_assumes:  # every obligation would hold vacuously under a precondition that cannot hold
+        return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode, len(obligations), errors=[
+            f"line {line}: the kernel assumes `{_source_line(ir, line)}`, which is false at these shapes and this "
+            "policy (every obligation would hold vacuously under it): choose a policy or shapes it holds for"
+            for line in false_assumes])
     violations: list[Violation] = []
     undecided: list[str] = []
     seen: set[tuple[str, int]] = set()
@@ -152,6 +158,25 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
                          "read-after-fill, release-after-retire, release-once)")
     return VerificationResult(ir.name, not violations and not errors, violations, time.perf_counter() - t0, mode,
                               len(obligations), undecided, errors=errors, notes=notes)
+
+
+def _source_line(ir: Any, line: int) -> str:
+    lines = ir.source.splitlines()
+    i = line - ir.first_line
+    return lines[i].strip() if 0 <= i < len(lines) else "?"
+
+
+def _false_assumes(interp: Interpreter, facts: list[z3.BoolRef], timeout_ms: int) -> list[int]:
+    """The lines of the in-kernel assumes that no program can satisfy at these shapes and this policy (a tile
+    narrower than the dimension it assumes it covers): z3 finds them unsatisfiable with the shape facts."""
+    out = []
+    for a, line in zip(interp.assumes, interp.assume_lines):
+        s = z3.Solver()
+        s.set("timeout", timeout_ms)
+        s.add(*facts, a)
+        if s.check() == z3.unsat:
+            out.append(line)
+    return out
 
 
 def instantiate_assumes(assumes: list[z3.BoolRef], pids: list[z3.ArithRef], formula: z3.BoolRef

@@ -173,6 +173,7 @@ class Interpreter:
         self.obligations: list[Obligation] = []
         self.accesses: list[Access] = []
         self.assumes: list[Expr] = []
+        self.assume_lines: list[int] = []  # the source line of each of `assumes`
         self.pids: list[tuple[str, Expr, Expr]] = []
         self.background: list[Expr] = []
         self.inst_vars: list[Expr] = []
@@ -1290,6 +1291,7 @@ class Interpreter:
         # quantified over the elements and loop iterations; program ids stay free, so that the fact is
         # instantiated at the program(s) an obligation talks about (api.instantiate_assumes)
         self.assumes.append(z3.ForAll(qv, z3.Implies(conj(dom), body)) if qv else body)
+        self.assume_lines.append(op.line)
 
     # ---- control flow ---------------------------------------------------------------------------------------
     def op_if(self, op: Op) -> None:

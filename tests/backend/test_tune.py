@@ -78,6 +78,27 @@ def test_wrong_or_failing_candidates_are_dropped() -> None:
     assert all(p["k"]["BR"] != 64 and p["k"]["num_warps"] != 8 for p, _ in tune.ranked(res))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the device allocator's block reuse needs a GPU")
+def test_a_candidate_that_leaves_part_of_its_output_unwritten_is_dropped() -> None:
+    """A planted fault: with BR=64 the 'kernel' writes only the first half of a fresh torch.empty output. The
+    caching allocator hands it the block the previous run freed, which held a correct output; the search
+    poisons that block first, so the unwritten half reads NaN and the candidate is dropped."""
+    x = torch.randn(4096, 256, device="cuda")
+    ref = x.sum(1)
+
+    def run(policy: dict) -> torch.Tensor:
+        out = torch.empty(4096, device="cuda")
+        rows = 2048 if policy["k"]["BR"] == 64 else 4096
+        out[:rows] = x[:rows].sum(1)
+        return out
+
+    res = tune.search({"k": {"BR": 32, "num_warps": 4, "num_stages": 3}}, run, "cuda", ref, max_candidates=12,
+                      gain=-10.0)
+    dropped = {r["policy"]["k"]["BR"]: r.get("dropped", "") for r in res.tried}
+    assert 64 in dropped and "NaN" in dropped[64], res.tried
+    assert all(p["k"]["BR"] != 64 for p, _ in tune.ranked(res))
+
+
 def test_a_wrong_template_is_not_tuned() -> None:
     x = torch.randn(8, 8)
     with pytest.raises(ValueError, match="disagrees with torch"):
