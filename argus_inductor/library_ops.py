@@ -232,7 +232,10 @@ register(LibraryOp(
     lambda ts, a, kw: _rotary.rotary_table(ts[0], **kw),
     lambda ts, a: _rotary.rotary_reference(ts[0]),
     lambda ts, a, target: {"rotary_table_rows": _rotary.rotary_policy(ts[0].numel() // max(ts[0].shape[-1], 1),
-                                                                      ts[0].shape[-1], target)}))
+                                                                      ts[0].shape[-1], target)},
+    # proved at the table's own shape, where the kernel's "a row is one tile" (D <= BD) is checked against the
+    # policy, not assumed over symbolic sizes
+    geometry=lambda ts, a: ({}, {"rotary_table_rows": _rotary.table_shapes(ts[0])})))
 
 
 # ----------------------------------------------------------------------------------------------- scans

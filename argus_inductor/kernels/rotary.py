@@ -48,6 +48,13 @@ def rotary_policy(rows: int, width: int, target: str) -> Policy:
     return Policy.make(BR=br, BD=bd, num_warps=4)
 
 
+def table_shapes(emb: torch.Tensor) -> dict[str, int]:
+    """rotary_table_rows' shape symbols for the angles `emb` (rows of its last dim)."""
+    width = emb.shape[-1]
+    rows = emb.numel() // max(width, 1)
+    return {"R": rows, "D": width, "R2": 2 * rows}
+
+
 def rotary_table(emb: torch.Tensor, *, policies: dict[str, Policy] | None = None,
                  kernels: dict[str, Kernel] | None = None, target: str | None = None) -> torch.Tensor:
     """(2, *emb.shape) float32: cos(emb), then sin(emb)."""
@@ -61,6 +68,8 @@ def rotary_table(emb: torch.Tensor, *, policies: dict[str, Policy] | None = None
     y = torch.empty(2 * x.shape[0], width, dtype=torch.float32, device=emb.device)
     if x.shape[0]:
         pol = (policies or {}).get("rotary_table_rows") or rotary_policy(x.shape[0], width, target)
+        if pol.const("BD", width) < width:  # the kernel writes one tile a row: a narrower tile leaves it half done
+            raise ValueError(f"rotary_table's policy has BD={pol.const('BD')} for rows of {width} angles")
         pick_kernel("rotary_table_rows", rotary_table_rows, kernels)(x, y, policy=pol, target=target)
     return y.view(2, *emb.shape)
 
@@ -71,4 +80,5 @@ def rotary_reference(emb: torch.Tensor) -> torch.Tensor:
     return torch.stack([e.cos(), e.sin()])
 
 
-__all__ = ["rotary_table_rows", "rotary_table", "rotary_reference", "rotary_policy", "KERNELS", "MAX_WIDTH"]
+__all__ = ["rotary_table_rows", "rotary_table", "rotary_reference", "rotary_policy", "table_shapes", "KERNELS",
+           "MAX_WIDTH"]

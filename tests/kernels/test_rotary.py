@@ -37,3 +37,23 @@ def test_the_reference_packs_as_the_kernel_does() -> None:
 def test_bad_inputs_are_refused_with_a_message(bad: torch.Tensor, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         rotary_table(bad)
+
+
+def test_a_tile_narrower_than_the_rows_is_refused_and_not_proved() -> None:
+    """A policy whose tile does not cover a row (BD=64 for 128 angles: half of each row would stay unwritten) is
+    refused at launch, and the plan's verification at the table's own shape reports it (it once proved
+    vacuously over symbolic sizes and was cached by the library tuner)."""
+    import json
+
+    from argus_inductor import ops
+    from argus_inductor.dsl import Policy
+    from argus_inductor.library_ops import library_signature
+
+    emb = randn(1, 40, 128, dtype=torch.float32, scale=10.0)
+    with pytest.raises(ValueError, match="BD=64 for rows of 128"):
+        rotary_table(emb, policies={"rotary_table_rows": Policy.make(BR=4, BD=64)})
+    sig = library_signature("rotary_table", [emb], json.dumps({}))
+    bad = ops.make_entry(sig, {"rotary_table_rows": {"BR": 4, "BD": 64}}, verify=True)
+    assert bad.verification["status"] == "violations", bad.verification
+    good = ops.make_entry(sig, {"rotary_table_rows": {"BR": 4, "BD": 128}}, verify=True)
+    assert good.verification["status"] == "verified", good.verification
