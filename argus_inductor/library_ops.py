@@ -224,7 +224,9 @@ register(LibraryOp(
     lambda ts, a, kw: _router.router_topk(ts[0], a["k"], a["renorm"], **kw),
     lambda ts, a: _router.router_reference(ts[0], a["k"], a["renorm"]),
     lambda ts, a, target: {"router_topk_rows": _router.router_policy(ts[0].shape[0], ts[0].shape[1], a["k"],
-                                                                     a["renorm"], target)}))
+                                                                     a["renorm"], target)},
+    # proved at the router's own shape: a row of experts is one tile (E <= BE), checked against the policy
+    geometry=lambda ts, a: ({}, {"router_topk_rows": _router.router_shapes(ts[0], a["k"])})))
 
 
 register(LibraryOp(

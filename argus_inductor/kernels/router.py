@@ -99,8 +99,16 @@ def router_topk(logits: torch.Tensor, k: int, renorm: bool, *, policies: dict[st
     y = torch.empty(t, 2 * k, dtype=torch.float32, device=logits.device)
     if t:
         pol = (policies or {}).get("router_topk_rows") or router_policy(t, e, k, renorm, target)
+        if pol.const("BE", e) < e or pol.const("BK", k) < k:  # a row of experts is one tile, the top k another
+            raise ValueError(f"router_topk's policy has BE={pol.const('BE')}, BK={pol.const('BK')} for {e} experts "
+                             f"and k={k}")
         pick_kernel("router_topk_rows", router_topk_rows, kernels)(logits, y, policy=pol, target=target)
     return y
+
+
+def router_shapes(logits: torch.Tensor, k: int) -> dict[str, int]:
+    """router_topk_rows' shape symbols for (T, E) logits and top k."""
+    return {"T": logits.shape[0], "E": logits.shape[1], "K2": 2 * k}
 
 
 def router_reference(logits: torch.Tensor, k: int, renorm: bool) -> torch.Tensor:
@@ -111,4 +119,4 @@ def router_reference(logits: torch.Tensor, k: int, renorm: bool) -> torch.Tensor
     return torch.cat([vals, ids.to(torch.float32)], -1)
 
 
-__all__ = ["router_topk_rows", "router_topk", "router_reference", "router_policy", "KERNELS"]
+__all__ = ["router_topk_rows", "router_topk", "router_reference", "router_policy", "router_shapes", "KERNELS"]

@@ -62,3 +62,20 @@ def test_bad_inputs_are_refused(logits: torch.Tensor, k: int, match: str) -> Non
 
 def test_no_tokens_gives_an_empty_result() -> None:
     assert router_topk(torch.zeros(0, 8, device=DEVICE), 2, True).shape == (0, 4)
+
+
+def test_a_tile_narrower_than_the_experts_is_refused_and_not_proved() -> None:
+    """A policy whose tile holds fewer experts than the router has (BE=4 of 8: the softmax would miss half of them)
+    is refused at launch, and the plan's verification at the router's own shape reports it."""
+    from argus_inductor import ops
+    from argus_inductor.dsl import Policy
+    from argus_inductor.library_ops import canonical_args, library_signature
+
+    logits = randn(5, 8, dtype=torch.float32)
+    narrow = {"BT": 4, "BE": 4, "K": 2, "BK": 2, "RENORM": 1}
+    with pytest.raises(ValueError, match="BE=4, BK=2 for 8 experts"):
+        router_topk(logits, 2, True, policies={"router_topk_rows": Policy.make(**narrow)})
+    sig = library_signature("router_topk", [logits], canonical_args({"k": 2, "renorm": True}))
+    assert ops.make_entry(sig, {"router_topk_rows": narrow}, verify=True).verification["status"] == "violations"
+    wide = {**narrow, "BE": 8}
+    assert ops.make_entry(sig, {"router_topk_rows": wide}, verify=True).verification["status"] == "verified"
