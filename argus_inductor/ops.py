@@ -264,11 +264,11 @@ def _gemm_fused_template(sig: Signature, target: str) -> dict[str, Any]:
     split = _presplit_template(sig, target)
     if split is not None:
         return split.as_dict()
-    return _for_dtype(_unsplit(_gemm_base(sig, target, split=False)), sig, target).as_dict()
+    return _for_dtype(_gemm_base(sig, target, split=False), sig, target).as_dict()
 
 
 def _gate_up_template(sig: Signature, target: str) -> dict[str, Any]:
-    p = _unsplit(_gemm_base(sig, target, split=False))
+    p = _gemm_base(sig, target, split=False)
     if target != "interpret" and p.const("BN", 64) > 128:  # two accumulators: half the tile width
         p = p.with_consts(BN=p.const("BN") // 2)
     return _for_dtype(p, sig, target, b_tiles=2).as_dict()
@@ -904,10 +904,6 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     `inputs`: every tensor the host function reads (default `tensors`), for replaying its launches; `memo` and
     the metadata of `tensors` must decide everything else the host function does. `key`: call_key(node_id, memo,
     tensors), where the caller has it already."""
-    seen = getattr(_RECORDING, "seen", None)
-    if seen is not None:
-        seen.append(sig_fn())
-        raise SignatureRecorded(node_id)
     if key is None:
         key = call_key(node_id, memo, tensors)
         out = replay_hot(key, node_id, tensors, tensors if inputs is None else inputs)
@@ -916,9 +912,13 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
     hit = _RESOLVED.get(key)  # this call site with these shapes was resolved before
     if hit is not None:
         sig, short, plan, target, reason = hit
-    else:
-        target = target_for(tensors[0].device)
+    else:  # a call site met for the first time (a graph's node ids are its own: a traced one's are fresh)
         sig = _memo_sig(key, sig_fn)
+        seen = getattr(_RECORDING, "seen", None)
+        if seen is not None:
+            seen.append(sig)
+            raise SignatureRecorded(node_id)
+        target = target_for(tensors[0].device)
         reason = None
         plan = None
         if target is None:

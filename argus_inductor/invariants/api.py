@@ -16,7 +16,7 @@ from ..dsl.ir import KernelIR
 from ..dsl.lowering import resolve_consts
 from ..dsl.policy import LAUNCH_FIELDS, Policy
 from ..dsl.runtime import Kernel, kernels_from_source
-from .counterexample import Violation, render
+from .counterexample import Violation, render, source_line
 from .interpreter import CheckerError, Interpreter, StagingHook, default_staging
 from .obligations import kernel_obligations, solve
 from .tags import free_vars
@@ -124,8 +124,8 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     false_assumes = _false_assumes(interp, always + background, timeout)
     if false_assumes:  # every obligation would hold vacuously under a precondition that cannot hold
         return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode, len(obligations), errors=[
-            f"line {line}: the kernel assumes `{_source_line(ir, line)}`, which is false at these shapes and this "
-            "policy (every obligation would hold vacuously under it): choose a policy or shapes it holds for"
+            f"line {line}: the kernel assumes `{source_line(ir, line).strip()}`, which is false at these shapes and "
+            "this policy (every obligation would hold vacuously under it): choose a policy or shapes it holds for"
             for line in false_assumes])
     violations: list[Violation] = []
     undecided: list[str] = []
@@ -158,12 +158,6 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
                          "read-after-fill, release-after-retire, release-once)")
     return VerificationResult(ir.name, not violations and not errors, violations, time.perf_counter() - t0, mode,
                               len(obligations), undecided, errors=errors, notes=notes)
-
-
-def _source_line(ir: Any, line: int) -> str:
-    lines = ir.source.splitlines()
-    i = line - ir.first_line
-    return lines[i].strip() if 0 <= i < len(lines) else "?"
 
 
 def _false_assumes(interp: Interpreter, facts: list[z3.BoolRef], timeout_ms: int) -> list[int]:

@@ -115,6 +115,13 @@ def execution(model: z3.ModelRef, inst: Instance, num_warps: int) -> Execution:
     return Execution(program, iterations, element, thread, inst.label)
 
 
+def source_line(ir: KernelIR, line: int) -> str:
+    """The kernel's source text at `line` (of its file), "" outside the kernel."""
+    lines = ir.source.splitlines()
+    i = line - ir.first_line
+    return lines[i] if 0 <= i < len(lines) else ""
+
+
 def render(ir: KernelIR, ob: Obligation, model: z3.ModelRef, num_warps: int,
            shapes: dict[str, Expr]) -> Violation:
     values = {k: _num(model, e) for k, e in ob.watch.items()}
@@ -122,11 +129,9 @@ def render(ir: KernelIR, ob: Obligation, model: z3.ModelRef, num_warps: int,
         message = ob.describe(values)
     except Exception as e:  # a message must never hide the violation itself
         message = f"{ob.kind} ({e})"
-    src_lines = ir.source.splitlines()
-    i = ob.op.line - ir.first_line
-    source = src_lines[i] if 0 <= i < len(src_lines) else ""
     return Violation(
-        kernel=ir.name, kind=ob.kind, line=ob.op.line, op=ob.op.kind, source=source, message=message,
+        kernel=ir.name, kind=ob.kind, line=ob.op.line, op=ob.op.kind, source=source_line(ir, ob.op.line),
+        message=message,
         executions=[execution(model, inst, num_warps) for inst in ob.instances],
         values=values, shapes={k: _num(model, v) for k, v in shapes.items()}, filename=ir.filename,
         related=sorted(set(ob.related) - {ob.op.line}))
