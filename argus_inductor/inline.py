@@ -16,7 +16,8 @@ A node that cannot be recorded (dynamic sizes, a host function that reads values
 fallback) keeps the op, which works as before. On by default on GPUs; ARGUS_INLINE=0 turns it off (timings:
 benchmarks/results/NOTES.md, session 9).
 
-The compile-time run takes the graph's own inputs where it has them (a model's weights); tensors made inside the
+The compile-time run takes the graph's own inputs where it has them (a model's weights), except those the op writes
+in place (a KV cache, which gets a stand-in: the run must not write into the model's state); tensors made inside the
 graph get stand-ins: integer ones (routing ids, targets, masks) zeros, which every kernel takes as valid
 indices, floating-point ones random normals. A recording never depends on values (argus_inductor.replay refuses
 host functions that read them).
@@ -141,7 +142,9 @@ def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
         log.debug("argus: %s keeps its op: an operand is not a static tensor on %s", node.name, "/".join(devices))
         return None
     known = known or {}
-    real = {id(n): known[n] if _same_meta(known.get(n), v) else _random_like(v) for n, v in operands}
+    written = _written_operands(node)  # the recording run writes these: never into the graph's real inputs
+    real = {id(n): known[n] if n not in written and _same_meta(known.get(n), v) else _random_like(v)
+            for n, v in operands}
     nodes = {id(real[id(n)]): n for n, _ in operands}
 
     def to_real(a: Any) -> Any:
@@ -167,6 +170,21 @@ def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
         log.debug("argus: %s keeps its op: its host function launches on a tensor made from its operands", node.name)
         return None
     return rec, sources  # type: ignore[return-value]
+
+
+def _written_operands(node: fx.Node) -> set[fx.Node]:
+    """The operand nodes `node`'s op writes in place (its schema's mutable arguments: a KV cache)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return set()
+    out = set()
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, fx.Node):
+            out.add(value)
+    return out
 
 
 def _same_meta(t: Any, like: torch.Tensor) -> bool:

@@ -53,6 +53,8 @@ class LibraryOp:
     geometry: Callable[[Tensors, Args], tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]] | None = None
     # kernels generated per call (elementwise chains): the kernels of these tensors and arguments
     kernels_for: Callable[[Tensors, Args], tuple[Kernel, ...]] | None = None
+    # the operands it writes in place besides returning its result (a KV cache): checked with the result
+    writes: tuple[int, ...] = ()
 
 
 LIBRARY: dict[str, LibraryOp] = {}
@@ -238,6 +240,17 @@ register(LibraryOp(
     # proved at the table's own shape, where the kernel's "a row is one tile" (D <= BD) is checked against the
     # policy, not assumed over symbolic sizes
     geometry=lambda ts, a: ({}, {"rotary_table_rows": _rotary.table_shapes(ts[0])})))
+
+
+register(LibraryOp(
+    "rope_cache", "attention", _rotary.CACHE_KERNELS,
+    lambda ts, a, kw: _rotary.rope_cache(*ts, **kw),
+    lambda ts, a: _rotary.rope_cache_reference(*ts),
+    lambda ts, a, target: {"rope_cache_write": _rotary.rope_cache_policy(ts[0].shape[1], ts[1].shape[1],
+                                                                         ts[0].shape[3], target)},
+    # proved at the step's own shape: one position, every head a row of a tile (checked against the policy)
+    geometry=lambda ts, a: ({}, {"rope_cache_write": _rotary.rope_cache_shapes(ts[0], ts[1], ts[5])}),
+    writes=(5, 6)))
 
 
 # ----------------------------------------------------------------------------------------------- scans
@@ -499,6 +512,25 @@ def _(x, weight, eps, node_id):
     return _rmsnorm.rms_norm_reference(x, weight, eps)
 
 
+# a decode step's rotation of q and k with its KV-cache write (kernels/rotary.py): the caches are written in place
+_LIB.define("rope_cache(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, "
+            "Tensor index, str node_id) -> Tensor")
+
+
+def rope_cache(q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor,
+               index: Tensor, node_id: str) -> Tensor:
+    """library op rope_cache: q rotated, k rotated and v written into the caches at position index[0]."""
+    return library("rope_cache", [q, k, v, cos, sin, keys, values, index], "{}", node_id)
+
+
+_LIB.impl("rope_cache", rope_cache, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("argus::rope_cache")
+def _(q, k, v, cos, sin, keys, values, index, node_id):
+    return torch.empty_like(q, dtype=torch.promote_types(q.dtype, cos.dtype))
+
+
 def library_signature(name: str, ts: Tensors, args: str) -> Any:
     """op = name, epilogue = the arguments (and which optional tensors are absent), every dim static."""
     from .signature import make_signature
@@ -548,13 +580,24 @@ def example_operands(sig: Any, device: torch.device | str, seed: int = 0) -> tup
 
 def launcher(sig: Any, ts: Tensors, a: Args) -> tuple[Callable[[Any, str], Tensor], Callable[[], Tensor]]:
     """(run_plan, reference) of a library signature on fixed operands: run_plan(plan, target) launches the plan's
-    kernels, reference() is torch's output (what ops.tune_library takes)."""
+    kernels, reference() is torch's output (what ops.tune_library takes). For an op that writes operands in place
+    (`writes`) both start from the same contents of those operands (zeros) and return the result followed by the
+    written operands, flat in float32, so a plan that leaves part of a cache unwritten differs from torch."""
     op = LIBRARY[sig.op]
 
-    def run_plan(plan: Any, target: str) -> Tensor:
-        return op.run(ts, a, {"policies": dict(plan.policies), "kernels": dict(plan.kernels), "target": target})
+    def checked(fn: Callable[[], Tensor]) -> Tensor:
+        if not op.writes:
+            return fn()
+        for i in op.writes:
+            ts[i].zero_()  # type: ignore[union-attr]
+        out = fn()
+        return torch.cat([out.float().flatten(), *[ts[i].float().flatten() for i in op.writes]])  # type: ignore
 
-    return run_plan, lambda: op.reference(ts, a)
+    def run_plan(plan: Any, target: str) -> Tensor:
+        return checked(lambda: op.run(ts, a, {"policies": dict(plan.policies), "kernels": dict(plan.kernels),
+                                              "target": target}))
+
+    return run_plan, lambda: checked(lambda: op.reference(ts, a))
 
 
 def template_policies(sig: Any, target: str) -> dict[str, Any]:

@@ -221,9 +221,10 @@ def rewrite(gm: fx.GraphModule, enabled: Iterable[str], moe_regions: bool = True
             m = _match_sdpa(g, node, gid) if _is(node, SDPA) else _match_eager_attention(g, node, gid)
             if m:
                 matches.append(m)
-        from .rotary_match import rewrite_rotary_tables
+        from .rotary_match import rewrite_rope_cache_writes, rewrite_rotary_tables
 
         matches += rewrite_rotary_tables(g, gid, amp)  # the rotary tables the attention's q and k are rotated by
+        matches += rewrite_rope_cache_writes(g, gid, amp)  # a decode step's q, k rotation and KV-cache write
     changed = False
     if "gemm" in enabled:
         _einsum_as_matmul(g, amp)

@@ -128,7 +128,8 @@ def _host_function(target: Any) -> Any:
     from .. import library_ops
 
     name = getattr(target, "_schema", None) and target._schema.name  # "argus::linear"
-    own = {"argus::library": library_ops.library, "argus::rms_norm": library_ops.rms_norm}
+    own = {"argus::library": library_ops.library, "argus::rms_norm": library_ops.rms_norm,
+           "argus::rope_cache": library_ops.rope_cache}
     if name in own:
         return own[name]
     from torch._library.custom_ops import OPDEFS

@@ -192,3 +192,46 @@ def test_a_restart_dynamo_asks_for_is_not_taken_for_a_failure_to_inline(fresh_ca
     _inlined_swish_on_the_cpu(monkeypatch, caplog)
     assert len(calls) >= 2, "Dynamo traced again and called the backend again"
     assert "could not compile the inlined Argus launches" not in caplog.text
+
+
+def _rope_step(q, k, v, cos, sin, keys, values, index):
+    """transformers' decode step of one layer: q and k rotated, the rotated k and the v written into the cache."""
+    def rotate_half(x):
+        return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
+
+    q_embed = q * cos + rotate_half(q) * sin
+    keys.index_copy_(2, index, k * cos + rotate_half(k) * sin)
+    values.index_copy_(2, index, v)
+    return q_embed
+
+
+def test_an_op_that_writes_a_cache_is_recorded_on_stand_ins_not_the_models_cache(fresh_cache) -> None:
+    """rope_cache writes the KV cache, a graph input: the compile-time run records on a stand-in of it, so the
+    model's cache is left as it was; the inlined launches then write the caller's cache as eager does."""
+    z, h, hk, d, length = 2, 4, 2, 8, 6
+    proj = torch.randn(z, 1, (h + 2 * hk) * d)
+    q = proj[..., :h * d].view(z, 1, h, d).transpose(1, 2)
+    k = proj[..., h * d:(h + hk) * d].view(z, 1, hk, d).transpose(1, 2)
+    v = proj[..., (h + hk) * d:].view(z, 1, hk, d).transpose(1, 2)
+    ang = torch.randn(1, 1, 1, d // 2)
+    cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
+    keys, values, index = torch.randn(z, hk, length, d), torch.randn(z, hk, length, d), torch.tensor([3])
+    args = (q, k, v, cos, sin, keys, values, index)
+    gm, graph_inputs = capture(_rope_step, *args)
+    rewrite(gm, ("attention",))
+    assert [str(n.target) for n in _argus_nodes(gm)] == ["argus.rope_cache.default"]
+    keys.normal_()  # capture's run wrote position 3 as a recording on these tensors would: make that one differ
+    values.normal_()
+    before = keys.clone(), values.clone()
+    assert inline.inline_ops(gm, CPU, graph_inputs) == 1
+    assert torch.equal(keys, before[0]) and torch.equal(values, before[1]), "the recording wrote the real cache"
+    position = {id(a): i for i, a in enumerate(args)}
+    for at in (0, 5):
+        index = torch.tensor([at])
+        mine = [a.clone() if i in (5, 6) else a for i, a in enumerate((*args[:7], index))]
+        theirs = [a.clone() if i in (5, 6) else a for i, a in enumerate((*args[:7], index))]
+        out = gm(*[mine[position[id(a)]] if id(a) in position else index for a in graph_inputs])[0]
+        ref = _rope_step(*theirs)
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(mine[5], theirs[5], rtol=1e-6, atol=1e-6)
+        assert torch.equal(mine[6], theirs[6])

@@ -198,3 +198,28 @@ def test_library_signature_goes_through_the_cache_with_verification(fresh_cache)
 def test_every_library_op_has_a_reference_and_kernels() -> None:
     for name, op in LIBRARY.items():
         assert (op.kernels or op.kernels_for is not None) and callable(op.reference), name
+
+
+def test_a_plan_that_skips_a_cache_write_differs_from_torch_where_the_tuner_compares() -> None:
+    """rope_cache writes the KV cache besides returning q rotated: what the tuner and `argus bench` compare
+    (library_ops.launcher) holds the written caches too, so a plan whose kernel leaves the value cache unwritten
+    differs from torch, while the library's own kernel agrees."""
+    from argus_inductor.dsl import kernels_from_source
+    from argus_inductor.kernels.rotary import rope_cache_write
+    from argus_inductor.library_ops import example_operands, launcher
+
+    z, h, hk, d = 2, 4, 2, 8
+    ts = [torch.randn(z, h, 1, d), torch.randn(z, hk, 1, d), torch.randn(z, hk, 1, d), torch.randn(1, 1, 1, d),
+          torch.randn(1, 1, 1, d), torch.zeros(z, hk, 6, d), torch.zeros(z, hk, 6, d), torch.tensor([1])]
+    sig = library_signature("rope_cache", ts, "{}")
+    run_plan, reference = launcher(sig, *example_operands(sig, "cpu"))
+    pols = {"rope_cache_write": LIBRARY["rope_cache"].policies(ts, {}, "interpret")["rope_cache_write"]}
+    source = "from argus_inductor.dsl import *\n" + rope_cache_write.ir.source
+    line = "    store(VC[z, rk, p, rd], load(V[z, rk, 0, rd]), mask=inside)\n"
+    assert line in source
+    broken = kernels_from_source(source.replace(line, ""), filename="rotary.py")["rope_cache_write"]
+    want = reference()
+    good = run_plan(ops.Plan({"rope_cache_write": rope_cache_write}, pols, "synthesized"), "interpret")
+    torch.testing.assert_close(good, want)
+    bad = run_plan(ops.Plan({"rope_cache_write": broken}, pols, "synthesized"), "interpret")
+    assert bad.shape == want.shape and not torch.allclose(bad, want)

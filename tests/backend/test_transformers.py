@@ -256,3 +256,38 @@ def test_decode_projections_of_one_input_fuse_into_one_launch(name: str, fresh_c
         assert all(not e.source.startswith("fallback") for e in norms), [(e.source, e.signature) for e in norms]
         # one position's rotary tables stay in Inductor's rotations (a launch would cost more than they do)
         assert not [e for e in report_mod.entries() if e.op == "rotary"], [e.graph_node for e in report_mod.entries()]
+
+
+@pytest.mark.parametrize("name,batch", [("llama", 1), ("mixtral", 1), ("llama", 3)])
+def test_a_decode_steps_rotation_and_cache_write_are_one_op(name: str, batch: int, fresh_cache: Path) -> None:
+    """Each layer's q and k rotation and its two StaticCache writes become one argus::rope_cache call, its kernel
+    run under the interpreter: over several steps the logits, and the caches the steps wrote, match eager's."""
+    from transformers import StaticCache
+
+    cfg, cls_name = _config(name)
+    cfg.num_hidden_layers = 2
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(cfg).eval()
+    tokens = torch.randint(0, 64, (batch, 1))
+    mine, theirs = StaticCache(config=cfg, max_cache_len=24), StaticCache(config=cfg, max_cache_len=24)
+
+    def step(fn: Callable, cache: Any, at: int) -> torch.Tensor:
+        pos = torch.tensor([at])
+        with torch.no_grad():
+            return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
+                      use_cache=True).logits
+
+    step(model, mine, 0)
+    step(model, theirs, 0)
+    compiled = torch.compile(model, backend="argus", dynamic=True)
+    for at in (1, 2, 3):
+        torch.testing.assert_close(step(compiled, mine, at), step(model, theirs, at), rtol=1e-4, atol=1e-4)
+    for a, b in zip(mine.layers, theirs.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
+        assert int(a.cumulative_length) == int(b.cumulative_length) == 4
+        assert a.keys[:, :, 4:].abs().sum() == 0, "a position past the steps was written"
+    ropes = [e for e in report_mod.entries() if e.op == "rope" and e.calls]
+    assert len(ropes) == 2 and all(e.source.startswith("default") for e in ropes), \
+        [(e.graph_node, e.source) for e in report_mod.entries()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from argus_inductor.kernels.rotary import MAX_WIDTH, rotary_reference, rotary_table
+from argus_inductor.kernels.rotary import MAX_WIDTH, rope_cache, rope_cache_reference, rotary_reference, rotary_table
 
 from ._support import DEVICE, ON_GPU, check, fresh_seed, randn
 
@@ -57,3 +57,82 @@ def test_a_tile_narrower_than_the_rows_is_refused_and_not_proved() -> None:
     assert bad.verification["status"] == "violations", bad.verification
     good = ops.make_entry(sig, {"rotary_table_rows": {"BR": 4, "BD": 128}}, verify=True)
     assert good.verification["status"] == "verified", good.verification
+
+
+# ------------------------------------------------------------------------- decode rotation + KV-cache write
+
+ROPE_CASES = [(1, 4, 2, 8, 6, 1), (2, 8, 2, 16, 5, 1), (3, 6, 3, 10, 7, 3), (2, 4, 4, 64, 9, 2)] + \
+    ([(1, 32, 8, 128, 1040, 1), (32, 32, 8, 128, 1040, 1)] if ON_GPU else [])
+
+
+def _rope_operands(z: int, h: int, hk: int, d: int, length: int, cos_batch: int, dtype: torch.dtype):
+    """q, k and v as transformers makes them (head views of one projection's output), cos and sin of random
+    angles (batch 1 broadcasts), random caches and a random position."""
+    proj = randn(z, 1, (h + 2 * hk) * d, dtype=dtype)
+    q = proj[..., :h * d].view(z, 1, h, d).transpose(1, 2)
+    k = proj[..., h * d:(h + hk) * d].view(z, 1, hk, d).transpose(1, 2)
+    v = proj[..., (h + hk) * d:].view(z, 1, hk, d).transpose(1, 2)
+    ang = randn(cos_batch, 1, d // 2, dtype=torch.float32, scale=100.0)
+    ang = torch.cat((ang, ang), -1)
+    cos, sin = ang.cos().to(dtype).unsqueeze(1), ang.sin().to(dtype).unsqueeze(1)
+    keys, values = randn(z, hk, length, d, dtype=dtype), randn(z, hk, length, d, dtype=dtype)
+    index = torch.randint(0, length, (1,), device=DEVICE)
+    return q, k, v, cos, sin, keys, values, index
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ROPE_CASES, ids=["x".join(map(str, c)) for c in ROPE_CASES])
+def test_rope_cache_matches_torch(case: tuple[int, ...], dtype: torch.dtype) -> None:
+    """q rotated, and the caches after the write, against the same ops in float64: the written position holds the
+    rotated k and the v, every other position is untouched."""
+    seed = fresh_seed()
+    q, k, v, cos, sin, keys, values, index = _rope_operands(*case, dtype)
+    want_keys, want_values = keys.double(), values.double()
+    want_q = rope_cache_reference(q.double(), k.double(), v.double(), cos.double(), sin.double(), want_keys,
+                                  want_values, index)
+    out = rope_cache(q, k, v, cos, sin, keys, values, index)
+    assert out.shape == q.shape and out.dtype == dtype and out.stride() == torch.empty_like(q).stride()  # as the fake
+    check(out, want_q, dtype, seed, "rotated q")
+    check(keys, want_keys, dtype, seed, "key cache")
+    assert torch.equal(values.double(), want_values), f"value cache (seed {seed})"
+
+
+def test_rope_cache_reference_is_transformers_decode_step() -> None:
+    """The reference (the aten fallback) does what transformers' apply_rotary_pos_emb and StaticCache do."""
+    q, k, v, cos, sin, keys, values, index = _rope_operands(2, 4, 2, 8, 6, 1, torch.float32)
+    k2, v2 = keys.clone(), values.clone()
+    out = rope_cache_reference(q, k, v, cos, sin, keys, values, index)
+    half = q.shape[-1] // 2
+
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    k2.index_copy_(2, index, k * cos + rotate_half(k) * sin)
+    v2.index_copy_(2, index, v)
+    assert torch.equal(out, q * cos + rotate_half(q) * sin) and torch.equal(keys, k2) and torch.equal(values, v2)
+
+
+def test_a_position_outside_the_cache_writes_nothing() -> None:
+    q, k, v, cos, sin, keys, values, _ = _rope_operands(1, 4, 2, 8, 6, 1, torch.float32)
+    before = keys.clone(), values.clone()
+    out = rope_cache(q, k, v, cos, sin, keys, values, torch.tensor([6], device=DEVICE))
+    assert torch.equal(keys, before[0]) and torch.equal(values, before[1])
+    torch.testing.assert_close(out, rope_cache_reference(q, k, v, cos, sin, keys.clone(), values.clone(),
+                                                         torch.tensor([0], device=DEVICE)))
+
+
+def test_bad_rope_cache_operands_and_a_narrow_policy_are_refused() -> None:
+    from argus_inductor.dsl import Policy
+
+    ops = _rope_operands(1, 4, 2, 8, 6, 1, torch.float32)
+    q, k, v, cos, sin, keys, values, index = ops
+    with pytest.raises(ValueError, match="1 position"):
+        rope_cache(q.expand(1, 4, 2, 8), k, v, cos, sin, keys, values, index)
+    with pytest.raises(ValueError, match="dtypes"):
+        rope_cache(q, k, v, cos, sin, keys.double(), values, index)
+    with pytest.raises(ValueError, match="one int64"):
+        rope_cache(q, k, v, cos, sin, keys, values, index.int())
+    with pytest.raises(ValueError, match="cos must broadcast"):
+        rope_cache(q, k, v, cos[..., :4], sin, keys, values, index)
+    with pytest.raises(ValueError, match="BH=2, BK=2, BD=8 for 4 / 2 heads"):
+        rope_cache(*ops, policies={"rope_cache_write": Policy.make(BH=2, BK=2, BD=8)})
