@@ -15,7 +15,7 @@ A decode step of one position (`rope_cache`) rotates q and k (`x * cos + rotate_
 rotated k and the v into the layer's static cache at the step's position (transformers' `keys.index_copy_(2,
 position, k)` and the values' alike). Inductor makes three launches of it, about 2.7, 2.4 and 1.0 us a layer on
 the H100 at Llama-3-8B's heads (benchmarks/results/NOTES.md, session 24): the q rotation, the k rotation with its
-write, the v write. One program a batch row does all three here, its heads the rows of its tiles.
+write, the v write. One launch does all three here, a program a head.
 """
 from __future__ import annotations
 
@@ -63,12 +63,12 @@ def rotary_table_rows(E: Tensor("R", "D"), Y: Tensor("R2", "D", dtype=float32), 
 def rope_cache_write(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "S", "D"), V: Tensor("Z", "HK", "S", "D"),
                      Cos: Tensor("Z", "S", "D"), Sin: Tensor("Z", "S", "D"), KC: Tensor("Z", "HK", "L", "D"),
                      VC: Tensor("Z", "HK", "L", "D"), Pos: Tensor("S", dtype=int64), QO: Tensor("Z", "H", "S", "D"),
-                     BH: constexpr = 32, BK: constexpr = 8, BD: constexpr = 128):
+                     BD: constexpr = 128):
     """One decode position: QO = Q * Cos + rotate_half(Q) * Sin, and K rotated alike and V written into the caches
-    KC and VC at position Pos[0] (rotate_half(x) = cat(-x[D/2:], x[:D/2])). One program a batch row; its query
-    heads are one tile's rows, its key/value heads another's."""
-    (z,) = tile_grid(Z)
-    assume((S == 1) & (H <= BH) & (HK <= BK) & (D <= BD) & (D % 2 == 0))
+    KC and VC at position Pos[0] (rotate_half(x) = cat(-x[D/2:], x[:D/2])). One program a head of a batch row: the
+    H query heads' rotate q, the HK key/value heads' after them rotate k and write k and v."""
+    z, h = tile_grid(Z, H + HK)
+    assume((S == 1) & (D <= BD) & (D % 2 == 0))
     rd = arange(BD)
     half = D // 2
     first = rd < half
@@ -76,24 +76,23 @@ def rope_cache_write(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "S", "D
     c = load(Cos[z, 0, rd]).to(float32)
     sn = load(Sin[z, 0, rd]).to(float32)
     sn = where(first, -sn, sn)
-    rh = arange(BH)
-    # rotate_half's element at rd is the partner's: tagged as rd's, so the store's coordinate check holds it to
-    # rd's place like the other term
-    q_half = tag(load(Q[z, rh, 0, partner]), D=rd[None, :])
-    q = load(Q[z, rh, 0, rd]).to(float32) * c[None, :] + q_half.to(float32) * sn[None, :]
-    store(QO[z, rh, 0, rd], q)
-    rk = arange(BK)
-    p = load(Pos[0])
-    inside = (p >= 0) & (p < L)  # a position outside the cache writes nothing (index_copy_ would raise)
-    k_half = tag(load(K[z, rk, 0, partner]), D=rd[None, :])
-    k = load(K[z, rk, 0, rd]).to(float32) * c[None, :] + k_half.to(float32) * sn[None, :]
-    store(KC[z, rk, p, rd], k, mask=inside)
-    store(VC[z, rk, p, rd], load(V[z, rk, 0, rd]), mask=inside)
+    if h < H:
+        # rotate_half's element at rd is the partner's: tagged as rd's, so the store's coordinate check holds it
+        # to rd's place like the other term
+        q_half = tag(load(Q[z, h, 0, partner]), D=rd)
+        store(QO[z, h, 0, rd], load(Q[z, h, 0, rd]).to(float32) * c + q_half.to(float32) * sn)
+    else:
+        hk = h - H
+        p = load(Pos[0])
+        inside = (p >= 0) & (p < L)  # a position outside the cache writes nothing (index_copy_ would raise)
+        k_half = tag(load(K[z, hk, 0, partner]), D=rd)
+        store(KC[z, hk, p, rd], load(K[z, hk, 0, rd]).to(float32) * c + k_half.to(float32) * sn, mask=inside)
+        store(VC[z, hk, p, rd], load(V[z, hk, 0, rd]), mask=inside)
 
 
 KERNELS = (rotary_table_rows,)
 CACHE_KERNELS = (rope_cache_write,)
-MAX_HEADS = 256  # a decode position's query heads are one tile's rows
+MAX_HEADS = 1024  # query heads a decode position may have (a program each)
 
 
 def rotary_policy(rows: int, width: int, target: str) -> Policy:
@@ -137,9 +136,10 @@ def rotary_reference(emb: torch.Tensor) -> torch.Tensor:
 
 
 def rope_cache_policy(heads: int, kv_heads: int, width: int, target: str) -> Policy:
-    """Every query head one row of a tile, every key/value head one of another, a whole head's width each."""
+    """A program a head, the head's whole width one tile; one warp up to 128 elements (four each), more beyond."""
     check_target(target)
-    return Policy.make(BH=pow2(heads), BK=pow2(kv_heads), BD=max(2, pow2(width)), num_warps=4)
+    bd = max(2, pow2(width))
+    return Policy.make(BD=bd, num_warps=max(1, min(4, bd // 128)))
 
 
 def rope_cache_shapes(q: torch.Tensor, k: torch.Tensor, keys: torch.Tensor) -> dict[str, int]:
@@ -191,10 +191,8 @@ def rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Ten
     out = torch.empty_like(q, dtype=torch.promote_types(q.dtype, cos.dtype))
     if z:
         pol = (policies or {}).get("rope_cache_write") or rope_cache_policy(h, k.shape[1], d, target)
-        if pol.const("BH", h) < h or pol.const("BK", k.shape[1]) < k.shape[1] or pol.const("BD", d) < d:
-            # every head is one row of a tile and a head one tile wide: a narrower tile leaves heads unwritten
-            raise ValueError(f"rope_cache's policy has BH={pol.const('BH')}, BK={pol.const('BK')}, "
-                             f"BD={pol.const('BD')} for {h} / {k.shape[1]} heads of {d}")
+        if pol.const("BD", d) < d:  # a head is one tile: a narrower tile leaves part of each head unwritten
+            raise ValueError(f"rope_cache's policy has BD={pol.const('BD')} for heads of {d}")
         c = cos.expand(z, 1, 1, d)[:, 0]
         sn = sin.expand(z, 1, 1, d)[:, 0]
         pick_kernel("rope_cache_write", rope_cache_write, kernels)(q, k, v, c, sn, keys, values, index, out,

@@ -215,7 +215,7 @@ def test_a_plan_that_skips_a_cache_write_differs_from_torch_where_the_tuner_comp
     run_plan, reference = launcher(sig, *example_operands(sig, "cpu"))
     pols = {"rope_cache_write": LIBRARY["rope_cache"].policies(ts, {}, "interpret")["rope_cache_write"]}
     source = "from argus_inductor.dsl import *\n" + rope_cache_write.ir.source
-    line = "    store(VC[z, rk, p, rd], load(V[z, rk, 0, rd]), mask=inside)\n"
+    line = "        store(VC[z, hk, p, rd], load(V[z, hk, 0, rd]), mask=inside)\n"
     assert line in source
     broken = kernels_from_source(source.replace(line, ""), filename="rotary.py")["rope_cache_write"]
     want = reference()

@@ -134,5 +134,5 @@ def test_bad_rope_cache_operands_and_a_narrow_policy_are_refused() -> None:
         rope_cache(q, k, v, cos, sin, keys, values, index.int())
     with pytest.raises(ValueError, match="cos must broadcast"):
         rope_cache(q, k, v, cos[..., :4], sin, keys, values, index)
-    with pytest.raises(ValueError, match="BH=2, BK=2, BD=8 for 4 / 2 heads"):
-        rope_cache(*ops, policies={"rope_cache_write": Policy.make(BH=2, BK=2, BD=8)})
+    with pytest.raises(ValueError, match="BD=4 for heads of 8"):
+        rope_cache(*ops, policies={"rope_cache_write": Policy.make(BD=4)})
