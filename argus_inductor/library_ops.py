@@ -248,7 +248,7 @@ register(LibraryOp(
     lambda ts, a: _rotary.rope_cache_reference(*ts),
     lambda ts, a, target: {"rope_cache_write": _rotary.rope_cache_policy(ts[0].shape[1], ts[1].shape[1],
                                                                          ts[0].shape[3], target)},
-    # proved at the step's own shape: one position, every head a row of a tile (checked against the policy)
+    # proved at the step's own shape: one position, a head one tile wide (checked against the policy)
     geometry=lambda ts, a: ({}, {"rope_cache_write": _rotary.rope_cache_shapes(ts[0], ts[1], ts[5])}),
     writes=(5, 6)))
 

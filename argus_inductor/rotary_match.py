@@ -109,8 +109,8 @@ def _half(node: Any, x: fx.Node, first: bool, half: int) -> bool:
     if not isinstance(idx, tuple) or len(idx) != 2 or idx[0] is not Ellipsis or not isinstance(idx[1], slice):
         return False
     sl = idx[1]
-    want = (None, half) if first else (half, None)
-    return (sl.start in (None, 0) if first else sl.start == half) and sl.stop == want[1] and sl.step in (None, 1)
+    bounds_ok = sl.start in (None, 0) and sl.stop == half if first else sl.start == half and sl.stop is None
+    return bounds_ok and sl.step in (None, 1)
 
 
 def _rotate_half_of(node: Any, half: int) -> fx.Node | None:
@@ -181,12 +181,12 @@ def rewrite_rope_cache_writes(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[
         vn = next((n for n, w in writes if w[1] is index and w[0] is not keys and n is not kn), None)
         if vn is None or not _alive(kn) or not _alive(vn) or len(k_embed.users) != 1:
             continue
-        values, v = _cache_write(vn)[0], _cache_write(vn)[2]
+        values, _, v = _cache_write(vn)  # type: ignore[misc]
         rope = _rope_of(k_embed)
         if rope is None:
             continue
         k, cos, sin = rope
-        qs = [u for u in cos.users if u is not k_embed and u.users and _rope_users(u, cos, sin, k)]
+        qs = [u for u in cos.users if u is not k_embed and u.users and _rotates_another(u, cos, sin, k)]
         if len(qs) != 1:
             continue
         q_embed = next(iter(qs[0].users))
@@ -228,7 +228,7 @@ def rewrite_rope_cache_writes(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[
     return out
 
 
-def _rope_users(mul: fx.Node, cos: fx.Node, sin: fx.Node, k: fx.Node) -> bool:
+def _rotates_another(mul: fx.Node, cos: fx.Node, sin: fx.Node, k: fx.Node) -> bool:
     """Whether `mul` (a user of cos) is the plain product of another tensor's rotation by the same cos and sin."""
     if len(mul.users) != 1:
         return False

@@ -257,3 +257,78 @@ def test_nothing_under_autocast_is_matched() -> None:
         return y0, y, z, e, o, u
 
     _check(f, x, w, a, b, q, kinds=["gemm", "gemm"])  # assert_close checks each output's dtype too
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
+
+
+def _rope_operands(s: int = 1) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    ang = torch.randn(1, 1, s, 4)
+    ang = torch.cat((ang, ang), -1)
+    return (torch.randn(2, 4, s, 8), torch.randn(2, 2, s, 8), torch.randn(2, 2, s, 8), ang.cos(), ang.sin(),
+            torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8), torch.tensor([3] if s == 1 else [2, 3]))
+
+
+def _cache_result(fn: Callable, args: tuple[torch.Tensor, ...], kinds: list[str]) -> None:
+    """fn's rewritten graph against eager, on copies of the caches: the result and both caches."""
+    report_mod.clear()
+    mine = [a.clone() for a in args]
+    gm, inputs = capture(fn, *mine)
+    assert sorted(m.kind for m in rewrite(gm, ALL)) == kinds
+    theirs = [a.clone() for a in args]
+    position = {id(a): i for i, a in enumerate(mine)}
+    fresh = [a.clone() for a in args]
+    with torch.no_grad():
+        out = gm(*[fresh[position[id(a)]] for a in inputs])
+        ref = fn(*theirs)
+    torch.testing.assert_close(out[0], ref[0] if isinstance(ref, tuple) else ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fresh[5], theirs[5], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fresh[6], theirs[6], rtol=1e-5, atol=1e-5)
+
+
+def test_a_decode_steps_rotation_and_cache_writes_become_one_op() -> None:
+    def step(q, k, v, cos, sin, keys, values, index):
+        q_embed = (q * cos) + (_rotate_half(q) * sin)
+        k_embed = (cos * k) + (sin * _rotate_half(k))  # the products in the other order
+        keys.index_copy_(2, index, k_embed)
+        values.index_copy_(2, index, v)
+        return q_embed
+
+    _cache_result(step, _rope_operands(), ["rope_cache"])
+
+
+def test_what_the_rope_cache_matcher_must_leave_alone() -> None:
+    """A read of a cache between the two writes (moving the second write before it would change what it reads),
+    two positions a step (a prefill into the cache), the two caches written at different positions, a rotation
+    of only part of the head (cat with a pass-through part): each stays Inductor's and matches eager."""
+    def read_between(q, k, v, cos, sin, keys, values, index):
+        q_embed = q * cos + _rotate_half(q) * sin
+        keys.index_copy_(2, index, k * cos + _rotate_half(k) * sin)
+        before = values.sum()
+        values.index_copy_(2, index, v)
+        return q_embed, before
+
+    def two_positions(q, k, v, cos, sin, keys, values, index):
+        q_embed = q * cos + _rotate_half(q) * sin
+        keys.index_copy_(2, index, k * cos + _rotate_half(k) * sin)
+        values.index_copy_(2, index, v)
+        return q_embed
+
+    def other_position(q, k, v, cos, sin, keys, values, index):
+        q_embed = q * cos + _rotate_half(q) * sin
+        keys.index_copy_(2, index, k * cos + _rotate_half(k) * sin)
+        values.index_copy_(2, index + 1, v)
+        return q_embed
+
+    def partial(q, k, v, cos, sin, keys, values, index):
+        c, s = cos[..., :4], sin[..., :4]
+        q_embed = torch.cat((q[..., :4] * c + _rotate_half(q[..., :4]) * s, q[..., 4:]), -1)
+        k_embed = torch.cat((k[..., :4] * c + _rotate_half(k[..., :4]) * s, k[..., 4:]), -1)
+        keys.index_copy_(2, index, k_embed)
+        values.index_copy_(2, index, v)
+        return q_embed
+
+    for fn, s in ((read_between, 1), (two_positions, 2), (other_position, 1), (partial, 1)):
+        _cache_result(fn, _rope_operands(s), [])
