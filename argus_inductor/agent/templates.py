@@ -53,6 +53,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in [
                           "tma-block-pointers"), "library:moe"),
     Template("router_topk_rows", ("moe-router-topk",), "library:router"),
     Template("rotary_table_rows", ("rotary-table",), "library:rotary"),
+    Template("rope_cache_write", ("rope-cache-write",), "library:rotary"),
     Template("softmax_kernel", ("online-softmax", "row-block-normalization", "ragged-edge-masking"), "library:norms"),
     Template("rmsnorm_kernel", ("row-block-normalization", "two-pass-statistics"), "library:norms"),
     Template("layernorm_kernel", ("row-block-normalization", "two-pass-statistics"), "library:norms"),

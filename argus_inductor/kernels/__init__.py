@@ -18,7 +18,7 @@ from .moe import (
     moe_route,
 )
 from .norms import layernorm, layernorm_kernel, rmsnorm, rmsnorm_kernel, softmax, softmax_kernel
-from .rotary import rotary_table, rotary_table_rows
+from .rotary import rope_cache, rope_cache_write, rotary_table, rotary_table_rows
 from .router import router_topk, router_topk_rows
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "attention", "attention_fwd", "attention_decode",
     "moe_align", "moe_align_block", "moe_align_fused", "moe_route", "moe_align_counted", "moe_count",
     "moe_place", "moe_gate_up", "moe_gather", "moe_down",
-    "moe_expert_step", "router_topk", "router_topk_rows", "rotary_table", "rotary_table_rows",
+    "moe_expert_step", "router_topk", "router_topk_rows", "rotary_table", "rotary_table_rows", "rope_cache",
+    "rope_cache_write",
     "conv", "loss", "normalize", "pointwise", "pool", "reduce", "scan",
 ]
