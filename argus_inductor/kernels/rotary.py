@@ -208,11 +208,19 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def rope_cache_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """What transformers' decode step does, in torch: the caches written in place, q rotated returned (in
-    rope_cache's layout)."""
-    keys.index_copy_(2, index, k * cos + rotate_half(k) * sin)
+    rope_cache's layout). The rotation is evaluated in float32 (float64 for float64 operands) and rounded once, as
+    the kernel and Inductor's fused kernels do; eager bf16 rounds after each product and the sum, up to 3e-3 away
+    (the tuner's 2e-3 tolerance once rejected the kernel against that chain of roundings)."""
+    wide = torch.promote_types(torch.promote_types(q.dtype, cos.dtype), torch.float32)
+    c, s = cos.to(wide), sin.to(wide)
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(wide)
+        return x * c + rotate_half(x) * s
+
+    keys.index_copy_(2, index, rotate(k).to(keys.dtype))
     values.index_copy_(2, index, v)
-    qe = q * cos + rotate_half(q) * sin
-    return torch.empty_like(q, dtype=qe.dtype).copy_(qe)
+    return torch.empty_like(q, dtype=torch.promote_types(q.dtype, cos.dtype)).copy_(rotate(q))
 
 
 __all__ = ["rotary_table_rows", "rotary_table", "rotary_reference", "rotary_policy", "table_shapes", "KERNELS",

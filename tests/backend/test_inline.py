@@ -191,7 +191,9 @@ def test_a_restart_dynamo_asks_for_is_not_taken_for_a_failure_to_inline(fresh_ca
     monkeypatch.setattr(fx_module, "compile_fx", compile_fx)
     _inlined_swish_on_the_cpu(monkeypatch, caplog)
     assert len(calls) >= 2, "Dynamo traced again and called the backend again"
-    assert "could not compile the inlined Argus launches" not in caplog.text
+    # the compile after the restart may still give the launches up here (Inductor's CPU code cannot launch
+    # interpreted kernels, the test above); what must not happen is the restart itself taken for that failure
+    assert "TensorifyScalarRestartAnalysis" not in caplog.text
 
 
 def _rope_step(q, k, v, cos, sin, keys, values, index):
