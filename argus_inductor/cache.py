@@ -224,7 +224,7 @@ class KernelCache:
                 accept: Callable[[Signature], bool] | None = None) -> tuple[CacheEntry, float] | None:
         """The solved entry closest to `signature` within its family (same op, epilogue, dtypes, layouts,
         device), with its distance; None when the family has no entry. `accept`: only entries whose signature it
-        accepts."""
+        accepts. An entry the checker rejected is not a solution."""
         best: tuple[CacheEntry, float] | None = None
         for e in self.entries():
             try:
@@ -232,6 +232,8 @@ class KernelCache:
             except (KeyError, TypeError, ValueError):
                 continue
             if not signature.same_family(other) or (accept is not None and not accept(other)):
+                continue
+            if e.verification.get("status") == "violations":  # a plan the checker rejects is never lent
                 continue
             d = signature.distance(other)
             if best is None or d < best[1]:
@@ -260,7 +262,8 @@ class KernelCache:
 
     def misses(self) -> list[dict[str, Any]]:
         """One dict per missed signature: key, signature (a dict, see Signature.from_dict), count,
-        first_seen, last_seen and solved (whether the cache now has an entry for it); oldest first."""
+        first_seen, last_seen and solved (whether the cache now has an entry for it that the checker did not
+        reject); oldest first."""
         try:
             lines = self.misses_file.read_text().splitlines()
         except FileNotFoundError:
@@ -285,7 +288,8 @@ class KernelCache:
         if bad:
             _report_once(f"misses-bad:{self.misses_file}",
                          f"argus: {bad} unreadable line(s) in {self.misses_file} were skipped")
-        solved = set(self.keys())
+        solved = {k for k in self.keys()  # an entry the checker rejected solves nothing
+                  if (e := self.get(k)) is not None and e.verification.get("status") != "violations"}
         out = sorted(found.values(), key=lambda m: m["first_seen"])
         for m in out:
             m["solved"] = m["key"] in solved

@@ -583,6 +583,12 @@ def _verifier() -> Callable[..., Any] | None:
     return fn if callable(fn) else None
 
 
+# The checker's version in each verdict it stores. Bumped when the checker comes to reject what it used to prove, so
+# that entries an older one proved are proved again when first loaded (plan_for). 2: in-kernel assumptions that
+# no element satisfies at the verified shapes and policy (a vacuous proof) are rejected (session 25).
+CHECKER_VERSION = 2
+
+
 def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
                 policies: dict[str, Policy], target: str | None = None) -> dict[str, Any]:
     """Run the invariant checker on each kernel of a plan, and on the kernels its host runs with policies of their
@@ -612,7 +618,31 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
         undecided += len(js.get("undecided", []))
     # no counterexample, but an obligation z3 could not settle in time is not a proof: said so, not rejected
     status = "violations" if problems else ("undecided" if undecided else "verified")
-    return {"status": status, "problems": problems, "undecided": undecided, "kernels": results}
+    return {"status": status, "problems": problems, "undecided": undecided, "kernels": results,
+            "checker": CHECKER_VERSION}
+
+
+def _proved_by_older_checker(entry: CacheEntry) -> bool:
+    v = entry.verification
+    return v.get("status") in ("verified", "undecided") and int(v.get("checker", 1)) < CHECKER_VERSION
+
+
+def entry_current(entry: CacheEntry | None) -> bool:
+    """Whether `entry` stands as a plan: present, not rejected by the checker, not proved only by an older one (what
+    `argus warmup` leaves alone unless --force)."""
+    return entry is not None and entry.verification.get("status") != "violations" and \
+        not _proved_by_older_checker(entry)
+
+
+def _reverified(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, cache: KernelCache) -> CacheEntry:
+    """`entry` proved again by this checker, and stored with the new verdict (once per entry, not per process)."""
+    plan = _plan_from_entry(spec, sig, entry, "cache", "")
+    entry = replace(entry, verification=verify_plan(spec, sig, plan.kernels, plan.policies, target))
+    try:
+        cache.put(sig.key(), entry)
+    except OSError as e:
+        _say_once(f"argus: cannot update the cache entry {cache.path(sig.key())} ({e})")
+    return entry
 
 
 def _versions(sig: Signature) -> dict[str, Any]:
@@ -789,6 +819,16 @@ def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> 
     cache = kernel_cache(opts)
     plan: Plan | None = None
     entry = cache.get(sig.key())
+    if entry is not None and _proved_by_older_checker(entry):
+        try:
+            entry = _reverified(spec, sig, entry, target, cache)
+        except Exception as e:  # an entry whose kernels cannot even be read is handled below
+            _say_once(f"argus: cache entry {cache.path(sig.key())} could not be proved again ({type(e).__name__}: "
+                      f"{e})")
+    if entry is not None and entry.verification.get("status") == "violations":
+        _say_once(f"argus: cache entry {cache.path(sig.key())} fails the invariant checker "
+                  f"({_verification_summary(entry.verification)}); treating it as a miss")
+        entry = None
     if entry is not None:
         try:
             plan = _plan_from_entry(spec, sig, entry, "cache",

@@ -124,7 +124,7 @@ def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
     # a traced model's (arch "meta"): of this machine's device, not yet cached (or all of them with --force)
     for sig in getattr(args, "traced_library", []):
         sig = replace(sig, arch=device_arch(device))
-        if sig.op in LIBRARY and (args.force or cache.get(sig.key()) is None):
+        if sig.op in LIBRARY and (args.force or not ops.entry_current(cache.get(sig.key()))):
             todo.append(sig)
     wanted = {o.strip() for o in args.ops.split(",")} if args.ops else None
     todo = [s for s in todo if wanted is None or s.op in wanted]

@@ -122,7 +122,9 @@ class Evaluator:
                 return Outcome("verify_failed", f"{name} violates its invariants under policy {pol.key()}",
                                counterexample=chk.text(),
                                verification={"ok": False, "status": "violations", "kernels": summaries})
-        return {"ok": True, "status": "verified", "kernels": summaries}
+        from ..ops import CHECKER_VERSION
+
+        return {"ok": True, "status": "verified", "kernels": summaries, "checker": CHECKER_VERSION}
 
     def lower(self, cand: Candidate, policies: dict[str, Policy]) -> Outcome | str:
         texts = []

@@ -193,6 +193,7 @@ def _interpreting() -> bool:
 def warmup(jobs: list[Job], opts: WarmupOptions, out: TextIO | None = None) -> list[dict[str, Any]]:
     """Run the jobs; returns one row per distinct signature (skipped ones included). Progress goes to `out`
     (standard error by default)."""
+    from .. import ops
     from .store import open_cache
 
     out = out if out is not None else sys.stderr
@@ -216,8 +217,8 @@ def warmup(jobs: list[Job], opts: WarmupOptions, out: TextIO | None = None) -> l
             rows.append({"signature": sig.short(), "key": key, "source": f"skipped (recorded on {sig.arch})",
                          "job": job.source})
             continue
-        if not opts.force and cache.get(key) is not None:
-            e = cache.get(key)
+        e = None if opts.force else cache.get(key)
+        if ops.entry_current(e):  # one the checker rejects, or an older checker proved, is made again
             t = e.timings if e is not None else {}
             rows.append({"signature": sig.short(), "key": key, "source": "cache (already there)", "job": job.source,
                          "ms": t.get("ms"), "peer": t.get("peer"), "speed_vs_peer": t.get("speed_vs_peer"),

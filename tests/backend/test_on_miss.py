@@ -179,11 +179,28 @@ def test_a_kernel_that_fails_to_launch_falls_back_to_aten(fresh_cache: Path) -> 
     _use()
     _linear(6)
     sig = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
-    ops.warm(sig, policy={"BM": 3, "BN": 16, "BK": 16})  # not a power of two: Triton refuses it
+    # not a power of two: Triton refuses it. Stored unverified (ARGUS_VERIFY=0): the checker rejects it too, and an
+    # entry the checker rejects is not run at all (the next test)
+    bad = ops.make_entry(sig, policy={"BM": 3, "BN": 16, "BK": 16}, verify=False)
+    ops.kernel_cache().put(sig.key(), bad)
     _use()
     out, ref = _linear(6)
     torch.testing.assert_close(out, ref)
     assert _source().startswith("fallback (kernel failed")
+
+
+def test_an_entry_the_checker_rejects_is_not_run(fresh_cache: Path, caplog) -> None:
+    _use()
+    _linear(6)
+    sig = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
+    entry = ops.warm(sig, policy={"BM": 3, "BN": 16, "BK": 16})
+    assert entry.verification["status"] == "violations"
+    _use()
+    with caplog.at_level(logging.WARNING, logger="argus_inductor"):
+        out, ref = _linear(6)
+    torch.testing.assert_close(out, ref)
+    assert _source().startswith("default"), _source()
+    assert "fails the invariant checker" in caplog.text
 
 
 def test_a_cached_moe_plan_can_gather_the_routed_rows_first(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,3 +229,69 @@ def test_a_cached_moe_plan_can_gather_the_routed_rows_first(fresh_cache: Path, m
     run()
     assert gathered == ["moe_gather"]
     assert _source("t:moe").startswith("cache (warmup, ")
+
+
+def _old_checker_entry(bd: int) -> tuple[torch.Tensor, object, object]:
+    """A rotary-table entry with tile width `bd` for rows of 128 angles, stored with the verdict an older checker
+    gave (verified, no checker version): the state a cache warmed before session 25 left."""
+    import json
+    from dataclasses import replace
+
+    from argus_inductor.library_ops import library_signature
+
+    emb = torch.randn(1, 40, 128) * 10
+    sig = library_signature("rotary_table", [emb], json.dumps({}))
+    entry = ops.make_entry(sig, {"rotary_table_rows": {"BR": 4, "BD": bd}}, verify=False)
+    entry = replace(entry, verification={"status": "verified", "problems": 0, "undecided": 0, "kernels": {}})
+    ops.kernel_cache().put(sig.key(), entry)
+    ops.forget_plans()
+    return emb, sig, entry
+
+
+def test_an_entry_an_older_checker_proved_is_proved_again_once(fresh_cache: Path, monkeypatch, caplog) -> None:
+    """An entry whose stored proof predates the checker's last tightening (its tile too narrow for the rows: proved
+    vacuously before session 25) is proved again when first loaded: rejected, it runs the template as a miss, the
+    log says why once, and the entry keeps the new verdict, so the next process neither proves it again nor lends
+    its policy to a neighbour; a sound old entry is proved again, kept, and used from the cache."""
+    _use()
+    emb, sig, _ = _old_checker_entry(64)
+    proofs = []
+    real = ops.verify_plan
+    monkeypatch.setattr(ops, "verify_plan", lambda *a, **k: proofs.append(1) or real(*a, **k))
+    with caplog.at_level(logging.WARNING, logger="argus_inductor"):
+        out = torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot")
+    torch.testing.assert_close(out, torch.stack([emb.cos(), emb.sin()]), rtol=1e-5, atol=1e-5)
+    assert "fails the invariant checker" in caplog.text and len(proofs) == 1
+    assert not report_mod.entries()[-1].source.startswith("cache"), report_mod.entries()[-1].source
+    stored = ops.kernel_cache().get(sig.key())
+    assert stored.verification["status"] == "violations" and stored.verification["checker"] == ops.CHECKER_VERSION
+    assert ops.kernel_cache().nearest(sig) is None, "a rejected entry is not lent"
+    ops.forget_plans()
+    torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot")
+    assert len(proofs) == 1, "proved again in a later process"
+
+    emb, sig, _ = _old_checker_entry(128)
+    out = torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot2")
+    torch.testing.assert_close(out, torch.stack([emb.cos(), emb.sin()]), rtol=1e-5, atol=1e-5)
+    assert report_mod.entries()[-1].source.startswith("cache"), report_mod.entries()[-1].source
+    stored = ops.kernel_cache().get(sig.key())
+    assert stored.verification["status"] == "verified" and stored.verification["checker"] == ops.CHECKER_VERSION
+    assert len(proofs) == 2
+
+
+def test_warmup_makes_again_what_the_checker_rejects(fresh_cache: Path) -> None:
+    """A miss whose entry the checker rejected is not solved: `argus warmup` (which skips cached signatures) makes it
+    again, and the new entry is proved."""
+    from argus_inductor.agent.shapes import from_misses
+    from argus_inductor.agent.warmup import WarmupOptions, warmup
+
+    _use()
+    _linear(6)
+    sig = Signature.from_dict(ops.kernel_cache().misses()[0]["signature"])
+    ops.warm(sig, policy={"BM": 3, "BN": 16, "BK": 16})
+    misses = ops.kernel_cache().misses()
+    assert [m["solved"] for m in misses] == [False]
+    assert not ops.entry_current(ops.kernel_cache().get(sig.key()))
+    rows = warmup(from_misses(misses), WarmupOptions(cache_root=fresh_cache, policy="offline", trials=0))
+    assert rows and rows[0]["source"] != "cache (already there)", rows
+    assert ops.entry_current(ops.kernel_cache().get(sig.key()))
