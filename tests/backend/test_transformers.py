@@ -3,6 +3,7 @@ find the GEMM, attention and MoE subgraphs, the rewritten graphs agree with eage
 recompile per size, and without the interpreter the CPU gets Inductor's result exactly."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,39 @@ def test_a_decode_steps_rotation_and_cache_write_are_one_op(name: str, batch: in
     ropes = [e for e in report_mod.entries() if e.op == "rope" and e.calls]
     assert len(ropes) == 2 and all(e.source.startswith("default") for e in ropes), \
         [(e.graph_node, e.source) for e in report_mod.entries()]
+
+
+@pytest.mark.skipif(os.environ.get("ARGUS_TEST_DEVICE", "cpu") != "cuda" or not torch.cuda.is_available(),
+                    reason="needs the GPU (ARGUS_TEST_DEVICE=cuda): Inductor compiles the inlined launches there")
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_decode_steps_cache_write_on_the_gpu_matches_eager(dynamic: bool, fresh_cache: Path) -> None:
+    """On the GPU, rope_cache's launch inlined into Inductor's code (static shapes: the caches are written by a
+    user-defined Triton kernel Inductor reinplaces) or called as an op (dynamic shapes): over several steps, with
+    CUDA-graph replays, the logits and the caches match eager's."""
+    from transformers import StaticCache
+
+    cfg, _ = _config("llama")
+    cfg.num_hidden_layers = 2
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval().cuda()
+    tokens = torch.randint(0, 64, (1, 1), device="cuda")
+    mine = StaticCache(config=cfg, max_cache_len=24)
+    theirs = StaticCache(config=cfg, max_cache_len=24)
+
+    def step(fn: Callable, cache: Any, at: int) -> torch.Tensor:
+        pos = torch.tensor([at], device="cuda")
+        with torch.no_grad():
+            return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
+                      use_cache=True).logits
+
+    step(model, mine, 0)
+    step(model, theirs, 0)
+    compiled = torch.compile(model, backend="argus", dynamic=dynamic)
+    for at in range(1, 6):
+        torch.testing.assert_close(step(compiled, mine, at), step(model, theirs, at), rtol=2e-3, atol=2e-3)
+    for a, b in zip(mine.layers, theirs.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-4, atol=1e-4)
+    ropes = [e for e in report_mod.entries() if e.op == "rope" and e.calls]
+    assert len(ropes) == 2, [(e.graph_node, e.source) for e in report_mod.entries()]
