@@ -624,7 +624,8 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
 
 def _proved_by_older_checker(entry: CacheEntry) -> bool:
     v = entry.verification
-    return v.get("status") in ("verified", "undecided") and int(v.get("checker", 1)) < CHECKER_VERSION
+    version = v.get("checker", 1)
+    return v.get("status") in ("verified", "undecided") and (not isinstance(version, int) or version < CHECKER_VERSION)
 
 
 def entry_current(entry: CacheEntry | None) -> bool:
