@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from argus_inductor import backend, inline, ops, reporting
 from argus_inductor.config import Options
+from argus_inductor.kernels.rotary import rotate_half
 from argus_inductor.matchers import rewrite
 
 from .graphs import capture
@@ -198,9 +199,6 @@ def test_a_restart_dynamo_asks_for_is_not_taken_for_a_failure_to_inline(fresh_ca
 
 def _rope_step(q, k, v, cos, sin, keys, values, index):
     """transformers' decode step of one layer: q and k rotated, the rotated k and the v written into the cache."""
-    def rotate_half(x):
-        return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
-
     q_embed = q * cos + rotate_half(q) * sin
     keys.index_copy_(2, index, k * cos + rotate_half(k) * sin)
     values.index_copy_(2, index, v)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from argus_inductor import reporting as report_mod
+from argus_inductor.kernels.rotary import rotate_half
 from argus_inductor.matchers import rewrite
 
 from .graphs import capture
@@ -259,10 +260,6 @@ def test_nothing_under_autocast_is_matched() -> None:
     _check(f, x, w, a, b, q, kinds=["gemm", "gemm"])  # assert_close checks each output's dtype too
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
-
-
 def _rope_operands(s: int = 1) -> tuple[torch.Tensor, ...]:
     torch.manual_seed(0)
     ang = torch.randn(1, 1, s, 4)
@@ -290,8 +287,8 @@ def _cache_result(fn: Callable, args: tuple[torch.Tensor, ...], kinds: list[str]
 
 def test_a_decode_steps_rotation_and_cache_writes_become_one_op() -> None:
     def step(q, k, v, cos, sin, keys, values, index):
-        q_embed = (q * cos) + (_rotate_half(q) * sin)
-        k_embed = (cos * k) + (sin * _rotate_half(k))  # the products in the other order
+        q_embed = (q * cos) + (rotate_half(q) * sin)
+        k_embed = (cos * k) + (sin * rotate_half(k))  # the products in the other order
         keys.index_copy_(2, index, k_embed)
         values.index_copy_(2, index, v)
         return q_embed
@@ -304,28 +301,28 @@ def test_what_the_rope_cache_matcher_must_leave_alone() -> None:
     two positions a step (a prefill into the cache), the two caches written at different positions, a rotation
     of only part of the head (cat with a pass-through part): each stays Inductor's and matches eager."""
     def read_between(q, k, v, cos, sin, keys, values, index):
-        q_embed = q * cos + _rotate_half(q) * sin
-        keys.index_copy_(2, index, k * cos + _rotate_half(k) * sin)
+        q_embed = q * cos + rotate_half(q) * sin
+        keys.index_copy_(2, index, k * cos + rotate_half(k) * sin)
         before = values.sum()
         values.index_copy_(2, index, v)
         return q_embed, before
 
     def two_positions(q, k, v, cos, sin, keys, values, index):
-        q_embed = q * cos + _rotate_half(q) * sin
-        keys.index_copy_(2, index, k * cos + _rotate_half(k) * sin)
+        q_embed = q * cos + rotate_half(q) * sin
+        keys.index_copy_(2, index, k * cos + rotate_half(k) * sin)
         values.index_copy_(2, index, v)
         return q_embed
 
     def other_position(q, k, v, cos, sin, keys, values, index):
-        q_embed = q * cos + _rotate_half(q) * sin
-        keys.index_copy_(2, index, k * cos + _rotate_half(k) * sin)
+        q_embed = q * cos + rotate_half(q) * sin
+        keys.index_copy_(2, index, k * cos + rotate_half(k) * sin)
         values.index_copy_(2, index + 1, v)
         return q_embed
 
     def partial(q, k, v, cos, sin, keys, values, index):
         c, s = cos[..., :4], sin[..., :4]
-        q_embed = torch.cat((q[..., :4] * c + _rotate_half(q[..., :4]) * s, q[..., 4:]), -1)
-        k_embed = torch.cat((k[..., :4] * c + _rotate_half(k[..., :4]) * s, k[..., 4:]), -1)
+        q_embed = torch.cat((q[..., :4] * c + rotate_half(q[..., :4]) * s, q[..., 4:]), -1)
+        k_embed = torch.cat((k[..., :4] * c + rotate_half(k[..., :4]) * s, k[..., 4:]), -1)
         keys.index_copy_(2, index, k_embed)
         values.index_copy_(2, index, v)
         return q_embed

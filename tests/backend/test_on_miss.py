@@ -231,7 +231,7 @@ def test_a_cached_moe_plan_can_gather_the_routed_rows_first(fresh_cache: Path, m
     assert _source("t:moe").startswith("cache (warmup, ")
 
 
-def _old_checker_entry(bd: int) -> tuple[torch.Tensor, object, object]:
+def _old_checker_entry(bd: int) -> tuple[torch.Tensor, Signature]:
     """A rotary-table entry with tile width `bd` for rows of 128 angles, stored with the verdict an older checker
     gave (verified, no checker version): the state a cache warmed before session 25 left."""
     import json
@@ -245,7 +245,7 @@ def _old_checker_entry(bd: int) -> tuple[torch.Tensor, object, object]:
     entry = replace(entry, verification={"status": "verified", "problems": 0, "undecided": 0, "kernels": {}})
     ops.kernel_cache().put(sig.key(), entry)
     ops.forget_plans()
-    return emb, sig, entry
+    return emb, sig
 
 
 def test_an_entry_an_older_checker_proved_is_proved_again_once(fresh_cache: Path, monkeypatch, caplog) -> None:
@@ -254,7 +254,7 @@ def test_an_entry_an_older_checker_proved_is_proved_again_once(fresh_cache: Path
     log says why once, and the entry keeps the new verdict, so the next process neither proves it again nor lends
     its policy to a neighbour; a sound old entry is proved again, kept, and used from the cache."""
     _use()
-    emb, sig, _ = _old_checker_entry(64)
+    emb, sig = _old_checker_entry(64)
     proofs = []
     real = ops.verify_plan
     monkeypatch.setattr(ops, "verify_plan", lambda *a, **k: proofs.append(1) or real(*a, **k))
@@ -270,7 +270,7 @@ def test_an_entry_an_older_checker_proved_is_proved_again_once(fresh_cache: Path
     torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot")
     assert len(proofs) == 1, "proved again in a later process"
 
-    emb, sig, _ = _old_checker_entry(128)
+    emb, sig = _old_checker_entry(128)
     out = torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot2")
     torch.testing.assert_close(out, torch.stack([emb.cos(), emb.sin()]), rtol=1e-5, atol=1e-5)
     assert report_mod.entries()[-1].source.startswith("cache"), report_mod.entries()[-1].source

@@ -55,6 +55,23 @@ def build(name: str, attn: str = "sdpa", experts: str | None = None) -> torch.nn
     return cls(cfg).eval()
 
 
+def _two_layer_decoder(name: str) -> tuple[Any, torch.nn.Module]:
+    """The config and model of `name` with two layers and SDPA attention, seeded: what the decode-step tests run."""
+    cfg, cls_name = _config(name)
+    cfg.num_hidden_layers = 2
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return cfg, getattr(transformers, cls_name)(cfg).eval()
+
+
+def _decode_logits(fn: Callable, cache: Any, tokens: torch.Tensor, at: int) -> torch.Tensor:
+    """One decode step of `tokens` (batch, 1) at position `at` against a StaticCache: the logits."""
+    pos = torch.tensor([at], device=tokens.device)
+    with torch.no_grad():
+        return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
+                  use_cache=True).logits
+
+
 def _logits(model: Callable, tokens: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return model(tokens, use_cache=False).logits
@@ -192,25 +209,14 @@ def test_every_layers_attention_is_taken_in_a_static_cache_decode_step(fresh_cac
     the whole cache, 0.43 ms of a 1.49 ms Llama decode step at batch 32)."""
     from transformers import StaticCache
 
-    cfg, _ = _config("llama")
-    cfg.num_hidden_layers = 2
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    cfg, model = _two_layer_decoder("llama")
     cache = StaticCache(config=cfg, max_cache_len=24)
     tokens = torch.randint(0, 64, (2, 1))
-
-    def step(fn: Callable, at: int) -> torch.Tensor:
-        pos = torch.tensor([at])
-        with torch.no_grad():
-            return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
-                      use_cache=True).logits
-
-    step(model, 0)  # the cache's tensors come to exist in eager, as in a generate() loop
+    _decode_logits(model, cache, tokens, 0)  # the cache's tensors come to exist in eager, as in a generate() loop
     compiled = torch.compile(model, backend="argus", dynamic=True)
     for at in (1, 2):
-        out = step(compiled, at)
-        ref = step(model, at)  # the same cache slot written again with the same keys: the same state
+        out = _decode_logits(compiled, cache, tokens, at)
+        ref = _decode_logits(model, cache, tokens, at)  # the same slot written again with the same keys
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     taken = {e.graph_node for e in report_mod.entries() if e.op == "attention" and e.calls}
     assert len(taken) == 2, taken
@@ -223,26 +229,15 @@ def test_decode_projections_of_one_input_fuse_into_one_launch(name: str, fresh_c
     step after it (rows now symbolic) keeps them three GEMMs and matches too."""
     from transformers import StaticCache
 
-    cfg, cls_name = _config(name)
-    cfg.num_hidden_layers = 2
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = getattr(transformers, cls_name)(cfg).eval()
+    cfg, model = _two_layer_decoder(name)
     for batch, fused in ((1, True), (2, False)):
         report_mod.clear()
         cache = StaticCache(config=cfg, max_cache_len=24)
         tokens = torch.randint(0, 64, (batch, 1))
-
-        def step(fn: Callable, at: int) -> torch.Tensor:
-            pos = torch.tensor([at])
-            with torch.no_grad():
-                return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
-                          use_cache=True).logits
-
-        step(model, 0)
+        _decode_logits(model, cache, tokens, 0)
         compiled = torch.compile(model, backend="argus", dynamic=True)
-        out = step(compiled, 1)
-        ref = step(model, 1)
+        out = _decode_logits(compiled, cache, tokens, 1)
+        ref = _decode_logits(model, cache, tokens, 1)
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
         cats = [e for e in report_mod.entries() if " + " in e.graph_node and e.calls]
         assert len(cats) == (2 if fused else 0), [(e.graph_node, e.source) for e in report_mod.entries()]
@@ -265,25 +260,15 @@ def test_a_decode_steps_rotation_and_cache_write_are_one_op(name: str, batch: in
     run under the interpreter: over several steps the logits, and the caches the steps wrote, match eager's."""
     from transformers import StaticCache
 
-    cfg, cls_name = _config(name)
-    cfg.num_hidden_layers = 2
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = getattr(transformers, cls_name)(cfg).eval()
+    cfg, model = _two_layer_decoder(name)
     tokens = torch.randint(0, 64, (batch, 1))
     mine, theirs = StaticCache(config=cfg, max_cache_len=24), StaticCache(config=cfg, max_cache_len=24)
-
-    def step(fn: Callable, cache: Any, at: int) -> torch.Tensor:
-        pos = torch.tensor([at])
-        with torch.no_grad():
-            return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
-                      use_cache=True).logits
-
-    step(model, mine, 0)
-    step(model, theirs, 0)
+    _decode_logits(model, mine, tokens, 0)
+    _decode_logits(model, theirs, tokens, 0)
     compiled = torch.compile(model, backend="argus", dynamic=True)
     for at in (1, 2, 3):
-        torch.testing.assert_close(step(compiled, mine, at), step(model, theirs, at), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(_decode_logits(compiled, mine, tokens, at), _decode_logits(model, theirs, tokens, at),
+                                   rtol=1e-4, atol=1e-4)
     for a, b in zip(mine.layers, theirs.layers):
         torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
@@ -303,26 +288,16 @@ def test_a_decode_steps_cache_write_on_the_gpu_matches_eager(dynamic: bool, fres
     CUDA-graph replays, the logits and the caches match eager's."""
     from transformers import StaticCache
 
-    cfg, _ = _config("llama")
-    cfg.num_hidden_layers = 2
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval().cuda()
+    cfg, model = _two_layer_decoder("llama")
+    model = model.cuda()
     tokens = torch.randint(0, 64, (1, 1), device="cuda")
-    mine = StaticCache(config=cfg, max_cache_len=24)
-    theirs = StaticCache(config=cfg, max_cache_len=24)
-
-    def step(fn: Callable, cache: Any, at: int) -> torch.Tensor:
-        pos = torch.tensor([at], device="cuda")
-        with torch.no_grad():
-            return fn(input_ids=tokens, past_key_values=cache, cache_position=pos, position_ids=pos[None],
-                      use_cache=True).logits
-
-    step(model, mine, 0)
-    step(model, theirs, 0)
+    mine, theirs = StaticCache(config=cfg, max_cache_len=24), StaticCache(config=cfg, max_cache_len=24)
+    _decode_logits(model, mine, tokens, 0)
+    _decode_logits(model, theirs, tokens, 0)
     compiled = torch.compile(model, backend="argus", dynamic=dynamic)
     for at in range(1, 6):
-        torch.testing.assert_close(step(compiled, mine, at), step(model, theirs, at), rtol=2e-3, atol=2e-3)
+        torch.testing.assert_close(_decode_logits(compiled, mine, tokens, at), _decode_logits(model, theirs, tokens, at),
+                                   rtol=2e-3, atol=2e-3)
     for a, b in zip(mine.layers, theirs.layers):
         torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(a.values, b.values, rtol=1e-4, atol=1e-4)
