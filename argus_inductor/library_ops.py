@@ -442,6 +442,15 @@ register(LibraryOp(
 # compiled model, and custom_op's Python wrappers (autograd shim, redispatch, aliasing check) cost about three times
 # the dispatcher's own path. The schema is functional; the fake implementation below gives shapes to Inductor.
 _LIB = torch.library.Library("argus", "FRAGMENT")
+# "argus::<op>" -> the Python function that implements each op defined here (what agent/trace.py runs on fake values)
+HOST_FUNCTIONS: dict[str, Callable[..., Tensor]] = {}
+
+
+def _implement(name: str, fn: Callable[..., Tensor]) -> None:
+    _LIB.impl(name, fn, "CompositeExplicitAutograd")
+    HOST_FUNCTIONS[f"argus::{name}"] = fn
+
+
 _LIB.define("library(str name, Tensor?[] tensors, str args, str node_id) -> Tensor")
 
 
@@ -486,7 +495,7 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
     return out
 
 
-_LIB.impl("library", library, "CompositeExplicitAutograd")
+_implement("library", library)
 
 
 @torch.library.register_fake("argus::library")
@@ -504,7 +513,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, node_id: str) -> Tensor:
     return library("rms_norm_rounded", [x, weight], canonical_args({"eps": float(eps)}), node_id)
 
 
-_LIB.impl("rms_norm", rms_norm, "CompositeExplicitAutograd")
+_implement("rms_norm", rms_norm)
 
 
 @torch.library.register_fake("argus::rms_norm")
@@ -523,7 +532,7 @@ def rope_cache(q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor, keys: 
     return library("rope_cache", [q, k, v, cos, sin, keys, values, index], "{}", node_id)
 
 
-_LIB.impl("rope_cache", rope_cache, "CompositeExplicitAutograd")
+_implement("rope_cache", rope_cache)
 
 
 @torch.library.register_fake("argus::rope_cache")

@@ -128,10 +128,8 @@ def _host_function(target: Any) -> Any:
     from .. import library_ops
 
     name = getattr(target, "_schema", None) and target._schema.name  # "argus::linear"
-    own = {"argus::library": library_ops.library, "argus::rms_norm": library_ops.rms_norm,
-           "argus::rope_cache": library_ops.rope_cache}
-    if name in own:
-        return own[name]
+    if name in library_ops.HOST_FUNCTIONS:  # the ops defined through the low-level Library API
+        return library_ops.HOST_FUNCTIONS[name]
     from torch._library.custom_ops import OPDEFS
 
     opdef = OPDEFS.get(name)
