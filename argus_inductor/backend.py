@@ -18,6 +18,7 @@ from . import reporting as _report
 from .config import Options
 from .cuda_graphs import replacing_trees
 from .matchers import is_argus_op, rewrite
+from .module_floats import specialize_module_floats
 from .ops import set_active_options, target_for
 
 log = logging.getLogger("argus_inductor")
@@ -106,12 +107,19 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
     accel = {d for d in devices if d.type != "cpu"} or devices
     targets = {target_for(d, opts) for d in accel}
+    recorded = _report.entry_ids()  # a restart's trace records its matches again: these stay, the rest go
     if None in targets:
         where = ", ".join(sorted(str(d) for d in devices))
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
                   "with ARGUS_INTERPRET=1); compiling with Inductor alone")
     else:
         matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
+        if matches and opts.specialize_floats:
+            try:
+                specialize_module_floats(gm)  # raises Dynamo's restart while a module float is still an input
+            except RestartAnalysis:
+                _report.forget_since(recorded)  # the next trace's rewrite records these matches again
+                raise
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
         argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:
@@ -164,6 +172,8 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     try:
         compiled = compile_with(gm, inductor_config(0 < argus_ops == inlined))
     except Exception as e:
+        if isinstance(e, RestartAnalysis):
+            _report.forget_since(recorded)
         if not inlined or isinstance(e, RestartAnalysis):
             # a restart is Dynamo's signal, not a failure (TensorifyScalarRestartAnalysis: trace again with a Python
             # float specialized, which Inductor could not keep symbolic): Dynamo retraces and calls the backend

@@ -57,6 +57,8 @@ class Options:
     #                                 shapes, so its generated code launches them (argus_inductor.inline)
     prune_rows: bool = True        # ARGUS_PRUNE_ROWS: compute only the rows a final slice keeps (a prefill's last
     #                                 layer on the positions whose logits are returned; argus_inductor.row_pruning)
+    specialize_floats: bool = True  # ARGUS_SPECIALIZE_FLOATS: floats read from nn.Module attributes become
+    #                                 constants of an Argus graph, not inputs (argus_inductor.module_floats)
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
@@ -77,6 +79,7 @@ class Options:
             "replay": _env_bool("ARGUS_REPLAY", True),
             "inline": _env_bool("ARGUS_INLINE", True),
             "prune_rows": _env_bool("ARGUS_PRUNE_ROWS", True),
+            "specialize_floats": _env_bool("ARGUS_SPECIALIZE_FLOATS", True),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

@@ -40,6 +40,20 @@ def forget_match(node_id: str) -> None:
         _ENTRIES.pop(node_id, None)
 
 
+def entry_ids() -> set[str]:
+    """The ids of the entries recorded so far (forget_since drops the ones added after)."""
+    with _LOCK:
+        return set(_ENTRIES)
+
+
+def forget_since(ids: set[str]) -> None:
+    """Drop the entries recorded after `entry_ids` returned `ids`: a rewrite whose graph Dynamo traces again (its
+    matches are recorded again by the next rewrite, under the new graph's ids)."""
+    with _LOCK:
+        for k in [k for k in _ENTRIES if k not in ids]:
+            del _ENTRIES[k]
+
+
 def record_call(node_id: str, signature: str, source: str, ms: float | None,
                 notes: list[str] | None = None, flops: int = 0) -> None:
     """One call of a matched subgraph. `flops`: what the call computes in matmul, convolution and attention FLOPs
