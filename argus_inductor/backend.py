@@ -116,7 +116,8 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
         matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
         if matches and opts.specialize_floats:
             try:
-                specialize_module_floats(gm)  # raises Dynamo's restart while a module float is still an input
+                # raises Dynamo's restart while a module float is still an input
+                specialize_module_floats(gm, example_inputs)
             except RestartAnalysis:
                 _report.forget_since(recorded)  # the next trace's rewrite records these matches again
                 raise

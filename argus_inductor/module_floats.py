@@ -11,16 +11,39 @@ modules (torch._dynamo.config.allow_unspec_int_on_nn_module is off by default) f
 Dynamo for the floats too, the way Inductor asks for a float it cannot keep symbolic: it marks their symbols for
 specialization and raises TensorifyScalarRestartAnalysis, and Dynamo traces the frame again with each as a
 constant, guarded by its value (a changed eps recompiles; it never runs with the old one). Floats that are
-arguments of the compiled function (a sampling temperature, say) stay inputs.
+arguments of the compiled function (a sampling temperature, say) stay inputs, and so does an attribute seen with
+another value before in this process (a float a model changes as it runs recompiles once, not at every value).
 
 ARGUS_SPECIALIZE_FLOATS=0 leaves every float an input."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
 log = logging.getLogger("argus_inductor")
+_SPECIALIZED: dict[str, float] = {}  # each attribute made a constant in this process, with its value
+_MARKED: set[str] = set()  # the symbols Argus marked in the frame being compiled (unmarked when it ends)
+
+
+def _unmark(*_: Any) -> None:
+    """At the end of a frame's compile: drop the marks Argus made. Dynamo keeps its marks (by symbol name, e.g.
+    "zf3") until torch._dynamo.reset(), and symbol names restart in every frame, so a mark left behind would
+    specialize whatever float of a later compile gets that name: the same attribute after its value changed
+    (recompiled at every value, up to Dynamo's recompile limit), or another frame's argument."""
+    try:
+        from torch._dynamo.symbolic_convert import TensorifyState
+    except ImportError:
+        return
+    TensorifyState.force_specializations.difference_update(_MARKED)
+    _MARKED.clear()
+
+
+def forget() -> None:
+    """Forget the attributes specialized so far (each is specialized again, whatever value it had)."""
+    _SPECIALIZED.clear()
+    _MARKED.clear()
 
 
 def _from_module(source: object) -> bool:
@@ -31,12 +54,26 @@ def _from_module(source: object) -> bool:
     return any(bool(getattr(guard, c, lambda: False)()) for c in checks)
 
 
-def module_float_symbols(gm: torch.fx.GraphModule) -> dict[str, str]:
+def _unmark_when_the_frame_ends() -> None:
+    """Register _unmark with Dynamo's end-of-compile callbacks (torch._dynamo.reset() clears them, so checked at
+    every marking); a torch without them keeps the marks until torch._dynamo.reset()."""
+    try:
+        from torch._dynamo.callback import callback_handler
+    except ImportError:
+        return
+    if _unmark not in getattr(callback_handler, "end_callbacks", ()):
+        callback_handler.register_end_callback(_unmark)
+
+
+def module_float_symbols(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[str, tuple[str, float]]:
     """The float symbols of `gm`'s inputs that Dynamo read from nn.Module attributes and passed as scalar tensors
-    (only `.item()` reads them), by symbol name (e.g. "zf3"), with the attribute each came from."""
-    found: dict[str, str] = {}
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
+    (only `.item()` reads them), by symbol name (e.g. "zf3"), with the attribute each came from and its value."""
+    found: dict[str, tuple[str, float]] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return found
+    for node, value in zip(placeholders, example_inputs):
+        if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.is_floating_point():
             continue
         memo = getattr(node.meta.get("example_value"), "item_memo", None)
         arg = node.meta.get("grapharg")
@@ -47,11 +84,11 @@ def module_float_symbols(gm: torch.fx.GraphModule) -> dict[str, str]:
         if getattr(symbol, "name", None) is None or source is None or not _from_module(source):
             continue
         where = getattr(source, "name", source)  # a property in some torch versions, a method in others
-        found[symbol.name] = where() if callable(where) else str(where)
+        found[symbol.name] = (where() if callable(where) else str(where), float(value.item()))
     return found
 
 
-def specialize_module_floats(gm: torch.fx.GraphModule) -> None:
+def specialize_module_floats(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
     """Return when `gm` has no module float left to specialize; else mark them and raise Dynamo's restart (it
     traces again with them as constants and calls the backend with the new graph). A symbol already marked is
     never asked for twice, so a Dynamo that kept one as an input anyway is compiled as it is, not restarted in a
@@ -61,10 +98,21 @@ def specialize_module_floats(gm: torch.fx.GraphModule) -> None:
         from torch._dynamo.symbolic_convert import TensorifyState
     except ImportError:  # a torch without the mechanism: the floats stay inputs
         return
-    fresh = {s: where for s, where in module_float_symbols(gm).items() if not TensorifyState.should_specialize(s)}
+    fresh = {}
+    for symbol, (where, value) in module_float_symbols(gm, example_inputs).items():
+        if TensorifyState.should_specialize(symbol):
+            continue
+        if _SPECIALIZED.get(where, value) != value:  # changed since it was made a constant: it varies
+            log.info("argus: %s changed from %r to %r since it was made a constant: left an input", where,
+                     _SPECIALIZED[where], value)
+            continue
+        fresh[symbol] = where
+        _SPECIALIZED[where] = value
     if not fresh:
         return
+    _unmark_when_the_frame_ends()
     for symbol in fresh:
         TensorifyState.specialize(symbol)
+        _MARKED.add(symbol)
     log.info("argus: module floats made constants (Dynamo traces again): %s", ", ".join(fresh.values()))
     raise TensorifyScalarRestartAnalysis

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from argus_inductor import ops
+from argus_inductor import module_floats, ops
 from argus_inductor import reporting as report_mod
 from argus_inductor.config import Options
 
@@ -32,6 +32,7 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     ops.set_active_options(Options.resolve())
     ops.forget_plans()
     report_mod.clear()
+    module_floats.forget()
     torch._dynamo.reset()
     yield root
     ops.forget_plans()

@@ -95,6 +95,22 @@ def test_a_float_argument_stays_an_input_and_does_not_recompile(fresh_cache: Pat
     assert any(e.op == "gemm" and e.calls == 3 for e in report_mod.entries()), report_mod.report()
 
 
+def test_an_attribute_the_model_changes_as_it_runs_recompiles_once(fresh_cache: Path) -> None:
+    """A float attribute seen with a new value after it was made a constant stays an input from then on: one
+    recompile, not one per value (Dynamo would give up on the frame after its recompile limit)."""
+    torch.manual_seed(0)
+    model = _Scaled().eval()
+    calls: list[int] = []
+    compiled = torch.compile(model, backend=_recording(calls), dynamic=True)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for shift in (0.25, 0.5, 0.75, 1.0, 1.25):
+            model.shift = shift
+            torch.testing.assert_close(compiled(x, 0.5), model(x, 0.5), rtol=1e-5, atol=1e-5)
+    # the first compile (a restart: two calls), then one more with the shift an input beside the scale
+    assert calls == [2, 1, 2], calls
+
+
 def test_a_restarted_trace_reports_each_subgraph_once(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each trace Dynamo makes records its matches; the ones of a trace it restarted are dropped (they were
     reported twice, once never called), whichever restart it was: Argus's for the module floats, or Inductor's."""
