@@ -81,12 +81,16 @@ class _Scaled(torch.nn.Module):
         return self.proj(x) * scale + self.shift
 
 
-def test_a_float_argument_stays_an_input_and_does_not_recompile(fresh_cache: Path) -> None:
+def _scaled(calls: list[int]) -> tuple[_Scaled, Callable[..., torch.Tensor], torch.Tensor]:
+    """A seeded _Scaled, its compile (noting each graph's float scalars in `calls`) and an input."""
     torch.manual_seed(0)
     model = _Scaled().eval()
+    return model, torch.compile(model, backend=_recording(calls), dynamic=True), torch.randn(4, 16)
+
+
+def test_a_float_argument_stays_an_input_and_does_not_recompile(fresh_cache: Path) -> None:
     calls: list[int] = []
-    compiled = torch.compile(model, backend=_recording(calls), dynamic=True)
-    x = torch.randn(4, 16)
+    model, compiled, x = _scaled(calls)
     with torch.no_grad():
         for scale in (0.5, 0.75, 1.5):
             torch.testing.assert_close(compiled(x, scale), model(x, scale), rtol=1e-5, atol=1e-5)
@@ -98,11 +102,8 @@ def test_a_float_argument_stays_an_input_and_does_not_recompile(fresh_cache: Pat
 def test_an_attribute_the_model_changes_as_it_runs_recompiles_once(fresh_cache: Path) -> None:
     """A float attribute seen with a new value after it was made a constant stays an input from then on: one
     recompile, not one per value (Dynamo would give up on the frame after its recompile limit)."""
-    torch.manual_seed(0)
-    model = _Scaled().eval()
     calls: list[int] = []
-    compiled = torch.compile(model, backend=_recording(calls), dynamic=True)
-    x = torch.randn(4, 16)
+    model, compiled, x = _scaled(calls)
     with torch.no_grad():
         for shift in (0.25, 0.5, 0.75, 1.0, 1.25):
             model.shift = shift
