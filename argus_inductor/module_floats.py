@@ -83,8 +83,12 @@ def module_float_symbols(gm: torch.fx.GraphModule, example_inputs: list[Any]) ->
         source = getattr(arg, "source", None)
         if getattr(symbol, "name", None) is None or source is None or not _from_module(source):
             continue
+        try:
+            number = float(value.item())
+        except Exception:  # a fake or meta input (a tracing backend's): no value to guard on
+            continue
         where = getattr(source, "name", source)  # a property in some torch versions, a method in others
-        found[symbol.name] = (where() if callable(where) else str(where), float(value.item()))
+        found[symbol.name] = (where() if callable(where) else str(where), number)
     return found
 
 
