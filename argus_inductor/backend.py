@@ -93,7 +93,18 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
                   options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """The Dynamo backend. `options` are Argus options (see argus_inductor.config.Options); `mode` goes to
     Inductor (e.g. "max-autotune"). torch.compile refuses a mode beside options, so `options["mode"]` is taken
-    for it too."""
+    for it too. A restart Dynamo is asked for (Argus's for the module floats, Inductor's for a float it cannot
+    keep symbolic) drops the report entries this call recorded: the next trace's rewrite records them again."""
+    recorded = _report.entry_ids()
+    try:
+        return _compile(gm, example_inputs, mode, options)
+    except RestartAnalysis:
+        _report.forget_since(recorded)
+        raise
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None,
+             options: dict[str, Any] | None) -> Callable[..., Any]:
     from torch._inductor.compile_fx import compile_fx
 
     if options and "mode" in options:  # torch.compile takes mode or options, not both: Argus's options carry it
@@ -107,7 +118,6 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
     accel = {d for d in devices if d.type != "cpu"} or devices
     targets = {target_for(d, opts) for d in accel}
-    recorded = _report.entry_ids()  # a restart's trace records its matches again: these stay, the rest go
     if None in targets:
         where = ", ".join(sorted(str(d) for d in devices))
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
@@ -115,12 +125,7 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     else:
         matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
         if matches and opts.specialize_floats:
-            try:
-                # raises Dynamo's restart while a module float is still an input
-                specialize_module_floats(gm, example_inputs)
-            except RestartAnalysis:
-                _report.forget_since(recorded)  # the next trace's rewrite records these matches again
-                raise
+            specialize_module_floats(gm, example_inputs)  # Dynamo's restart while a module float is an input
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
         argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:
@@ -173,8 +178,6 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
     try:
         compiled = compile_with(gm, inductor_config(0 < argus_ops == inlined))
     except Exception as e:
-        if isinstance(e, RestartAnalysis):
-            _report.forget_since(recorded)
         if not inlined or isinstance(e, RestartAnalysis):
             # a restart is Dynamo's signal, not a failure (TensorifyScalarRestartAnalysis: trace again with a Python
             # float specialized, which Inductor could not keep symbolic): Dynamo retraces and calls the backend
