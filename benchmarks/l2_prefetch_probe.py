@@ -39,6 +39,7 @@ from argus_inductor.kernels.gemm import gemm  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up  # noqa: E402
 from argus_inductor.kernels.rms_rounded import rms_norm_rounded  # noqa: E402
 from argus_inductor.policies import gemv_policy  # noqa: E402
+from benchmarks.sweep import bench  # noqa: E402
 
 K = 4096
 EPS = 1e-5
@@ -85,15 +86,8 @@ COMPILED: dict[str, object] = {}  # each prefetch kind's compiled launch (its PT
 
 
 def graph_us(chains: list[Callable[[], None]]) -> float:
-    """CUDA-graph median of running every chain once (each on its own copies), per chain."""
-    for c in chains:
-        c()
-    torch.cuda.synchronize()
-
-    def all_chains() -> None:
-        for c in chains:
-            c()
-    return float(triton.testing.do_bench_cudagraph(all_chains, rep=60, return_mode="median")) * 1e3 / len(chains)
+    """CUDA-graph median of running every chain once (each on its own copies), per chain, in us."""
+    return bench(chains[0], chains[1:]) * 1e3
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
