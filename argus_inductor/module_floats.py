@@ -14,6 +14,13 @@ constant, guarded by its value (a changed eps recompiles; it never runs with the
 arguments of the compiled function (a sampling temperature, say) stay inputs, and so does an attribute seen with
 another value before in this process (a float a model changes as it runs recompiles once, not at every value).
 
+How the retrace makes them constants: where Dynamo's VariableBuilder allows it, Argus names the attributes'
+sources and its hook on `wrap_symfloat` builds each as a ConstantVariable with Dynamo's CONSTANT_MATCH guard (an
+equality checked in C++), as Dynamo does for every float under `specialize_float`. Marking the symbol for
+specialization instead (TensorifyState, the fallback) leaves the float a symbol of the shape environment, and in
+torch 2.11 its guard is Python that rebuilds the attribute as a tensor and reads it back (`as_tensor(...).item()`)
+on every call: on the H100's host, nine floats a Llama decode step, 18 calls before the graph's replay.
+
 ARGUS_SPECIALIZE_FLOATS=0 leaves every float an input."""
 from __future__ import annotations
 
@@ -25,13 +32,17 @@ import torch
 log = logging.getLogger("argus_inductor")
 _SPECIALIZED: dict[str, float] = {}  # each attribute made a constant in this process, with its value
 _MARKED: set[str] = set()  # the symbols Argus marked in the frame being compiled (unmarked when it ends)
+_CONSTANT: set[str] = set()  # the attributes' sources the frame being compiled traces as constants (cleared too)
+_HOOKED: list[bool] = []  # whether VariableBuilder.wrap_symfloat carries Argus's hook (empty: not tried yet)
 
 
 def _unmark(*_: Any) -> None:
     """At the end of a frame's compile: drop the marks Argus made. Dynamo keeps its marks (by symbol name, e.g.
     "zf3") until torch._dynamo.reset(), and symbol names restart in every frame, so a mark left behind would
     specialize whatever float of a later compile gets that name: the same attribute after its value changed
-    (recompiled at every value, up to Dynamo's recompile limit), or another frame's argument."""
+    (recompiled at every value, up to Dynamo's recompile limit), or another frame's argument. The sources named
+    for the constant hook are dropped alike (a later frame's compile asks for its own)."""
+    _CONSTANT.clear()
     try:
         from torch._dynamo.symbolic_convert import TensorifyState
     except ImportError:
@@ -44,6 +55,7 @@ def forget() -> None:
     """Forget the attributes specialized so far (each is specialized again, whatever value it had)."""
     _SPECIALIZED.clear()
     _MARKED.clear()
+    _CONSTANT.clear()
 
 
 def _from_module(source: object) -> bool:
@@ -63,6 +75,40 @@ def _unmark_when_the_frame_ends() -> None:
         return
     if _unmark not in getattr(callback_handler, "end_callbacks", ()):
         callback_handler.register_end_callback(_unmark)
+
+
+def _source_name(source: object) -> str:
+    where = getattr(source, "name", source)  # a property in some torch versions, a method in others
+    return where() if callable(where) else str(where)
+
+
+def _hook_wrap_symfloat() -> bool:
+    """Wrap Dynamo's VariableBuilder.wrap_symfloat (once) so that a float whose source Argus named in _CONSTANT
+    is traced as a constant with a CONSTANT_MATCH guard; every other float goes through Dynamo's own code. False
+    where this torch's Dynamo lacks a piece of it (the TensorifyState marks are used then)."""
+    if _HOOKED:
+        return _HOOKED[0]
+    try:
+        from torch._dynamo.guards import GuardBuilder
+        from torch._dynamo.variables.builder import VariableBuilder
+        from torch._dynamo.variables.constant import ConstantVariable
+        original = VariableBuilder.wrap_symfloat
+        GuardBuilder.CONSTANT_MATCH  # noqa: B018 (present in this torch)
+    except (ImportError, AttributeError):
+        _HOOKED.append(False)
+        return False
+
+    def wrap_symfloat(self: Any, value: float) -> Any:
+        source = getattr(self, "source", None)
+        if _CONSTANT and source is not None and _source_name(source) in _CONSTANT:
+            self.install_guards(GuardBuilder.CONSTANT_MATCH)
+            return ConstantVariable.create(value=value, source=source)
+        return original(self, value)
+
+    wrap_symfloat.__wrapped__ = original  # type: ignore[attr-defined]
+    VariableBuilder.wrap_symfloat = wrap_symfloat  # type: ignore[method-assign]
+    _HOOKED.append(True)
+    return True
 
 
 def module_float_symbols(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> dict[str, tuple[str, float]]:
@@ -87,16 +133,15 @@ def module_float_symbols(gm: torch.fx.GraphModule, example_inputs: list[Any]) ->
             number = float(value.item())
         except Exception:  # a fake or meta input (a tracing backend's): no value to guard on
             continue
-        where = getattr(source, "name", source)  # a property in some torch versions, a method in others
-        found[symbol.name] = (where() if callable(where) else str(where), number)
+        found[symbol.name] = (_source_name(source), number)
     return found
 
 
 def specialize_module_floats(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
     """Return when `gm` has no module float left to specialize; else mark them and raise Dynamo's restart (it
-    traces again with them as constants and calls the backend with the new graph). A symbol already marked is
-    never asked for twice, so a Dynamo that kept one as an input anyway is compiled as it is, not restarted in a
-    loop."""
+    traces again with them as constants and calls the backend with the new graph). A float already asked for in
+    this frame's compile (its source named for the hook, or its symbol marked) is never asked for twice, so a Dynamo
+    that kept one as an input anyway is compiled as it is, not restarted in a loop."""
     try:
         from torch._dynamo.exc import TensorifyScalarRestartAnalysis
         from torch._dynamo.symbolic_convert import TensorifyState
@@ -104,7 +149,7 @@ def specialize_module_floats(gm: torch.fx.GraphModule, example_inputs: list[Any]
         return
     fresh = {}
     for symbol, (where, value) in module_float_symbols(gm, example_inputs).items():
-        if TensorifyState.should_specialize(symbol):
+        if TensorifyState.should_specialize(symbol) or where in _CONSTANT:
             continue
         if _SPECIALIZED.get(where, value) != value:  # changed since it was made a constant: it varies
             log.info("argus: %s changed from %r to %r since it was made a constant: left an input", where,
@@ -115,8 +160,11 @@ def specialize_module_floats(gm: torch.fx.GraphModule, example_inputs: list[Any]
     if not fresh:
         return
     _unmark_when_the_frame_ends()
-    for symbol in fresh:
-        TensorifyState.specialize(symbol)
-        _MARKED.add(symbol)
+    if _hook_wrap_symfloat():
+        _CONSTANT.update(fresh.values())
+    else:
+        for symbol in fresh:
+            TensorifyState.specialize(symbol)
+            _MARKED.add(symbol)
     log.info("argus: module floats made constants (Dynamo traces again): %s", ", ".join(fresh.values()))
     raise TensorifyScalarRestartAnalysis

@@ -125,3 +125,18 @@ def test_a_restarted_trace_reports_each_subgraph_once(fresh_cache: Path, monkeyp
         assert len(calls) == 2, (specialize, calls)  # one restart either way
         rows = [(e.op, e.graph_node) for e in report_mod.entries()]
         assert len(rows) == len(set(rows)) and all(e.calls == 1 for e in report_mod.entries()), report_mod.report()
+
+
+def test_a_module_float_is_guarded_by_an_equality_on_the_attribute(fresh_cache: Path) -> None:
+    """The retrace builds the attribute as a constant with Dynamo's CONSTANT_MATCH guard (`L['self'].shift ==
+    0.25`, checked in C++), not as a specialized symbol of the shape environment, whose guard in torch 2.11 is
+    Python that rebuilds the float as a tensor and reads it back on every call."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    calls: list[int] = []
+    model, compiled, x = _scaled(calls)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, 0.5), model(x, 0.5), rtol=1e-5, atol=1e-5)
+    parts = [p for entry in _debug_get_cache_entry_list(_Scaled.forward.__code__)
+             for p in entry.guard_manager.code_parts]
+    assert "L['self'].shift == 0.25" in parts, [p for p in parts if "shift" in p]
