@@ -12,7 +12,8 @@ of the two).
 --split stamps the host clock as the call enters and leaves each layer: the callable the backend returned
 (before it: Dynamo's guards and the model's own Python), each CUDA-graph runner Inductor made (before it:
 AOTAutograd's wrappers and the generated `call`), and each CUDA graph's replay (before it: the runner's input
-copies and checks); medians over 50 calls from an idle GPU.
+copies and checks: the small inputs' packed copy is stamped too, and the outputs' copies after it); medians over 50
+calls from an idle GPU.
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def split_compile(model: torch.nn.Module, backend: str) -> Callable[..., Any]:
         replay = torch.cuda.CUDAGraph.replay
         torch.cuda.CUDAGraph.replay = _stamped("replay", replay)  # type: ignore[method-assign]
         cuda_graphs.GraphReplay.__call__ = _stamped("runner", cuda_graphs.GraphReplay.__call__)  # type: ignore
+        cuda_graphs.PackedCopy.copy = _stamped("input copy", cuda_graphs.PackedCopy.copy)  # type: ignore
+        cuda_graphs._fresh_copy = _stamped("output copy", cuda_graphs._fresh_copy)
     if backend.startswith("argus"):
         mode = e2e.argus_kwargs(backend).get("mode")
     else:

@@ -192,6 +192,16 @@ def test_small_inputs_are_copied_in_one_launch_into_aligned_slices() -> None:
         packed.copy(srcs)
         for buf, src in zip(packed.buffers, srcs):
             assert torch.equal(buf, src)
+    # one dtype (a decode step's int64 ids and positions): the cat takes the sources in it, pads included
+    same = [torch.zeros(1, 1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), torch.zeros(2, 3, dtype=torch.int64)]
+    packed = cuda_graphs.PackedCopy(same)
+    assert packed.dtype == torch.int64
+    for _ in range(2):
+        srcs = [torch.randint(-9, 9, tuple(t.shape)) for t in same]
+        packed.copy(srcs)
+        assert all(torch.equal(buf, src) for buf, src in zip(packed.buffers, srcs))
+        assert all(buf.data_ptr() % cuda_graphs.ALIGN == 0 for buf in packed.buffers)
+        assert not packed.packed[8:16].any() and not packed.packed[24:32].any()  # the pads stay zero
     big = torch.zeros(cuda_graphs.PACK_MAX_BYTES // 4 + 1)
     assert not cuda_graphs.PackedCopy.fits([like[0], big])
     assert not cuda_graphs.PackedCopy.fits([like[0]])
