@@ -69,13 +69,6 @@ def main() -> None:
             fn = torch.compile(model, backend="argus", dynamic=True)
             for i in range(3):
                 dec.step(fn, i)
-        import gc
-
-        from argus_inductor.cuda_graphs import GraphReplay
-        for obj in gc.get_objects():
-            if isinstance(obj, GraphReplay):
-                print(f"GraphReplay: numbers at {obj.numbers}, CPU scalars at {obj.scalars}, "
-                      f"declined {obj.declined!r}", flush=True)
         return
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(num_hidden_layers=2, vocab_size=256, hidden_size=64, intermediate_size=96,
