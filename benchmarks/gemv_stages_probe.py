@@ -1,0 +1,73 @@
+"""Probe: the decode GEMV templates (gemv_policy's one-column programs) with their K loop pipelined or not, and
+with 1, 2 or 4 columns a program. norm_fold_probe.py found a plain Triton GEMV (a weight row a program, K steps of
+2048, 8 warps: gemv_policy's tile, in Triton's default 3 stages and without masks) 1.5 us faster than the
+backend's gemm_residual (14.2 against 12.65 us) at the o projection's 4096 x 4096, and even at gate*up. The
+earlier gemv_probe.py ran its plain kernels with one stage at 12.7 us there, so the stage count may not be the
+reason: a short program's fixed work (the masks, the index arithmetic, the reduction and the residual) may be,
+which more columns a program would spread. Times gemm_residual (o, down), gemm_gate_up and gemm_epilogue (an LM
+head) at Llama-3-8B's shapes, one token, as CUDA-graph medians with the weights rotated over copies, after
+checking each against float32 torch. (Written in session 28 after the device budget ran out: not run yet.)
+
+    python benchmarks/gemv_stages_probe.py
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from argus_inductor.kernels.gemm import gemm  # noqa: E402
+from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
+from argus_inductor.policies import gemv_policy  # noqa: E402
+from benchmarks.sweep import bench  # noqa: E402
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def main() -> None:
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/gemv_stages_probe.py needs a CUDA GPU")
+    bf, dev = torch.bfloat16, "cuda"
+    cases: list[tuple[str, int, int, int]] = [("o + residual", 4096, 4096, 4), ("down + residual", 4096, 14336, 2),
+                                              ("gate*up", 14336, 4096, 2), ("lm head (32000)", 32000, 4096, 2)]
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    for name, n, k, copies in cases:
+        x = torch.randn(1, k, device=dev, dtype=bf)
+        r = torch.randn(1, n, device=dev, dtype=bf)
+        out = torch.empty(1, n, device=dev, dtype=bf)
+        ws = [torch.randn(n, k, device=dev, dtype=bf) * k ** -0.5 for _ in range(copies)]
+        us = [torch.randn(n, k, device=dev, dtype=bf) * k ** -0.5 for _ in range(copies)] if "gate" in name else []
+        base = gemv_policy(1, n, "cuda", k)
+        for stages, bn in ((1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (3, 2), (1, 4), (3, 4)):
+            pol = replace(base, num_stages=stages).with_consts(BN=bn)
+
+            def run(c: int, pol=pol) -> None:
+                if "residual" in name:
+                    gemm_add(x, ws[c].t(), r, out=out, policy=pol)
+                elif "gate" in name:
+                    gate_up(x, ws[c].t(), us[c].t(), "silu", out=out, policy=pol)
+                else:
+                    gemm(x, ws[c].t(), out=out, policy=pol)
+
+            run(0)
+            torch.cuda.synchronize()
+            y = x.float() @ ws[0].float().t()
+            ref = y + r.float() if "residual" in name else \
+                torch.nn.functional.silu(y) * (x.float() @ us[0].float().t()) if "gate" in name else y
+            err = rel(out, ref)
+            assert err < 2e-2, f"{name}, {stages} stages: relative error {err:.2e}"
+            fns: list[Callable[[], None]] = [lambda c=c: run(c) for c in range(copies)]
+            t = bench(fns[0], fns[1:]) * 1e3
+            print(f"  {name:18s} N={n:6d} K={k:5d} stages={stages} BN={bn}: {t:8.2f} us  "
+                  f"({n * k * 2 * (2 if us else 1) / t / 1e6:.2f} TB/s), rel err {err:.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
