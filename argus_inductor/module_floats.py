@@ -66,15 +66,16 @@ def _from_module(source: object) -> bool:
     return any(bool(getattr(guard, c, lambda: False)()) for c in checks)
 
 
-def _unmark_when_the_frame_ends() -> None:
+def _unmark_when_the_frame_ends() -> bool:
     """Register _unmark with Dynamo's end-of-compile callbacks (torch._dynamo.reset() clears them, so checked at
-    every marking); a torch without them keeps the marks until torch._dynamo.reset()."""
+    every marking); False in a torch without them, which keeps the marks until torch._dynamo.reset()."""
     try:
         from torch._dynamo.callback import callback_handler
     except ImportError:
-        return
+        return False
     if _unmark not in getattr(callback_handler, "end_callbacks", ()):
         callback_handler.register_end_callback(_unmark)
+    return True
 
 
 def _source_name(source: object) -> str:
@@ -159,8 +160,9 @@ def specialize_module_floats(gm: torch.fx.GraphModule, example_inputs: list[Any]
         _SPECIALIZED[where] = value
     if not fresh:
         return
-    _unmark_when_the_frame_ends()
-    if _hook_wrap_symfloat():
+    # the hook's names are sources ("L['self'].norm.variance_epsilon"), which other frames have too: used only where
+    # they are dropped when this frame's compile ends
+    if _unmark_when_the_frame_ends() and _hook_wrap_symfloat():
         _CONSTANT.update(fresh.values())
     else:
         for symbol in fresh:

@@ -140,3 +140,6 @@ def test_a_module_float_is_guarded_by_an_equality_on_the_attribute(fresh_cache: 
     parts = [p for entry in _debug_get_cache_entry_list(_Scaled.forward.__code__)
              for p in entry.guard_manager.code_parts]
     assert "L['self'].shift == 0.25" in parts, [p for p in parts if "shift" in p]
+    # the names are dropped when the frame's compile ends: another frame's `L['self'].shift` is its own
+    from argus_inductor import module_floats
+    assert not module_floats._CONSTANT
