@@ -6,7 +6,9 @@ earlier gemv_probe.py ran its plain kernels with one stage at 12.7 us there, so 
 reason: a short program's fixed work (the masks, the index arithmetic, the reduction and the residual) may be,
 which more columns a program would spread. Times gemm_residual (o, down), gemm_gate_up and gemm_epilogue (an LM
 head) at Llama-3-8B's shapes, one token, as CUDA-graph medians with the weights rotated over copies, after
-checking each against float32 torch. (Written in session 28 after the device budget ran out: not run yet.)
+checking each against float32 torch, beside the plain Triton kernel of the same tile with K a constexpr (SASS
+compiled on the CPU: its loads all issued before the first product, where the template issues one pair a runtime
+K step). (Written in session 28 after the device budget ran out: not run yet.)
 
     python benchmarks/gemv_stages_probe.py
 """
@@ -18,13 +20,27 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.kernels.gemm import gemm  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
 from argus_inductor.policies import gemv_policy  # noqa: E402
+from benchmarks.norm_fold_probe import gemv_gate_up, gemv_residual  # noqa: E402
 from benchmarks.sweep import bench  # noqa: E402
+
+
+@triton.jit
+def gemv_plain(x, w, out, K: tl.constexpr, BK: tl.constexpr):
+    """out[row] = w[row] . x, K a constexpr (its steps unroll: every load is issued before the first product)."""
+    row = tl.program_id(0)
+    acc = tl.zeros([BK], tl.float32)
+    for k0 in range(0, K, BK):
+        ks = k0 + tl.arange(0, BK)
+        acc += tl.load(w + row.to(tl.int64) * K + ks).to(tl.float32) * tl.load(x + ks).to(tl.float32)
+    tl.store(out + row, tl.sum(acc, axis=0).to(tl.bfloat16))
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -36,7 +52,8 @@ def main() -> None:
         sys.exit("benchmarks/gemv_stages_probe.py needs a CUDA GPU")
     bf, dev = torch.bfloat16, "cuda"
     cases: list[tuple[str, int, int, int]] = [("o + residual", 4096, 4096, 4), ("down + residual", 4096, 14336, 2),
-                                              ("gate*up", 14336, 4096, 2), ("lm head (32000)", 32000, 4096, 2)]
+                                              ("gate*up", 14336, 4096, 2), ("q|k|v as one (6144)", 6144, 4096, 4),
+                                              ("lm head (32000)", 32000, 4096, 2)]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     for name, n, k, copies in cases:
         x = torch.randn(1, k, device=dev, dtype=bf)
@@ -45,6 +62,17 @@ def main() -> None:
         ws = [torch.randn(n, k, device=dev, dtype=bf) * k ** -0.5 for _ in range(copies)]
         us = [torch.randn(n, k, device=dev, dtype=bf) * k ** -0.5 for _ in range(copies)] if "gate" in name else []
         base = gemv_policy(1, n, "cuda", k)
+        scratch = torch.zeros(1, device=dev)
+
+        def plain(c: int) -> None:  # the plain Triton kernel of gemv_policy's tile with K a constexpr
+            if "residual" in name:
+                gemv_residual[(n,)](x, ws[c], r, out, out, r, scratch, K=k, BK=2048, FOLD=False, num_warps=8)
+            elif "gate" in name:
+                gemv_gate_up[(n,)](x, ws[c], us[c], out, scratch, 0.0, K=k, BK=2048, FOLD=False, num_warps=8)
+            else:
+                gemv_plain[(n,)](x, ws[c], out, K=k, BK=2048, num_warps=8)
+
+        variants: list[tuple[str, Callable[[int], None]]] = [("plain, K constexpr", plain)]
         for stages, bn in ((1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (3, 2), (1, 4), (3, 4)):
             pol = replace(base, num_stages=stages).with_consts(BN=bn)
 
@@ -56,16 +84,18 @@ def main() -> None:
                 else:
                     gemm(x, ws[c].t(), out=out, policy=pol)
 
+            variants.append((f"stages={stages} BN={bn}", run))
+        for label, run in variants:
             run(0)
             torch.cuda.synchronize()
             y = x.float() @ ws[0].float().t()
             ref = y + r.float() if "residual" in name else \
                 torch.nn.functional.silu(y) * (x.float() @ us[0].float().t()) if "gate" in name else y
             err = rel(out, ref)
-            assert err < 2e-2, f"{name}, {stages} stages: relative error {err:.2e}"
+            assert err < 2e-2, f"{name}, {label}: relative error {err:.2e}"
             fns: list[Callable[[], None]] = [lambda c=c: run(c) for c in range(copies)]
             t = bench(fns[0], fns[1:]) * 1e3
-            print(f"  {name:18s} N={n:6d} K={k:5d} stages={stages} BN={bn}: {t:8.2f} us  "
+            print(f"  {name:20s} N={n:6d} K={k:5d} {label:20s}: {t:8.2f} us  "
                   f"({n * k * 2 * (2 if us else 1) / t / 1e6:.2f} TB/s), rel err {err:.1e}", flush=True)
 
 
