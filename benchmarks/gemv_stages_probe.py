@@ -1,5 +1,6 @@
-"""Probe: the decode GEMV templates (gemv_policy's one-column programs) with their K loop pipelined or not, and
-with 1, 2 or 4 columns a program. norm_fold_probe.py found a plain Triton GEMV (a weight row a program, K steps of
+"""Probe: the decode GEMV templates (gemv_policy's one-column programs) with their K loop pipelined or not, as
+static steps (KSTEPS, unrolled: every step's loads issued before the first product) or not, and with 1, 2 or 4
+columns a program. norm_fold_probe.py found a plain Triton GEMV (a weight row a program, K steps of
 2048, 8 warps: gemv_policy's tile, in Triton's default 3 stages and without masks) 1.5 us faster than the
 backend's gemm_residual (14.2 against 12.65 us) at the o projection's 4096 x 4096, and even at gate*up. The
 earlier gemv_probe.py ran its plain kernels with one stage at 12.7 us there, so the stage count may not be the
@@ -73,8 +74,10 @@ def main() -> None:
                 gemv_plain[(n,)](x, ws[c], out, K=k, BK=2048, num_warps=8)
 
         variants: list[tuple[str, Callable[[int], None]]] = [("plain, K constexpr", plain)]
-        for stages, bn in ((1, 1), (2, 1), (3, 1), (4, 1), (1, 2), (3, 2), (1, 4), (3, 4)):
-            pol = replace(base, num_stages=stages).with_consts(BN=bn)
+        steps = -(-k // base.const("BK"))
+        for stages, bn, ksteps in ((1, 1, 0), (1, 1, steps), (2, 1, 0), (3, 1, 0), (4, 1, 0), (1, 2, 0), (1, 2, steps),
+                                   (3, 2, 0), (1, 4, 0), (3, 4, 0)):
+            pol = replace(base, num_stages=stages).with_consts(BN=bn, KSTEPS=ksteps)
 
             def run(c: int, pol=pol) -> None:
                 if "residual" in name:
@@ -84,7 +87,7 @@ def main() -> None:
                 else:
                     gemm(x, ws[c].t(), out=out, policy=pol)
 
-            variants.append((f"stages={stages} BN={bn}", run))
+            variants.append((f"stages={stages} BN={bn}" + (f" KSTEPS={ksteps}" if ksteps else ""), run))
         for label, run in variants:
             run(0)
             torch.cuda.synchronize()
@@ -95,7 +98,7 @@ def main() -> None:
             assert err < 2e-2, f"{name}, {label}: relative error {err:.2e}"
             fns: list[Callable[[], None]] = [lambda c=c: run(c) for c in range(copies)]
             t = bench(fns[0], fns[1:]) * 1e3
-            print(f"  {name:20s} N={n:6d} K={k:5d} {label:20s}: {t:8.2f} us  "
+            print(f"  {name:20s} N={n:6d} K={k:5d} {label:28s}: {t:8.2f} us  "
                   f"({n * k * 2 * (2 if us else 1) / t / 1e6:.2f} TB/s), rel err {err:.1e}", flush=True)
 
 

@@ -348,9 +348,10 @@ class Frontend:
             raise self.err("the loop variable must be a single name", "write `for k in range(...)`", st)
         it = st.iter
         fn = self.static_object(it.func) if isinstance(it, ast.Call) else _MISSING
-        static = getattr(fn, "__argus_builtin__", None) == "static_range"
+        kind = getattr(fn, "__argus_builtin__", None)
+        static = kind in ("static_range", "unrolled_range")
         if not isinstance(it, ast.Call) or not (fn is builtins.range or static):
-            raise self.err("a kernel loop must iterate over range(...) or static_range(...)",
+            raise self.err("a kernel loop must iterate over range(...), static_range(...) or unrolled_range(...)",
                            "write `for k in range(0, K, BK)`", st)
         if it.keywords or not 1 <= len(it.args) <= 3:
             raise self.err("range takes 1 to 3 positional arguments", "write range(stop) or "
@@ -364,7 +365,7 @@ class Frontend:
             if not b.dtype.is_int:
                 raise self.err("loop bounds must be integers", "use integer expressions in range(...)", a)
         if static and not all(b.is_const for b in bounds):
-            raise self.err("static_range bounds must be compile-time constants",
+            raise self.err(f"{kind} bounds must be compile-time constants",
                            "use literals or constexpr parameters, or a plain range(...)", it)
         assigned = _assigned_names(st.body)
         carried = [n for n in assigned if isinstance(self.env.get(n), Value)]
@@ -375,7 +376,8 @@ class Frontend:
         for n, v in zip(carried, inits):
             arg = self.new_value(_runtime(v.type), n)
             body.args.append(arg)
-        op = Op("for", bounds + inits, {"static": static, "carried": carried, "var": st.target.id}, [],
+        op = Op("for", bounds + inits, {"static": static, "symbolic": kind == "unrolled_range", "carried": carried,
+                                        "var": st.target.id}, [],
                 self.first_line + st.lineno - 1, [body], ghost=self.ghost > 0)
         self.blocks[-1].ops.append(op)
         outer = dict(self.env)
@@ -1087,6 +1089,10 @@ class Frontend:
     def op_static_range(self, node: ast.Call) -> Any:
         raise self.err("static_range is only valid as a for-loop's iterable", "write `for i in static_range(4):`",
                        node)
+
+    def op_unrolled_range(self, node: ast.Call) -> Any:
+        raise self.err("unrolled_range is only valid as a for-loop's iterable",
+                       "write `for s in unrolled_range(KSTEPS):`", node)
 
 
 # ---- helpers ------------------------------------------------------------------------------------

@@ -113,6 +113,9 @@ tag_of = _builtin("tag_of", "tag_of(x, name): the tag `name` of each element of 
                             "assertions); name 'sum(K).lo' / 'sum(K).hi' bounds the K range x summed over, "
                             "'each(K).lo' / '.hi' the K indices loops added into x element-wise.")
 static_range = _builtin("static_range", "static_range(n): a loop unrolled at compile time.")
+unrolled_range = _builtin("unrolled_range", "unrolled_range(n): a loop unrolled at compile time (n a constexpr) "
+                                            "that the checker reads as a range loop, one symbolic iteration for "
+                                            "all: an accumulation across its steps is proved as in range(...).")
 exp = _builtin("exp", "exp(x)")
 exp2 = _builtin("exp2", "exp2(x)")
 log = _builtin("log", "log(x)")

@@ -1319,7 +1319,8 @@ class Interpreter:
         # every start and stop it may take
         start, stop, step = (v if v is not None else self.havoc("int") for v in (self.get(a).val for a in op.args[:3]))
         inits = [self.get(a) for a in op.args[3:]]
-        if op.attrs.get("static") and all(as_int(v) is not None for v in (start, stop, step)):
+        if op.attrs.get("static") and not op.attrs.get("symbolic") and \
+                all(as_int(v) is not None for v in (start, stop, step)):
             self.unroll(op, range(as_int(start), as_int(stop), as_int(step)), inits)
             return
         var = op.attrs.get("var", "i")

@@ -19,6 +19,7 @@ from ..dsl.lang import (
     store,
     sum,
     tile_grid,
+    unrolled_range,
     where,
     zeros,
 )
@@ -29,9 +30,10 @@ from .gemm import ACTIVATIONS
 @kernel
 def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), R: Tensor("M", "N"),
                   C: Tensor("M", "N"), BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32,
-                  HAS_BIAS: constexpr = 0, ACT: constexpr = 0, GEMV: constexpr = 0):
+                  HAS_BIAS: constexpr = 0, ACT: constexpr = 0, GEMV: constexpr = 0, KSTEPS: constexpr = 0):
     """C = R + act(A @ B + bias); fp32 accumulation, the residual added before the one rounding. GEMV=1: on the
-    CUDA cores, row by row (as gemm_epilogue's)."""
+    CUDA cores, row by row (as gemm_epilogue's); KSTEPS > 0: its K loop as that many static steps (as
+    gemm_epilogue's)."""
     pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
     rm = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
@@ -40,9 +42,14 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
         for r in static_range(BM):
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
             part = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
-            for k in range(0, K, BK):
-                rk = k + arange(BK)
-                part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
+            if KSTEPS > 0:
+                for s in unrolled_range(KSTEPS):
+                    rk = s * BK + arange(BK)
+                    part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
+            else:
+                for k in range(0, K, BK):
+                    rk = k + arange(BK)
+                    part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
             acc = where((arange(BM) == r)[:, None], sum(part, 0)[None, :], acc)
     else:
         for k in range(0, K, BK):
@@ -58,9 +65,10 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
 @kernel
 def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N"), C: Tensor("M", "N"),
                  BM: constexpr = 64, BN: constexpr = 64, BK: constexpr = 32, ACT: constexpr = 3,
-                 GEMV: constexpr = 0):
+                 GEMV: constexpr = 0, KSTEPS: constexpr = 0):
     """C = act(A @ BG) * (A @ BU): two GEMMs over one load of each A tile (the MLP's gate and up). GEMV=1: on the
-    CUDA cores, row by row (as gemm_epilogue's)."""
+    CUDA cores, row by row (as gemm_epilogue's); KSTEPS > 0: its K loop as that many static steps (as
+    gemm_epilogue's)."""
     pm, pn = tile_grid(cdiv(M, BM), cdiv(N, BN))
     rm = pm * BM + arange(BM)
     rn = pn * BN + arange(BN)
@@ -71,11 +79,18 @@ def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N")
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
             part_g = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
             part_u = zeros((BK, BN), float32)
-            for k in range(0, K, BK):
-                rk = k + arange(BK)
-                a = load(A[row, rk]).to(float32)[:, None]
-                part_g = part_g + a * load(BG[rk, rn]).to(float32)
-                part_u = part_u + a * load(BU[rk, rn]).to(float32)
+            if KSTEPS > 0:
+                for s in unrolled_range(KSTEPS):
+                    rk = s * BK + arange(BK)
+                    a = load(A[row, rk]).to(float32)[:, None]
+                    part_g = part_g + a * load(BG[rk, rn]).to(float32)
+                    part_u = part_u + a * load(BU[rk, rn]).to(float32)
+            else:
+                for k in range(0, K, BK):
+                    rk = k + arange(BK)
+                    a = load(A[row, rk]).to(float32)[:, None]
+                    part_g = part_g + a * load(BG[rk, rn]).to(float32)
+                    part_u = part_u + a * load(BU[rk, rn]).to(float32)
             gate = where((arange(BM) == r)[:, None], sum(part_g, 0)[None, :], gate)
             up = where((arange(BM) == r)[:, None], sum(part_u, 0)[None, :], up)
     else:

@@ -56,6 +56,8 @@ BAD = [
      "must be read with load", "a = A[rm, rm]"),
     ("if on a tile", mutate("    store(C[rm, rn], acc)\n", "    if rm > 3:\n        acc = acc * 2.0\n    store(C[rm, rn], acc)\n"),
      "scalar condition", "if rm > 3"),
+    ("unrolled_range over a runtime bound", mutate("for k in range(0, K, BK):", "for k in unrolled_range(0, K, BK):"),
+     "unrolled_range bounds must be compile-time constants", "unrolled_range(0, K, BK)"),
     ("tile_grid in a loop", mutate("        rk = k + arange(BK)", "        rk = k + arange(BK)\n        q = tile_grid(4)"),
      "top level", "q = tile_grid(4)"),
     ("store shape", mutate("store(C[rm, rn], acc)", "store(C[rm, rn], trans(acc))"), "store of a", "store(C"),

@@ -34,14 +34,17 @@ def test_ir_records_types_lines_and_loop_carried_values():
     assert mma_loop.attrs["carried"] == ["acc"]
     (acc,) = mma_loop.results
     assert str(acc.type) == "tile[BM, BN]<float32>"
-    # the GEMV=1 branch: a static loop over the tile's rows around the K loop carrying a tile of partial sums
-    rows = next(op for op in loops if op.attrs["static"])
-    (k_loop,) = [op for op in walk_block(rows.blocks[0]) if op.kind == "for"]
-    assert k_loop.attrs["carried"] == ["part"] and str(k_loop.results[0].type) == "tile[BK, BN]<float32>"
+    # the GEMV=1 branch: a static loop over the tile's rows around the K loop carrying a tile of partial sums, as
+    # static steps the checker reads as a loop (KSTEPS > 0) or as a range loop
+    rows = next(op for op in loops if op.attrs["static"] and not op.attrs["symbolic"])
+    steps, k_loop = [op for op in walk_block(rows.blocks[0]) if op.kind == "for"]
+    assert steps.attrs["static"] and steps.attrs["symbolic"] and not k_loop.attrs["static"]
+    for loop in (steps, k_loop):
+        assert loop.attrs["carried"] == ["part"] and str(loop.results[0].type) == "tile[BK, BN]<float32>"
     mma = next(op for op in walk_block(ir.body) if op.kind == "mma")
     src_line = ir.source.splitlines()[mma.line - ir.first_line]
     assert "mma(" in src_line
-    assert [p.name for p in ir.constexprs] == ["BM", "BN", "BK", "HAS_BIAS", "ACT", "GEMV"]
+    assert [p.name for p in ir.constexprs] == ["BM", "BN", "BK", "HAS_BIAS", "ACT", "GEMV", "KSTEPS"]
     assert ir.symbols == {"M": ("A", 0), "K": ("A", 1), "N": ("B", 1), "NB": ("bias", 0)}
     assert "for(" in ir.dump() and "# line" in ir.dump()
 
@@ -214,3 +217,17 @@ def test_mma_dtype_mismatch_is_a_launch_error():
     a, b = torch.randn(16, 16), torch.randn(16, 16).to(torch.bfloat16)
     with pytest.raises(LaunchError, match="multiplies float32 by bfloat16"):
         gemm_epilogue(a, b, torch.empty(1), torch.empty(16, 16), policy=Policy.make(BM=16, BN=16, BK=16))
+
+
+def test_unrolled_range_lowers_to_a_static_range_and_the_other_branch_is_dropped():
+    """unrolled_range is a Triton static_range in the lowered source (the K steps of a GEMV unrolled, so Triton
+    issues every step's loads before the first product); with KSTEPS set, the range loop of the other branch is
+    not emitted, and without it the range loop is the only one."""
+    from argus_inductor.kernels.gemm_residual import gemm_residual
+
+    pol = Policy.make(BM=1, BN=1, BK=2048, num_warps=8, num_stages=1, GEMV=1, HAS_BIAS=0, ACT=0)
+    unrolled = gemm_residual.triton_source(pol.with_consts(KSTEPS=2))
+    assert "for s in tl.static_range(0, KSTEPS, 1):" in unrolled
+    assert "for k in range(0, K, BK):" not in unrolled
+    plain = gemm_residual.triton_source(pol)
+    assert "for k in range(0, K, BK):" in plain and "KSTEPS, 1)" not in plain

@@ -28,10 +28,27 @@ def test_gemv_path_proves_symbolically_and_at_odd_shapes(kernel, bm):
         assert res.proved, res.text()
 
 
+@pytest.mark.parametrize("kernel", [gemm_epilogue, gemm_residual, gemm_gate_up], ids=lambda k: k.name)
+def test_static_k_steps_prove_where_they_cover_k_and_not_one_short(kernel):
+    """KSTEPS (the K loop as static steps, read by the checker as a loop): proved at a shape where KSTEPS * BK
+    covers K, also with a step to spare; one step short, the stored sum misses the last K block (a concrete element
+    and the K index it never included); with K symbolic, never proved (nothing bounds K)."""
+    shapes = {k: v for k, v in SHAPES.items() if kernel is not gemm_gate_up or k != "NB"}  # K = 70, BK = 32
+    for steps in (3, 4):
+        res = verify(kernel, Policy.make(BM=1, BN=16, BK=32, GEMV=1, KSTEPS=steps), shapes)
+        assert res.proved, res.text()
+    res = verify(kernel, Policy.make(BM=1, BN=16, BK=32, GEMV=1, KSTEPS=2), shapes)
+    assert not res.ok
+    v = res.violations[0]
+    assert v.kind == "reduction-complete" and "never included K index 64" in v.message, res.text()
+    assert v.executions or v.values, res.text()
+    assert not verify(kernel, Policy.make(BM=1, BN=16, BK=32, GEMV=1, KSTEPS=3)).proved
+
+
 BUGS = [
     ("unclamped row index", "row = minimum(pm * BM + r, M - 1)", "row = pm * BM + r", "bounds"),
-    ("every other K block", "for k in range(0, K, BK):\n                rk = k + arange(BK)\n                part =",
-     "for k in range(0, K, 2 * BK):\n                rk = k + arange(BK)\n                part =", None),
+    ("every other K block", "for k in range(0, K, BK):\n                    rk = k + arange(BK)\n                    part =",
+     "for k in range(0, K, 2 * BK):\n                    rk = k + arange(BK)\n                    part =", None),
     ("the row loop stops one row short", "for r in static_range(BM):", "for r in static_range(BM - 1):", "row"),
     ("the partial sums overwritten, not accumulated",
      "part = part + load(A[row, rk])", "part = load(A[row, rk])", "undecided"),

@@ -153,6 +153,31 @@ def test_gemm_gemv_path_with_epilogues(dtype, bm):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_path_with_static_k_steps(dtype):
+    """KSTEPS > 0: the GEMV path's K loop as that many static steps (unrolled, every load issued before the first
+    product), gemm_epilogue, gemm_residual and gemm_gate_up against float64, K ragged against the K step (the last
+    step partly masked) and one step more than K needs (a step that reads nothing)."""
+    from argus_inductor.kernels.gemm_residual import gate_up, gemm_add
+
+    m, n, k = (1, 4101, 4099) if ON_GPU else (1, 45, 70)
+    bk = GEMV_POLICY.const("BK")
+    for extra in (0, 1):
+        policy = GEMV_POLICY.with_consts(KSTEPS=math.ceil(k / bk) + extra)
+        seed = fresh_seed()
+        a, b, b2 = randn(m, k, dtype=dtype), _operand(k, n, True, dtype), _operand(k, n, True, dtype)
+        bias, res = randn(n, dtype=dtype), randn(m, n, dtype=dtype)
+        out = poisoned(m, n, dtype=dtype)
+        check(gemm(a, b, bias, "relu", out=out, policy=policy), F.relu(a.double() @ b.double() + bias.double()),
+              dtype, seed, f"gemv {m}x{n}x{k}, {policy.const('KSTEPS')} static K steps")
+        out = poisoned(m, n, dtype=dtype)
+        check(gemm_add(a, b, res, out=out, policy=policy), a.double() @ b.double() + res.double(), dtype, seed,
+              f"gemv residual {m}x{n}x{k}, {policy.const('KSTEPS')} static K steps")
+        out = poisoned(m, n, dtype=dtype)
+        check(gate_up(a, b, b2, out=out, policy=policy), F.silu(a.double() @ b.double()) * (a.double() @ b2.double()),
+              dtype, seed, f"gemv gate*up {m}x{n}x{k}, {policy.const('KSTEPS')} static K steps")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_gemv_cat_is_three_projections_side_by_side(dtype):
     """gemv_cat (decode's q, k and v in one launch) against three float64 products: one to three rows, segment
     widths that are and are not multiples of BN, K ragged against BK, weights K-contiguous as nn.Linear's."""
