@@ -243,6 +243,10 @@ def _gemm_base(sig: Signature, target: str, gluon: bool = False, split: bool = T
     m, n, k = d.get("M", 1), d["N"], d["K"]
     gemv = any(c.name == "GEMV" for c in SPECS[sig.op].kernels[0].ir.constexprs)
     gemv_pol = gemv_policy(m, n, target, k, weight_k_major(sig.layouts)) if gemv else None
+    if gemv_pol is not None and active_options().gemv_steps and "K" in dict(sig.static_dims) and \
+            any(c.name == "KSTEPS" for c in SPECS[sig.op].kernels[0].ir.constexprs):
+        # the K loop as static steps (ARGUS_GEMV_STEPS): the checker proves at the signature's K that they cover it
+        gemv_pol = gemv_pol.with_consts(KSTEPS=-(-k // gemv_pol.const("BK")))
     return gemv_pol or gemm_policy(m, n, k, target, gluon=gluon, split=split)
 
 

@@ -120,6 +120,31 @@ def test_the_gemm_templates_take_the_cuda_core_path_where_their_kernel_has_one()
     assert "GEMV" not in ops.SPECS["gemm"].template(sig, "cuda")  # a weight read along N: the tensor-core tile
 
 
+def test_gemv_steps_option_gives_the_gemv_templates_static_k_steps_where_k_is_static():
+    """ARGUS_GEMV_STEPS (Options.gemv_steps, off by default): the CUDA-core templates of gemm, gemm_residual and
+    gate_up take KSTEPS = ceil(K / BK) where K is a static dim; a dynamic K, or the option off, keeps the range loop."""
+    from argus_inductor import ops
+    from argus_inductor.config import Options
+    from argus_inductor.signature import Signature
+
+    def template(op: str, static: tuple, dynamic: tuple = ()) -> dict:
+        sig = Signature(op, "", ("bfloat16", "bfloat16"), ("row", "row"), static, dynamic, "sm_90",
+                        ("torch", "triton", "argus"))
+        return ops.SPECS[op].template(sig, "cuda")
+
+    before = ops.active_options()
+    try:
+        ops.set_active_options(Options.resolve({"gemv_steps": True}))
+        for op in ("gemm", "gemm_residual", "gate_up"):
+            t = template(op, (("M", 1), ("N", 4096), ("K", 14336)))
+            assert t.get("GEMV") == 1 and t.get("KSTEPS") == -(-14336 // t["BK"]), (op, t)
+            assert "KSTEPS" not in template(op, (("M", 1), ("N", 4096)), (("K", "8193-16384"),)), op
+        ops.set_active_options(Options.resolve({"gemv_steps": False}))
+        assert "KSTEPS" not in template("gemm_residual", (("M", 1), ("N", 4096), ("K", 14336)))
+    finally:
+        ops.set_active_options(before)
+
+
 def test_kernels_that_keep_the_whole_k_loop_get_tiles_that_fill_the_gpu():
     """The residual and gate*up kernels cannot split K. Their template used to be the split tile without the split:
     64 programs of 128x64 at Llama's down projection (N = 4096, K = 14336), 0.074 ms at 128 rows on the H100 where
