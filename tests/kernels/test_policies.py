@@ -139,6 +139,14 @@ def test_gemv_steps_option_gives_the_gemv_templates_static_k_steps_where_k_is_st
             t = template(op, (("M", 1), ("N", 4096), ("K", 14336)))
             assert t.get("GEMV") == 1 and t.get("KSTEPS") == -(-14336 // t["BK"]), (op, t)
             assert "KSTEPS" not in template(op, (("M", 1), ("N", 4096)), (("K", "8193-16384"),)), op
+        # the plan is proved at the signature's shapes (the steps cover its K), M dynamic as under dynamic=True
+        sig = Signature("gemm_residual", "", ("bfloat16", "bfloat16"), ("row", "row"), (("K", 14336), ("N", 4096)),
+                        (("M", "1"),), "sm_90", ("torch", "triton", "argus"))
+        spec = ops.SPECS["gemm_residual"]
+        pols = spec.policies(spec.template(sig, "cuda"), sig)
+        assert pols["gemm_residual"].const("KSTEPS") == 7
+        verdict = ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")
+        assert verdict["status"] == "verified", verdict
         ops.set_active_options(Options.resolve({"gemv_steps": False}))
         assert "KSTEPS" not in template("gemm_residual", (("M", 1), ("N", 4096), ("K", 14336)))
     finally:
