@@ -124,32 +124,38 @@ GEMV_POLICY = Policy.make(BM=1, BN=1, BK=2048, num_warps=8, num_stages=1, GEMV=1
     Policy.make(BM=1, BN=1, BK=32, GEMV=1)
 
 
+def _check_gemv_kernels(m: int, n: int, k: int, act: str, b2_k_major: bool, policy: Policy, dtype: torch.dtype,
+                        label: str) -> None:
+    """gemm_epilogue (bias and `act`), gemm_residual and gemm_gate_up under `policy` against float64, on fresh
+    inputs (an nn.Linear-like K-contiguous weight, the gate*up pair's second one K-contiguous or not)."""
+    from argus_inductor.kernels.gemm_residual import gate_up, gemm_add
+
+    seed = fresh_seed()
+    a, b, b2 = randn(m, k, dtype=dtype), _operand(k, n, True, dtype), _operand(k, n, b2_k_major, dtype)
+    bias, res = randn(n, dtype=dtype), randn(m, n, dtype=dtype)
+    ref = a.double() @ b.double() + bias.double()
+    ref = {"none": ref, "relu": F.relu(ref), "gelu": F.gelu(ref), "silu": F.silu(ref),
+           "gelu_tanh": F.gelu(ref, approximate="tanh")}[act]
+    out = poisoned(m, n, dtype=dtype)
+    check(gemm(a, b, bias, act, out=out, policy=policy), ref, dtype, seed, f"gemv {m}x{n}x{k} act={act}{label}")
+    out = poisoned(m, n, dtype=dtype)
+    check(gemm_add(a, b, res, out=out, policy=policy), a.double() @ b.double() + res.double(), dtype, seed,
+          f"gemv residual {m}x{n}x{k}{label}")
+    out = poisoned(m, n, dtype=dtype)
+    check(gate_up(a, b, b2, out=out, policy=policy), F.silu(a.double() @ b.double()) * (a.double() @ b2.double()),
+          dtype, seed, f"gemv gate*up {m}x{n}x{k}{label}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bm", [1, 2])
 def test_gemm_gemv_path_with_epilogues(dtype, bm):
     """GEMV=1 (CUDA cores, no mma) for decode rows: gemm_epilogue with bias and activations, gemm_residual and
     gemm_gate_up, against float64; with BM=2 at odd M the last tile's second row lies past M (clamped, not stored).
     One column a program (the template's tile) and several; K ragged against the K step."""
-    from argus_inductor.kernels.gemm_residual import gate_up, gemm_add
-
     policy = GEMV_POLICY.with_consts(BM=bm, BN=1 if bm == 1 else 4)
     shapes = [(1, 128256, 4096), (3, 4101, 4099)] if ON_GPU else [(1, 45, 70), (3, 33, 53)]
     for i, (m, n, k) in enumerate(shapes):
-        seed = fresh_seed()
-        act = ACTS[(i + bm) % len(ACTS)]
-        a, b, b2 = randn(m, k, dtype=dtype), _operand(k, n, True, dtype), _operand(k, n, i % 2 == 1, dtype)
-        bias, res = randn(n, dtype=dtype), randn(m, n, dtype=dtype)
-        ref = a.double() @ b.double() + bias.double()
-        ref = {"none": ref, "relu": F.relu(ref), "gelu": F.gelu(ref), "silu": F.silu(ref),
-               "gelu_tanh": F.gelu(ref, approximate="tanh")}[act]
-        out = poisoned(m, n, dtype=dtype)
-        check(gemm(a, b, bias, act, out=out, policy=policy), ref, dtype, seed, f"gemv {m}x{n}x{k} act={act}")
-        out = poisoned(m, n, dtype=dtype)
-        check(gemm_add(a, b, res, out=out, policy=policy), a.double() @ b.double() + res.double(), dtype, seed,
-              f"gemv residual {m}x{n}x{k}")
-        out = poisoned(m, n, dtype=dtype)
-        check(gate_up(a, b, b2, out=out, policy=policy), F.silu(a.double() @ b.double()) * (a.double() @ b2.double()),
-              dtype, seed, f"gemv gate*up {m}x{n}x{k}")
+        _check_gemv_kernels(m, n, k, ACTS[(i + bm) % len(ACTS)], i % 2 == 1, policy, dtype, "")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -157,24 +163,10 @@ def test_gemv_path_with_static_k_steps(dtype):
     """KSTEPS > 0: the GEMV path's K loop as that many static steps (unrolled, every load issued before the first
     product), gemm_epilogue, gemm_residual and gemm_gate_up against float64, K ragged against the K step (the last
     step partly masked) and one step more than K needs (a step that reads nothing)."""
-    from argus_inductor.kernels.gemm_residual import gate_up, gemm_add
-
     m, n, k = (1, 4101, 4099) if ON_GPU else (1, 45, 70)
-    bk = GEMV_POLICY.const("BK")
     for extra in (0, 1):
-        policy = GEMV_POLICY.with_consts(KSTEPS=math.ceil(k / bk) + extra)
-        seed = fresh_seed()
-        a, b, b2 = randn(m, k, dtype=dtype), _operand(k, n, True, dtype), _operand(k, n, True, dtype)
-        bias, res = randn(n, dtype=dtype), randn(m, n, dtype=dtype)
-        out = poisoned(m, n, dtype=dtype)
-        check(gemm(a, b, bias, "relu", out=out, policy=policy), F.relu(a.double() @ b.double() + bias.double()),
-              dtype, seed, f"gemv {m}x{n}x{k}, {policy.const('KSTEPS')} static K steps")
-        out = poisoned(m, n, dtype=dtype)
-        check(gemm_add(a, b, res, out=out, policy=policy), a.double() @ b.double() + res.double(), dtype, seed,
-              f"gemv residual {m}x{n}x{k}, {policy.const('KSTEPS')} static K steps")
-        out = poisoned(m, n, dtype=dtype)
-        check(gate_up(a, b, b2, out=out, policy=policy), F.silu(a.double() @ b.double()) * (a.double() @ b2.double()),
-              dtype, seed, f"gemv gate*up {m}x{n}x{k}, {policy.const('KSTEPS')} static K steps")
+        policy = GEMV_POLICY.with_consts(KSTEPS=math.ceil(k / GEMV_POLICY.const("BK")) + extra)
+        _check_gemv_kernels(m, n, k, "relu", True, policy, dtype, f", {policy.const('KSTEPS')} static K steps")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
