@@ -243,11 +243,18 @@ def _gemm_base(sig: Signature, target: str, gluon: bool = False, split: bool = T
     m, n, k = d.get("M", 1), d["N"], d["K"]
     gemv = any(c.name == "GEMV" for c in SPECS[sig.op].kernels[0].ir.constexprs)
     gemv_pol = gemv_policy(m, n, target, k, weight_k_major(sig.layouts)) if gemv else None
-    if gemv_pol is not None and active_options().gemv_steps and "K" in dict(sig.static_dims) and \
-            any(c.name == "KSTEPS" for c in SPECS[sig.op].kernels[0].ir.constexprs):
-        # the K loop as static steps (ARGUS_GEMV_STEPS): the checker proves at the signature's K that they cover it
-        gemv_pol = gemv_pol.with_consts(KSTEPS=-(-k // gemv_pol.const("BK")))
+    if gemv_pol is not None and any(c.name == "KSTEPS" for c in SPECS[sig.op].kernels[0].ir.constexprs):
+        gemv_pol = _gemv_steps(gemv_pol, sig)
     return gemv_pol or gemm_policy(m, n, k, target, gluon=gluon, split=split)
+
+
+def _gemv_steps(policy: Policy, sig: Signature) -> Policy:
+    """A GEMV policy with its K loop as static steps (KSTEPS) where ARGUS_GEMV_STEPS asks and K is a static dim of
+    the signature: the checker proves at the signature's K that the steps cover it."""
+    static = dict(sig.static_dims)
+    if not active_options().gemv_steps or "K" not in static:
+        return policy
+    return policy.with_consts(KSTEPS=-(-static["K"] // policy.const("BK")))
 
 
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
@@ -453,7 +460,8 @@ SPECS: dict[str, OpSpec] = {
     "gate_up": OpSpec("gate_up", (gemm_gate_up,), _gate_up_template,
                       lambda s: {"gemm_gate_up": {"ACT": _act_of(s)}}, lambda s: {"gemm_gate_up": _gemm_shapes(s)},
                       _fused_select("gemm_gate_up", lambda s: {"ACT": _act_of(s)}), presplit=("gemm_gate_up",)),
-    "gemv_cat": OpSpec("gemv_cat", (gemv_cat,), lambda s, target: gemv_cat_policy(target, s.dims()["K"]).as_dict(),
+    "gemv_cat": OpSpec("gemv_cat", (gemv_cat,), lambda s, target: _gemv_steps(gemv_cat_policy(target, s.dims()["K"]),
+                                                                         s).as_dict(),
                        lambda s: {}, lambda s: {"gemv_cat": cat_shapes(s.epilogue, s.dims())},
                        _fused_select("gemv_cat", lambda s: {})),
     "bmm": OpSpec("bmm", (bmm_kernel,), _gemm_fused_template, lambda s: {},

@@ -26,9 +26,9 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from argus_inductor.kernels.gemm import gemm  # noqa: E402
+from argus_inductor.kernels.gemm import gemm, gemv_cat  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
-from argus_inductor.policies import gemv_policy  # noqa: E402
+from argus_inductor.policies import gemv_cat_policy, gemv_policy  # noqa: E402
 from benchmarks.norm_fold_probe import gemv_gate_up, gemv_residual  # noqa: E402
 from benchmarks.sweep import bench  # noqa: E402
 
@@ -100,6 +100,28 @@ def main() -> None:
             t = bench(fns[0], fns[1:]) * 1e3
             print(f"  {name:20s} N={n:6d} K={k:5d} {label:28s}: {t:8.2f} us  "
                   f"({n * k * 2 * (2 if us else 1) / t / 1e6:.2f} TB/s), rel err {err:.1e}", flush=True)
+
+    # gemv_cat (decode's q, k and v in one launch) with and without static K steps
+    k, widths, copies = 4096, (4096, 1024, 1024), 4
+    x = torch.randn(1, k, device=dev, dtype=bf)
+    out = torch.empty(1, sum(widths), device=dev, dtype=bf)
+    wss = [[torch.randn(w, k, device=dev, dtype=bf) * k ** -0.5 for w in widths] for _ in range(copies)]
+    ref = torch.cat([x.float() @ w.float().t() for w in wss[0]], 1)
+    base = gemv_cat_policy("cuda", k)
+    for ksteps in (0, -(-k // base.const("BK"))):
+        pol = base.with_consts(KSTEPS=ksteps)
+
+        def cat(c: int, pol=pol) -> None:
+            gemv_cat(x, *(w.t() for w in wss[c]), out, policy=pol)
+
+        cat(0)
+        torch.cuda.synchronize()
+        err = rel(out, ref)
+        assert err < 2e-2, f"gemv_cat, KSTEPS={ksteps}: relative error {err:.2e}"
+        fns = [lambda c=c: cat(c) for c in range(copies)]
+        t = bench(fns[0], fns[1:]) * 1e3
+        print(f"  {'gemv_cat q|k|v':20s} N={sum(widths):6d} K={k:5d} {f'KSTEPS={ksteps}':28s}: {t:8.2f} us  "
+              f"({sum(widths) * k * 2 / t / 1e6:.2f} TB/s), rel err {err:.1e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
 
 @kernel
 def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), B2: Tensor("K", "N2"),
-             C: Tensor("M", "NC"), BN: constexpr = 32, BK: constexpr = 256):
+             C: Tensor("M", "NC"), BN: constexpr = 32, BK: constexpr = 256, KSTEPS: constexpr = 0):
     """C = A @ [B0 | B1 | B2] for a few rows of A (decode): three projections of one input (an attention's q, k
     and v) in one launch, their outputs side by side in C's columns. One program a row of A and BN columns of one
     segment, on the CUDA cores, so the launch streams all three weights at once, where three launches each stream
@@ -91,7 +91,7 @@ def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), 
     Each segment's programs run their own K loop and store under a branch of their own (the branch is the same
     for all of a program's lanes), so a program loads only its own weight, where one loop over masked loads of all
     three issued three loads a step (20.6 us against 17.9 for one 6144-column GEMV of the same bytes on the H100,
-    session 19)."""
+    session 19). KSTEPS > 0: each K loop as that many static steps (as gemm_epilogue's)."""
     t0 = cdiv(N0, BN)
     t1 = cdiv(N1, BN)
     pm, pn = tile_grid(M, t0 + t1 + cdiv(N2, BN))
@@ -101,21 +101,36 @@ def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), 
     rn = (pn - s1 * t0 - s2 * t1) * BN + arange(BN)  # the program's columns of its segment
     if s1 == 0:
         part0 = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
-        for k in range(0, K, BK):
-            rk = k + arange(BK)
-            part0 = part0 + load(A[pm, rk]).to(float32)[:, None] * load(B0[rk, rn]).to(float32)
+        if KSTEPS > 0:
+            for s in unrolled_range(KSTEPS):
+                rk = s * BK + arange(BK)
+                part0 = part0 + load(A[pm, rk]).to(float32)[:, None] * load(B0[rk, rn]).to(float32)
+        else:
+            for k in range(0, K, BK):
+                rk = k + arange(BK)
+                part0 = part0 + load(A[pm, rk]).to(float32)[:, None] * load(B0[rk, rn]).to(float32)
         store(C[pm, rn], sum(part0, 0), mask=rn < N0)
     if (s1 == 1) & (s2 == 0):
         part1 = zeros((BK, BN), float32)
-        for k in range(0, K, BK):
-            rk = k + arange(BK)
-            part1 = part1 + load(A[pm, rk]).to(float32)[:, None] * load(B1[rk, rn]).to(float32)
+        if KSTEPS > 0:
+            for s in unrolled_range(KSTEPS):
+                rk = s * BK + arange(BK)
+                part1 = part1 + load(A[pm, rk]).to(float32)[:, None] * load(B1[rk, rn]).to(float32)
+        else:
+            for k in range(0, K, BK):
+                rk = k + arange(BK)
+                part1 = part1 + load(A[pm, rk]).to(float32)[:, None] * load(B1[rk, rn]).to(float32)
         store(C[pm, N0 + rn], sum(part1, 0), mask=rn < N1)
     if s2 == 1:
         part2 = zeros((BK, BN), float32)
-        for k in range(0, K, BK):
-            rk = k + arange(BK)
-            part2 = part2 + load(A[pm, rk]).to(float32)[:, None] * load(B2[rk, rn]).to(float32)
+        if KSTEPS > 0:
+            for s in unrolled_range(KSTEPS):
+                rk = s * BK + arange(BK)
+                part2 = part2 + load(A[pm, rk]).to(float32)[:, None] * load(B2[rk, rn]).to(float32)
+        else:
+            for k in range(0, K, BK):
+                rk = k + arange(BK)
+                part2 = part2 + load(A[pm, rk]).to(float32)[:, None] * load(B2[rk, rn]).to(float32)
         store(C[pm, N0 + N1 + rn], sum(part2, 0), mask=rn < N2)
 
 

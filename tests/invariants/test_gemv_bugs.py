@@ -45,6 +45,18 @@ def test_static_k_steps_prove_where_they_cover_k_and_not_one_short(kernel):
     assert not verify(kernel, Policy.make(BM=1, BN=16, BK=32, GEMV=1, KSTEPS=3)).proved
 
 
+def test_gemv_cat_static_k_steps_prove_where_they_cover_k_and_not_one_short():
+    """gemv_cat's three K loops as KSTEPS static steps: proved where the steps cover K; one short, a segment's
+    stored sum misses the last K block."""
+    from argus_inductor.kernels.gemm import gemv_cat
+
+    shapes = {"M": 2, "K": 70, "N0": 20, "N1": 7, "N2": 33, "NC": 60}
+    assert verify(gemv_cat, Policy.make(BN=4, BK=32, KSTEPS=3), shapes).proved
+    res = verify(gemv_cat, Policy.make(BN=4, BK=32, KSTEPS=2), shapes)
+    assert not res.ok and res.violations[0].kind == "reduction-complete", res.text()
+    assert "never included K index 64" in res.violations[0].message, res.text()
+
+
 BUGS = [
     ("unclamped row index", "row = minimum(pm * BM + r, M - 1)", "row = pm * BM + r", "bounds"),
     ("every other K block", "for k in range(0, K, BK):\n                    rk = k + arange(BK)\n                    part =",

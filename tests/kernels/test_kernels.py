@@ -2,6 +2,7 @@
 with outputs poisoned by NaN before each run. ARGUS_TEST_DEVICE=cuda runs them on the GPU at real sizes."""
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -176,17 +177,19 @@ def test_gemv_cat_is_three_projections_side_by_side(dtype):
     from argus_inductor.kernels.gemm import gemv_cat
     from argus_inductor.policies import gemv_cat_policy
 
-    pol = gemv_cat_policy("cuda" if ON_GPU else "interpret")
+    base = gemv_cat_policy("cuda" if ON_GPU else "interpret")
     cases = [(1, (4096, 1024, 1024), 4096), (3, (100, 36, 20), 1000)] if ON_GPU else \
         [(1, (32, 16, 16), 40), (3, (20, 7, 33), 37)]
-    for m, widths, k in cases:
+    for (m, widths, k), steps in itertools.product(cases, (False, True)):
+        # KSTEPS: each K loop as static steps (the last partly masked where BK does not divide K)
+        pol = base.with_consts(KSTEPS=math.ceil(k / base.const("BK"))) if steps else base
         seed = fresh_seed()
         a = randn(m, k, dtype=dtype)
         ws = [randn(w, k, dtype=dtype, scale=k ** -0.5) for w in widths]
         out = poisoned(m, sum(widths), dtype=dtype)
         gemv_cat(a, *(w.t() for w in ws), out, policy=pol)
         ref = torch.cat([a.double() @ w.double().t() for w in ws], 1)
-        check(out, ref, dtype, seed, f"gemv_cat {m} rows, widths {widths}, K={k}")
+        check(out, ref, dtype, seed, f"gemv_cat {m} rows, widths {widths}, K={k}, KSTEPS={pol.const('KSTEPS', 0)}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -147,6 +147,13 @@ def test_gemv_steps_option_gives_the_gemv_templates_static_k_steps_where_k_is_st
         assert pols["gemm_residual"].const("KSTEPS") == 7
         verdict = ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")
         assert verdict["status"] == "verified", verdict
+        # gemv_cat (decode's q, k, v in one launch) alike
+        sig = Signature("gemv_cat", "cat4096/1024/1024", ("bfloat16",) * 4, ("row",) * 4, (("K", 4096), ("N", 6144)),
+                        (("M", "1"),), "sm_90", ("torch", "triton", "argus"))
+        spec = ops.SPECS["gemv_cat"]
+        pols = spec.policies(spec.template(sig, "cuda"), sig)
+        assert pols["gemv_cat"].const("KSTEPS") == -(-4096 // pols["gemv_cat"].const("BK"))
+        assert ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")["status"] == "verified"
         ops.set_active_options(Options.resolve({"gemv_steps": False}))
         assert "KSTEPS" not in template("gemm_residual", (("M", 1), ("N", 4096), ("K", 14336)))
     finally:
