@@ -348,9 +348,12 @@ class Frontend:
             raise self.err("the loop variable must be a single name", "write `for k in range(...)`", st)
         it = st.iter
         fn = self.static_object(it.func) if isinstance(it, ast.Call) else _MISSING
-        kind = getattr(fn, "__argus_builtin__", None)
+        kind = getattr(st, "argus_kind", None) or getattr(fn, "__argus_builtin__", None)
+        if kind == "unrollable_range":
+            self.visit_unrollable_for(st, it)
+            return
         static = kind in ("static_range", "unrolled_range")
-        if not isinstance(it, ast.Call) or not (fn is builtins.range or static):
+        if not isinstance(it, ast.Call) or not (fn is builtins.range or kind == "range" or static):
             raise self.err("a kernel loop must iterate over range(...), static_range(...) or unrolled_range(...)",
                            "write `for k in range(0, K, BK)`", st)
         if it.keywords or not 1 <= len(it.args) <= 3:
@@ -408,6 +411,29 @@ class Frontend:
             r.owner = op
             op.results.append(r)
             self.env[n] = r
+
+    def visit_unrollable_for(self, st: ast.For, it: ast.Call) -> None:
+        """`for k in unrollable_range(start, stop, step, steps):` is read as `if steps > 0:` a loop over
+        unrolled_range(start, start + steps * step, step), `else:` one over range(start, stop, step), the same body
+        in both (the lowering keeps the branch the policy's constexpr selects)."""
+        if it.keywords or len(it.args) != 4:
+            raise self.err("unrollable_range takes start, stop, step and the number of static steps",
+                           "write `for k in unrollable_range(0, K, BK, KSTEPS):`", it)
+        start, stop, step, steps = it.args
+        if not self.scalar(self.expr(steps), steps, "a step count").is_const:
+            raise self.err("unrollable_range's step count must be a compile-time constant",
+                           "pass a constexpr parameter (0: the range loop)", steps)
+        end = ast.BinOp(start, ast.Add(), ast.BinOp(steps, ast.Mult(), step))
+        loops = []
+        for kind, bounds in (("unrolled_range", [start, end, step]), ("range", [start, stop, step])):
+            loop = ast.For(target=st.target, iter=ast.Call(func=it.func, args=bounds, keywords=[]), body=st.body,
+                           orelse=[])
+            loop.argus_kind = kind  # type: ignore[attr-defined]
+            loops.append(loop)
+        node = ast.If(test=ast.Compare(steps, [ast.Gt()], [ast.Constant(0)]), body=[loops[0]], orelse=[loops[1]])
+        for n in (node, *loops):
+            ast.copy_location(n, st)
+        self.visit_if(ast.fix_missing_locations(node))  # the new expressions take the for statement's line
 
     def visit_if(self, st: ast.If) -> None:
         cond = self.expr(st.test)
@@ -1093,6 +1119,10 @@ class Frontend:
     def op_unrolled_range(self, node: ast.Call) -> Any:
         raise self.err("unrolled_range is only valid as a for-loop's iterable",
                        "write `for s in unrolled_range(KSTEPS):`", node)
+
+    def op_unrollable_range(self, node: ast.Call) -> Any:
+        raise self.err("unrollable_range is only valid as a for-loop's iterable",
+                       "write `for k in unrollable_range(0, K, BK, KSTEPS):`", node)
 
 
 # ---- helpers ------------------------------------------------------------------------------------

@@ -116,6 +116,9 @@ static_range = _builtin("static_range", "static_range(n): a loop unrolled at com
 unrolled_range = _builtin("unrolled_range", "unrolled_range(n): a loop unrolled at compile time (n a constexpr) "
                                             "that the checker reads as a range loop, one symbolic iteration for "
                                             "all: an accumulation across its steps is proved as in range(...).")
+unrollable_range = _builtin("unrollable_range", "unrollable_range(start, stop, step, steps): range(start, stop, step) "
+                                                "where the constexpr `steps` is 0, else unrolled_range(start, start + "
+                                                "steps * step, step), which must reach stop (the checker proves it).")
 exp = _builtin("exp", "exp(x)")
 exp2 = _builtin("exp2", "exp2(x)")
 log = _builtin("log", "log(x)")

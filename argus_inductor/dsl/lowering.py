@@ -488,7 +488,10 @@ class _Emitter:
 
     def loop(self, op: Op, ind: str) -> None:
         body = op.blocks[0]
-        start, stop, step = (self.ref(v) for v in op.args[:3])
+        # a static loop's bounds as numbers: Triton takes a constexpr expression assigned to a local (KSTEPS * BK)
+        # for a tensor, which tl.static_range refuses
+        start, stop, step = (str(eval_scalar(v, self.consts)) if op.attrs["static"] else self.ref(v)
+                             for v in op.args[:3])
         inits = op.args[3:]
         carried = []
         for arg, init, res in zip(body.args[1:], inits, op.results):

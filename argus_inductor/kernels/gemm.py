@@ -28,7 +28,7 @@ from ..dsl.lang import (
     store,
     sum,
     tile_grid,
-    unrolled_range,
+    unrollable_range,
     where,
     zeros,
 )
@@ -61,14 +61,9 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
         for r in static_range(BM):
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
             part = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
-            if KSTEPS > 0:
-                for s in unrolled_range(KSTEPS):
-                    rk = s * BK + arange(BK)
-                    part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
-            else:
-                for k in range(0, K, BK):
-                    rk = k + arange(BK)
-                    part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
+            for k in unrollable_range(0, K, BK, KSTEPS):
+                rk = k + arange(BK)
+                part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
             acc = where((arange(BM) == r)[:, None], sum(part, 0)[None, :], acc)
     else:
         for k in range(0, K, BK):
@@ -101,36 +96,21 @@ def gemv_cat(A: Tensor("M", "K"), B0: Tensor("K", "N0"), B1: Tensor("K", "N1"), 
     rn = (pn - s1 * t0 - s2 * t1) * BN + arange(BN)  # the program's columns of its segment
     if s1 == 0:
         part0 = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
-        if KSTEPS > 0:
-            for s in unrolled_range(KSTEPS):
-                rk = s * BK + arange(BK)
-                part0 = part0 + load(A[pm, rk]).to(float32)[:, None] * load(B0[rk, rn]).to(float32)
-        else:
-            for k in range(0, K, BK):
-                rk = k + arange(BK)
-                part0 = part0 + load(A[pm, rk]).to(float32)[:, None] * load(B0[rk, rn]).to(float32)
+        for k in unrollable_range(0, K, BK, KSTEPS):
+            rk = k + arange(BK)
+            part0 = part0 + load(A[pm, rk]).to(float32)[:, None] * load(B0[rk, rn]).to(float32)
         store(C[pm, rn], sum(part0, 0), mask=rn < N0)
     if (s1 == 1) & (s2 == 0):
         part1 = zeros((BK, BN), float32)
-        if KSTEPS > 0:
-            for s in unrolled_range(KSTEPS):
-                rk = s * BK + arange(BK)
-                part1 = part1 + load(A[pm, rk]).to(float32)[:, None] * load(B1[rk, rn]).to(float32)
-        else:
-            for k in range(0, K, BK):
-                rk = k + arange(BK)
-                part1 = part1 + load(A[pm, rk]).to(float32)[:, None] * load(B1[rk, rn]).to(float32)
+        for k in unrollable_range(0, K, BK, KSTEPS):
+            rk = k + arange(BK)
+            part1 = part1 + load(A[pm, rk]).to(float32)[:, None] * load(B1[rk, rn]).to(float32)
         store(C[pm, N0 + rn], sum(part1, 0), mask=rn < N1)
     if s2 == 1:
         part2 = zeros((BK, BN), float32)
-        if KSTEPS > 0:
-            for s in unrolled_range(KSTEPS):
-                rk = s * BK + arange(BK)
-                part2 = part2 + load(A[pm, rk]).to(float32)[:, None] * load(B2[rk, rn]).to(float32)
-        else:
-            for k in range(0, K, BK):
-                rk = k + arange(BK)
-                part2 = part2 + load(A[pm, rk]).to(float32)[:, None] * load(B2[rk, rn]).to(float32)
+        for k in unrollable_range(0, K, BK, KSTEPS):
+            rk = k + arange(BK)
+            part2 = part2 + load(A[pm, rk]).to(float32)[:, None] * load(B2[rk, rn]).to(float32)
         store(C[pm, N0 + N1 + rn], sum(part2, 0), mask=rn < N2)
 
 

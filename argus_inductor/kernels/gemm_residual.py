@@ -19,7 +19,7 @@ from ..dsl.lang import (
     store,
     sum,
     tile_grid,
-    unrolled_range,
+    unrollable_range,
     where,
     zeros,
 )
@@ -42,14 +42,9 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
         for r in static_range(BM):
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
             part = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
-            if KSTEPS > 0:
-                for s in unrolled_range(KSTEPS):
-                    rk = s * BK + arange(BK)
-                    part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
-            else:
-                for k in range(0, K, BK):
-                    rk = k + arange(BK)
-                    part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
+            for k in unrollable_range(0, K, BK, KSTEPS):
+                rk = k + arange(BK)
+                part = part + load(A[row, rk]).to(float32)[:, None] * load(B[rk, rn]).to(float32)
             acc = where((arange(BM) == r)[:, None], sum(part, 0)[None, :], acc)
     else:
         for k in range(0, K, BK):
@@ -79,18 +74,11 @@ def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N")
             row = minimum(pm * BM + r, M - 1)  # a row past M reads row M - 1, and is not stored
             part_g = zeros((BK, BN), float32)  # partial sums kept per K lane, reduced once after the loop
             part_u = zeros((BK, BN), float32)
-            if KSTEPS > 0:
-                for s in unrolled_range(KSTEPS):
-                    rk = s * BK + arange(BK)
-                    a = load(A[row, rk]).to(float32)[:, None]
-                    part_g = part_g + a * load(BG[rk, rn]).to(float32)
-                    part_u = part_u + a * load(BU[rk, rn]).to(float32)
-            else:
-                for k in range(0, K, BK):
-                    rk = k + arange(BK)
-                    a = load(A[row, rk]).to(float32)[:, None]
-                    part_g = part_g + a * load(BG[rk, rn]).to(float32)
-                    part_u = part_u + a * load(BU[rk, rn]).to(float32)
+            for k in unrollable_range(0, K, BK, KSTEPS):
+                rk = k + arange(BK)
+                a = load(A[row, rk]).to(float32)[:, None]
+                part_g = part_g + a * load(BG[rk, rn]).to(float32)
+                part_u = part_u + a * load(BU[rk, rn]).to(float32)
             gate = where((arange(BM) == r)[:, None], sum(part_g, 0)[None, :], gate)
             up = where((arange(BM) == r)[:, None], sum(part_u, 0)[None, :], up)
     else:

@@ -219,15 +219,15 @@ def test_mma_dtype_mismatch_is_a_launch_error():
         gemm_epilogue(a, b, torch.empty(1), torch.empty(16, 16), policy=Policy.make(BM=16, BN=16, BK=16))
 
 
-def test_unrolled_range_lowers_to_a_static_range_and_the_other_branch_is_dropped():
-    """unrolled_range is a Triton static_range in the lowered source (the K steps of a GEMV unrolled, so Triton
-    issues every step's loads before the first product); with KSTEPS set, the range loop of the other branch is
-    not emitted, and without it the range loop is the only one."""
+def test_unrollable_range_lowers_to_a_static_range_or_a_range():
+    """unrollable_range(0, K, BK, KSTEPS) with KSTEPS set is a Triton static_range over KSTEPS steps of BK, its
+    bounds numbers (the K steps of a GEMV unrolled, so Triton issues every step's loads before the first product),
+    and no range loop is emitted; with KSTEPS 0 the range loop is the only one."""
     from argus_inductor.kernels.gemm_residual import gemm_residual
 
     pol = Policy.make(BM=1, BN=1, BK=2048, num_warps=8, num_stages=1, GEMV=1, HAS_BIAS=0, ACT=0)
     unrolled = gemm_residual.triton_source(pol.with_consts(KSTEPS=2))
-    assert "for s in tl.static_range(0, KSTEPS, 1):" in unrolled
+    assert "for k in tl.static_range(0, 4096, 2048):" in unrolled
     assert "for k in range(0, K, BK):" not in unrolled
     plain = gemm_residual.triton_source(pol)
-    assert "for k in range(0, K, BK):" in plain and "KSTEPS, 1)" not in plain
+    assert "for k in range(0, K, BK):" in plain and "for k in tl.static_range" not in plain

@@ -36,8 +36,9 @@ def test_gemv_cat_is_proven(shapes, policy):
     # the third segment's branch taken by the second segment's programs too: the second's columns written twice
     ("if s2 == 1:", "if s1 == 1:", "write-once"),
     # the third segment's loop starts one block in: its sums miss K's first block
-    ("for k in range(0, K, BK):\n                rk = k + arange(BK)\n                part2",
-     "for k in range(BK, K, BK):\n                rk = k + arange(BK)\n                part2", "reduction-complete"),
+    ("for k in unrollable_range(0, K, BK, KSTEPS):\n            rk = k + arange(BK)\n            part2",
+     "for k in unrollable_range(BK, K, BK, KSTEPS):\n            rk = k + arange(BK)\n            part2",
+     "reduction-complete"),
 ])
 def test_planted_segment_bug_is_rejected(old, new, kind):
     assert old in SRC
