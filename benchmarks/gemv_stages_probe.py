@@ -30,7 +30,7 @@ from argus_inductor.kernels.gemm import gemm, gemv_cat  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
 from argus_inductor.policies import gemv_cat_policy, gemv_policy  # noqa: E402
 from benchmarks.norm_fold_probe import gemv_gate_up, gemv_residual  # noqa: E402
-from benchmarks.sweep import bench  # noqa: E402
+from benchmarks.sweep import graph_us, rel  # noqa: E402
 
 
 @triton.jit
@@ -43,9 +43,6 @@ def gemv_plain(x, w, out, K: tl.constexpr, BK: tl.constexpr):
         acc += tl.load(w + row.to(tl.int64) * K + ks).to(tl.float32) * tl.load(x + ks).to(tl.float32)
     tl.store(out + row, tl.sum(acc, axis=0).to(tl.bfloat16))
 
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm())
 
 
 def main() -> None:
@@ -97,7 +94,7 @@ def main() -> None:
             err = rel(out, ref)
             assert err < 2e-2, f"{name}, {label}: relative error {err:.2e}"
             fns: list[Callable[[], None]] = [lambda c=c: run(c) for c in range(copies)]
-            t = bench(fns[0], fns[1:]) * 1e3
+            t = graph_us(fns)
             print(f"  {name:20s} N={n:6d} K={k:5d} {label:28s}: {t:8.2f} us  "
                   f"({n * k * 2 * (2 if us else 1) / t / 1e6:.2f} TB/s), rel err {err:.1e}", flush=True)
 
@@ -119,7 +116,7 @@ def main() -> None:
         err = rel(out, ref)
         assert err < 2e-2, f"gemv_cat, KSTEPS={ksteps}: relative error {err:.2e}"
         fns = [lambda c=c: cat(c) for c in range(copies)]
-        t = bench(fns[0], fns[1:]) * 1e3
+        t = graph_us(fns)
         print(f"  {'gemv_cat q|k|v':20s} N={sum(widths):6d} K={k:5d} {f'KSTEPS={ksteps}':28s}: {t:8.2f} us  "
               f"({sum(widths) * k * 2 / t / 1e6:.2f} TB/s), rel err {err:.1e}", flush=True)
 

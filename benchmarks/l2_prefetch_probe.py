@@ -39,7 +39,7 @@ from argus_inductor.kernels.gemm import gemm  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up  # noqa: E402
 from argus_inductor.kernels.rms_rounded import rms_norm_rounded  # noqa: E402
 from argus_inductor.policies import gemv_policy  # noqa: E402
-from benchmarks.sweep import bench  # noqa: E402
+from benchmarks.sweep import graph_us, rel  # noqa: E402
 
 K = 4096
 EPS = 1e-5
@@ -85,13 +85,6 @@ KINDS = ("line", "sector", "bulk4k", "bulk16k")
 COMPILED: dict[str, object] = {}  # each prefetch kind's compiled launch (its PTX is printed: the asm must survive)
 
 
-def graph_us(chains: list[Callable[[], None]]) -> float:
-    """CUDA-graph median of running every chain once (each on its own copies), per chain, in us."""
-    return bench(chains[0], chains[1:]) * 1e3
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm())
 
 
 def side_stream(window: Callable[[], None], pf: Callable[[], None]) -> None:

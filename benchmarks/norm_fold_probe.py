@@ -23,7 +23,6 @@ Every checked chain's output is compared with float32 torch first.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
 from argus_inductor.kernels.rms_rounded import rms_norm_rounded  # noqa: E402
 from argus_inductor.policies import gemv_policy  # noqa: E402
-from benchmarks.sweep import bench  # noqa: E402
+from benchmarks.sweep import graph_us, rel  # noqa: E402
 
 K = 4096
 N_UP = 14336
@@ -88,13 +87,6 @@ def gemv_gate_up(x, wg, wu, out, ss, eps, K: tl.constexpr, BK: tl.constexpr, FOL
     tl.store(out + row, (gate * tl.sigmoid(gate) * up).to(tl.bfloat16))
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm())
-
-
-def graph_us(chains: list[Callable[[], None]]) -> float:
-    """CUDA-graph median of running every chain once (each on its own copies), per chain, in us."""
-    return bench(chains[0], chains[1:]) * 1e3
 
 
 def main() -> None:

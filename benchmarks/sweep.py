@@ -47,6 +47,11 @@ def bench(fn, copies: list | None = None) -> float:
     return float(triton.testing.do_bench_cudagraph(run_all, rep=60, return_mode="median")) / len(fns)
 
 
+def graph_us(chains: list) -> float:
+    """bench in microseconds: the CUDA-graph median of running every chain once (each on its own copies), per chain."""
+    return bench(chains[0], chains[1:]) * 1e3
+
+
 def bench_events(fn) -> float:
     import triton.testing
 
