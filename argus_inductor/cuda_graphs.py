@@ -132,7 +132,7 @@ class PackedCopy:
             torch._foreach_copy_(self.buffers, list(sources))
             return
         parts = []
-        if self.dtype is not None and all([s.dtype == self.dtype for s in sources]):
+        if self.dtype is not None:  # the sources have the buffers' dtypes (Dynamo guards the graph's inputs on them)
             for src, pad in zip(sources, self.typed_pads):
                 parts.append(src if src.dim() == 1 else src.view(-1))
                 if pad is not None:
