@@ -59,8 +59,8 @@ class Options:
     #                                 layer on the positions whose logits are returned; argus_inductor.row_pruning)
     specialize_floats: bool = True  # ARGUS_SPECIALIZE_FLOATS: floats read from nn.Module attributes become
     #                                 constants of an Argus graph, not inputs (argus_inductor.module_floats)
-    gemv_steps: bool = False       # ARGUS_GEMV_STEPS: the decode GEMV templates' K loop as static steps where K is
-    #                                 a static dim (KSTEPS; experimental, not yet timed on a GPU)
+    gemv_steps: bool = True        # ARGUS_GEMV_STEPS: the decode GEMV templates' short K loops over one weight as
+    #                                 static steps where K is a static dim (KSTEPS; policies.gemv_static_steps)
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
@@ -82,7 +82,7 @@ class Options:
             "inline": _env_bool("ARGUS_INLINE", True),
             "prune_rows": _env_bool("ARGUS_PRUNE_ROWS", True),
             "specialize_floats": _env_bool("ARGUS_SPECIALIZE_FLOATS", True),
-            "gemv_steps": _env_bool("ARGUS_GEMV_STEPS", False),
+            "gemv_steps": _env_bool("ARGUS_GEMV_STEPS", True),
         }
         names = {f.name for f in fields(Options)}
         for k, v in (options or {}).items():

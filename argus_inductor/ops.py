@@ -75,6 +75,7 @@ from .policies import (
     gemm_policy,
     gemv_cat_policy,
     gemv_policy,
+    gemv_static_steps,
     gluon_reads,
     moe_down_fallback,
     moe_gate_up_fallback,
@@ -249,12 +250,14 @@ def _gemm_base(sig: Signature, target: str, gluon: bool = False, split: bool = T
 
 
 def _gemv_steps(policy: Policy, sig: Signature) -> Policy:
-    """A GEMV policy with its K loop as static steps (KSTEPS) where ARGUS_GEMV_STEPS asks and K is a static dim of
-    the signature: the checker proves at the signature's K that the steps cover it."""
+    """A GEMV policy with its K loop as static steps (KSTEPS) where K is a static dim of the signature and
+    policies.gemv_static_steps finds they pay (a short loop over one weight), unless ARGUS_GEMV_STEPS=0: the checker
+    proves at the signature's K that the steps cover it."""
     static = dict(sig.static_dims)
     if not active_options().gemv_steps or "K" not in static:
         return policy
-    return policy.with_consts(KSTEPS=-(-static["K"] // policy.const("BK")))
+    steps = gemv_static_steps(static["K"], policy.const("BK"), policy.const("BN"), 2 if sig.op == "gate_up" else 1)
+    return policy.with_consts(KSTEPS=steps) if steps else policy
 
 
 def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:

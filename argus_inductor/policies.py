@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from .dsl import Policy
 
@@ -94,7 +95,30 @@ def gemv_k_step(k: int | None) -> int:
     return max(256, 1 << (k - 1).bit_length())
 
 
-GEMV_NARROW_N = 256  # the widest weight gemv_policy gives the narrow GEMV tiles (a router's experts)
+GEMV_NARROW_N = 256
+
+GEMV_MAX_STATIC_STEPS = 4  # the longest K loop gemv_static_steps unrolls
+
+
+def gemv_static_steps(k: int, bk: int, bn: int, weights: int = 1) -> int:
+    """KSTEPS for a GEMV program's K loop of ceil(k / bk) steps (its loads all issued before the first product), or
+    0 for the range loop. H100, CUDA-graph medians with the weights cold (`benchmarks/gemv_stages_probe.py`,
+    gemv-stages-probe-h100-2026-11-25.log; one column a program, steps of 2048): static steps pay where the loop is
+    short and the program streams one weight: o + residual 4096 x 4096 (2 steps) 14.32 -> 13.05 us, q|k|v as one
+    6144 x 4096 18.79 -> 17.92, an LM head 32000 x 4096 85.22 -> 83.97, gemv_cat's q|k|v (4 steps of 1024) 18.91 ->
+    18.52. They lose with a longer loop (down + residual 4096 x 14336, 7 steps: 41.06 -> 43.10) and with two
+    weights a step (gate*up 14336 x 4096: 75.95 -> 77.38); the narrow router tiles (8 columns) were not timed."""
+    steps = -(-k // bk)
+    return steps if weights == 1 and bn == 1 and steps <= GEMV_MAX_STATIC_STEPS else 0
+
+
+def rescaled_steps(consts: dict[str, Any], bk: int) -> dict[str, Any]:
+    """A kernel's constexprs with its K step moved to `bk`: static steps (KSTEPS, nonzero) rescaled so they still
+    cover the K the old ones covered (KSTEPS * BK), for a search that moves BK alone."""
+    out = {**consts, "BK": bk}
+    if consts.get("KSTEPS") and consts.get("BK"):
+        out["KSTEPS"] = -(-consts["KSTEPS"] * consts["BK"] // bk)
+    return out  # the widest weight gemv_policy gives the narrow GEMV tiles (a router's experts)
 
 
 # Decode's few rows: the projections of one input fuse into one gemv_cat launch up to this many rows of A (each row

@@ -46,9 +46,9 @@ ARGUS_MODE = "max-autotune"  # the torch.compile mode of the argus column (Induc
 # Argus variants for A/B runs (named in --backends, never run by default): Argus with Inductor's default mode for
 # the rest of the graph (no coordinate-descent tuning of Inductor's kernels); Argus computing every row of the last
 # layer (ARGUS_PRUNE_ROWS=0: the prefill's last layer on every position, not only the one whose logits it returns);
-# Argus with the decode GEMVs' K loop as static steps (ARGUS_GEMV_STEPS, experimental)
+# Argus with every decode GEMV's K loop a range loop (ARGUS_GEMV_STEPS=0: no static K steps)
 VARIANTS = {"argus-default-mode": {}, "argus-all-rows": {"options": {"mode": ARGUS_MODE, "prune_rows": False}},
-            "argus-gemv-steps": {"options": {"mode": ARGUS_MODE, "gemv_steps": True}}}
+            "argus-range-loops": {"options": {"mode": ARGUS_MODE, "gemv_steps": False}}}
 PREFILL = ((1, 2048), (8, 512))
 DECODE = (1, 32)
 CONTEXT = 1024      # decode: tokens already in the KV cache
@@ -57,7 +57,7 @@ TOL = 3e-2          # bf16: relative error of the logits (routing ties may flip 
 # A phase is started only when this many seconds of the budget are left (a compile of a 2-layer 8B-dims
 # model takes tens of seconds; max-autotune benchmarks its GEMM choices and takes longer).
 NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90, "argus-default-mode": 45, "argus-all-rows": 45,
-         "argus-gemv-steps": 45}
+         "argus-range-loops": 45}
 
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                  num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)

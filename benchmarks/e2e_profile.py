@@ -4,7 +4,8 @@ under torch.profiler, for the models and workloads of benchmarks/e2e.py.
     python benchmarks/e2e_profile.py [--model llama] [--backends argus,max-autotune]
                                      [--workloads "decode b=1,decode b=32,prefill 1x2048"] [--top 20]
 
-A backend is one of e2e.py's (eager, inductor, max-autotune, argus) or BACKEND/MODE, which compiles with that
+A backend is one of e2e.py's (eager, inductor, max-autotune, argus, or an Argus variant such as
+argus-range-loops) or BACKEND/MODE, which compiles with that
 torch.compile mode (argus/reduce-overhead: Argus with CUDA graphs whatever its inlining). Argus's log lines
 (what it rewrote, inlined, and whether a graph took CUDA graphs) are printed as they come.
 
@@ -219,9 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks/e2e_profile.py needs a CUDA GPU", file=sys.stderr)
         return 2
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    bad = [b for b in backends if b.split("/")[0] not in e2e.BACKENDS]
+    known = (*e2e.BACKENDS, *e2e.VARIANTS)
+    bad = [b for b in backends if b.split("/")[0] not in known]
     if bad:
-        ap.error(f"unknown backend(s) {bad}: choose from {', '.join(e2e.BACKENDS)}, optionally /MODE")
+        ap.error(f"unknown backend(s) {bad}: choose from {', '.join(known)}, optionally /MODE")
     logging.basicConfig(format="%(message)s")
     logging.getLogger("argus_inductor").setLevel(logging.INFO)
     model, how = e2e.build(args.model, args.layers, "cuda")

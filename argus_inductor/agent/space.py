@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..policies import rescaled_steps
 from . import kb, rules, templates
 from .hardware import Hardware
 from .opspecs import OpSpec, Problem, template_plan
@@ -55,7 +56,10 @@ class SearchSpace:
             base = dict(self.default.knobs.get(kname, {}))
             for knob in sp:
                 base.setdefault(knob, self.priors[variant][kname].get(knob, sp[knob][0]))
-            base.update(plan.knobs.get(kname, {}))
+            mine = plan.knobs.get(kname, {})
+            if "BK" in mine and "KSTEPS" not in mine:  # the default's static K steps, rescaled to the plan's step
+                base = rescaled_steps(base, mine["BK"])
+            base.update(mine)
             knobs[kname] = base
         return Plan(knobs, tuple(dict.fromkeys(plan.techniques + self.techniques_of(Plan(knobs)))), plan.note)
 

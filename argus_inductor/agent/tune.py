@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..policies import rescaled_steps
 from .bench import time_ms, waited_s
 from .evaluate import rel_error
 
@@ -78,7 +79,7 @@ def moved(policy: dict[str, dict[str, Any]], name: str, knob: str, up: bool) -> 
     if not ok:
         return None
     out = copy.deepcopy(policy)
-    out[name][knob] = nv
+    out[name] = rescaled_steps(out[name], nv) if knob == "BK" else {**out[name], knob: nv}
     return out
 
 

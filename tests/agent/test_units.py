@@ -96,6 +96,17 @@ def test_space_priors_and_variants_on_hopper() -> None:
     assert max(interp.variants["tile"]["gemm_epilogue"]["BN"]) <= 32
 
 
+def test_space_completes_a_plan_s_k_step_with_static_steps_that_cover_k() -> None:
+    """The decode GEMV template takes static K steps (KSTEPS) at a short K; a plan that moves BK alone gets them
+    rescaled (2 steps of 2048 -> 4 of 1024), not the default's count, which would leave half of K out."""
+    sp = build(spec("gemm"), Problem("gemm", "", {"N": 4096, "K": 4096, "M": 1}, "bfloat16"), HOPPER, "cuda")
+    assert (sp.default.get("gemm_epilogue", "BK"), sp.default.get("gemm_epilogue", "KSTEPS")) == (2048, 2)
+    plan = sp.complete(Plan({"gemm_epilogue": {"BK": 1024}}))
+    assert (plan.get("gemm_epilogue", "BK"), plan.get("gemm_epilogue", "KSTEPS")) == (1024, 4)
+    plan = sp.complete(Plan({"gemm_epilogue": {"BK": 1024, "KSTEPS": 5}}))  # a plan's own count is kept
+    assert plan.get("gemm_epilogue", "KSTEPS") == 5
+
+
 def test_rules_refuse_plans_that_cannot_work() -> None:
     sp = build(spec("gemm"), GEMM_PREFILL, HOPPER, "cuda")
     big = sp.complete(Plan({"gemm_epilogue": {"BM": 128, "BN": 256, "BK": 128, "num_stages": 3}}))

@@ -120,11 +120,13 @@ def test_the_gemm_templates_take_the_cuda_core_path_where_their_kernel_has_one()
     assert "GEMV" not in ops.SPECS["gemm"].template(sig, "cuda")  # a weight read along N: the tensor-core tile
 
 
-def test_gemv_steps_option_gives_the_gemv_templates_static_k_steps_where_k_is_static():
-    """ARGUS_GEMV_STEPS (Options.gemv_steps, off by default): the CUDA-core templates of gemm, gemm_residual and
-    gate_up take KSTEPS = ceil(K / BK) where K is a static dim; a dynamic K, or the option off, keeps the range loop."""
+def test_gemv_templates_take_static_k_steps_where_the_loop_is_short_over_one_weight():
+    """Options.gemv_steps (ARGUS_GEMV_STEPS, on by default): the CUDA-core templates of gemm and gemm_residual, and
+    gemv_cat's, take KSTEPS = ceil(K / BK) where K is a static dim and the loop has at most 4 steps; gate_up (two
+    weights a step), a longer loop, a dynamic K, or the option off keep the range loop."""
     from argus_inductor import ops
     from argus_inductor.config import Options
+    from argus_inductor.policies import GEMV_MAX_STATIC_STEPS
     from argus_inductor.signature import Signature
 
     def template(op: str, static: tuple, dynamic: tuple = ()) -> dict:
@@ -134,17 +136,21 @@ def test_gemv_steps_option_gives_the_gemv_templates_static_k_steps_where_k_is_st
 
     before = ops.active_options()
     try:
-        ops.set_active_options(Options.resolve({"gemv_steps": True}))
-        for op in ("gemm", "gemm_residual", "gate_up"):
-            t = template(op, (("M", 1), ("N", 4096), ("K", 14336)))
-            assert t.get("GEMV") == 1 and t.get("KSTEPS") == -(-14336 // t["BK"]), (op, t)
-            assert "KSTEPS" not in template(op, (("M", 1), ("N", 4096)), (("K", "8193-16384"),)), op
+        ops.set_active_options(Options.resolve({}))
+        for op in ("gemm", "gemm_residual"):
+            t = template(op, (("M", 1), ("N", 4096), ("K", 4096)))
+            assert t.get("GEMV") == 1 and t.get("KSTEPS") == -(-4096 // t["BK"]) <= GEMV_MAX_STATIC_STEPS, (op, t)
+            assert "KSTEPS" not in template(op, (("M", 1), ("N", 4096), ("K", 14336))), op  # 7 steps
+            assert "KSTEPS" not in template(op, (("M", 1), ("N", 4096)), (("K", "2049-4096"),)), op
+        t = template("gate_up", (("M", 1), ("N", 14336), ("K", 4096)))
+        assert t.get("GEMV") == 1 and "KSTEPS" not in t, t
+        assert "KSTEPS" not in template("gemm", (("M", 1), ("N", 8), ("K", 4096))), "a router's narrow tile"
         # the plan is proved at the signature's shapes (the steps cover its K), M dynamic as under dynamic=True
-        sig = Signature("gemm_residual", "", ("bfloat16", "bfloat16"), ("row", "row"), (("K", 14336), ("N", 4096)),
+        sig = Signature("gemm_residual", "", ("bfloat16", "bfloat16"), ("row", "row"), (("K", 4096), ("N", 4096)),
                         (("M", "1"),), "sm_90", ("torch", "triton", "argus"))
         spec = ops.SPECS["gemm_residual"]
         pols = spec.policies(spec.template(sig, "cuda"), sig)
-        assert pols["gemm_residual"].const("KSTEPS") == 7
+        assert pols["gemm_residual"].const("KSTEPS") == 2
         verdict = ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")
         assert verdict["status"] == "verified", verdict
         # gemv_cat (decode's q, k, v in one launch) alike
@@ -155,9 +161,42 @@ def test_gemv_steps_option_gives_the_gemv_templates_static_k_steps_where_k_is_st
         assert pols["gemv_cat"].const("KSTEPS") == -(-4096 // pols["gemv_cat"].const("BK"))
         assert ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")["status"] == "verified"
         ops.set_active_options(Options.resolve({"gemv_steps": False}))
-        assert "KSTEPS" not in template("gemm_residual", (("M", 1), ("N", 4096), ("K", 14336)))
+        assert "KSTEPS" not in template("gemm_residual", (("M", 1), ("N", 4096), ("K", 4096)))
     finally:
         ops.set_active_options(before)
+
+
+def test_a_search_moving_the_k_step_keeps_static_steps_covering_k():
+    """tune.moved and the planner's space rescale KSTEPS with BK: halving BK of a 2-step plan gives 4 steps, which
+    the checker proves cover K; BK halved with KSTEPS kept would leave K's second half out, which it rejects."""
+    from argus_inductor import ops
+    from argus_inductor.agent import tune
+    from argus_inductor.config import Options
+    from argus_inductor.signature import Signature
+
+    sig = Signature("gemm_residual", "", ("bfloat16", "bfloat16"), ("row", "row"), (("K", 4096), ("N", 4096)),
+                    (("M", "1"),), "sm_90", ("torch", "triton", "argus"))
+    spec = ops.SPECS["gemm_residual"]
+    before = ops.active_options()
+    try:
+        ops.set_active_options(Options.resolve({}))
+        template = {"gemm_residual": spec.template(sig, "cuda")}
+    finally:
+        ops.set_active_options(before)
+    assert template["gemm_residual"]["KSTEPS"] == 2 and template["gemm_residual"]["BK"] == 2048
+
+    def verdict(policy: dict) -> str:
+        pols = spec.policies(policy["gemm_residual"], sig)
+        return ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")["status"]
+
+    down = tune.moved(template, "gemm_residual", "BK", up=False)
+    up = tune.moved(template, "gemm_residual", "BK", up=True)
+    assert down is not None and up is not None
+    assert (down["gemm_residual"]["BK"], down["gemm_residual"]["KSTEPS"]) == (1024, 4)
+    assert (up["gemm_residual"]["BK"], up["gemm_residual"]["KSTEPS"]) == (4096, 1)
+    assert verdict(down) == "verified"
+    stale = {"gemm_residual": {**template["gemm_residual"], "BK": 1024}}
+    assert verdict(stale) == "violations"
 
 
 def test_kernels_that_keep_the_whole_k_loop_get_tiles_that_fill_the_gpu():
