@@ -535,7 +535,7 @@ class Plan:
         return f"{self.source} ({self.detail})" if self.detail else self.source
 
 
-_PLANS: dict[tuple[str, str, str], Plan] = {}
+_PLANS: dict[tuple[str, str, str, bool], Plan] = {}
 
 
 def dsl_source(kernels: tuple[Kernel, ...] | list[Kernel]) -> str:
@@ -826,7 +826,7 @@ def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache)
 def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> Plan | None:
     """The kernels and policies `sig` runs with, or None for the aten op (ARGUS_ON_MISS=fallback on a miss)."""
     opts = _ACTIVE
-    memo = (sig.key(), opts.on_miss, opts.cache_dir)
+    memo = (sig.key(), opts.on_miss, opts.cache_dir, opts.gemv_steps)  # and the options the templates read
     with _LOCK:
         hit = _PLANS.get(memo)
     if hit is not None:
