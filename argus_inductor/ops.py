@@ -256,7 +256,8 @@ def _gemv_steps(policy: Policy, sig: Signature) -> Policy:
     static = dict(sig.static_dims)
     if not active_options().gemv_steps or "K" not in static:
         return policy
-    steps = gemv_static_steps(static["K"], policy.const("BK"), policy.const("BN"), 2 if sig.op == "gate_up" else 1)
+    weights = 2 if spec_for(sig) is SPECS["gate_up"] else 1  # gemm[silu*up] as the backend signs it, or gate_up
+    steps = gemv_static_steps(static["K"], policy.const("BK"), policy.const("BN"), weights)
     return policy.with_consts(KSTEPS=steps) if steps else policy
 
 

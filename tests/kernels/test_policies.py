@@ -142,8 +142,11 @@ def test_gemv_templates_take_static_k_steps_where_the_loop_is_short_over_one_wei
             assert t.get("GEMV") == 1 and t.get("KSTEPS") == -(-4096 // t["BK"]) <= GEMV_MAX_STATIC_STEPS, (op, t)
             assert "KSTEPS" not in template(op, (("M", 1), ("N", 4096), ("K", 14336))), op  # 7 steps
             assert "KSTEPS" not in template(op, (("M", 1), ("N", 4096)), (("K", "2049-4096"),)), op
-        t = template("gate_up", (("M", 1), ("N", 14336), ("K", 4096)))
-        assert t.get("GEMV") == 1 and "KSTEPS" not in t, t
+        for op, epilogue in (("gate_up", ""), ("gemm", "silu*up")):  # the backend signs gate*up as gemm[silu*up]
+            sig = Signature(op, epilogue, ("bfloat16",) * 3, ("row",) * 3, (("M", 1), ("N", 14336), ("K", 4096)), (),
+                            "sm_90", ("torch", "triton", "argus"))
+            t = ops.spec_for(sig).template(sig, "cuda")
+            assert t.get("GEMV") == 1 and "KSTEPS" not in t, (op, epilogue, t)
         assert "KSTEPS" not in template("gemm", (("M", 1), ("N", 8), ("K", 4096))), "a router's narrow tile"
         # the plan is proved at the signature's shapes (the steps cover its K), M dynamic as under dynamic=True
         sig = Signature("gemm_residual", "", ("bfloat16", "bfloat16"), ("row", "row"), (("K", 4096), ("N", 4096)),
