@@ -522,8 +522,10 @@ def _(x, weight, eps, node_id):
 
 
 # a decode step's rotation of q and k with its KV-cache write (kernels/rotary.py): the caches are written in place
+# Flexible layout: Inductor hands the op each operand as it is laid out, so the rotary tables every layer's op reads
+# are computed once (under the default, exact strides, Inductor computes an unrealized table again for each op)
 _LIB.define("rope_cache(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, "
-            "Tensor index, str node_id) -> Tensor")
+            "Tensor index, str node_id) -> Tensor", tags=(torch.Tag.flexible_layout,))
 
 
 def rope_cache(q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor, keys: Tensor, values: Tensor,

@@ -1362,7 +1362,9 @@ def _(q, k, v, is_causal, scale, node_id, positions=False):
     return attention_out(q, v, positions)
 
 
-@torch.library.custom_op("argus::attention_mask", mutates_args=())
+# flexible layout: a decode step's mask, computed in the graph and read by every layer's op, is computed once (see
+# library_ops' rope_cache)
+@torch.library.custom_op("argus::attention_mask", mutates_args=(), tags=(torch.Tag.flexible_layout,))
 def attention_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None, node_id: str,
                    positions: bool = False) -> Tensor:
     """softmax(q k^T * scale + mask) v (a bool mask keeps True) for q (Z, H, S, D), k/v (Z, HK, T, D), the mask

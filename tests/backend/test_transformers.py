@@ -279,6 +279,45 @@ def test_a_decode_steps_rotation_and_cache_write_are_one_op(name: str, batch: in
         [(e.graph_node, e.source) for e in report_mod.entries()]
 
 
+def test_a_decode_step_computes_its_rotary_tables_and_mask_once_for_every_layer(fresh_cache: Path) -> None:
+    """The rotary tables and the attention mask a decode step computes once in the graph reach every layer's
+    rope_cache and attention_mask op as one buffer: the ops take their operands' layout as it is (flexible layout),
+    so Inductor does not compute an unrealized table again for each op (a kernel a layer and table on the GPU)."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+    from transformers import StaticCache
+
+    cfg, model = _two_layer_decoder("llama")
+    tokens = torch.randint(0, 64, (1, 1))
+    mine, theirs = StaticCache(config=cfg, max_cache_len=24), StaticCache(config=cfg, max_cache_len=24)
+    _decode_logits(model, mine, tokens, 0)
+    _decode_logits(model, theirs, tokens, 0)
+    compiled = torch.compile(model, backend="argus", dynamic=True)
+    out, code = run_and_get_code(lambda: _decode_logits(compiled, mine, tokens, 1))
+    torch.testing.assert_close(out, _decode_logits(model, theirs, tokens, 1), rtol=1e-4, atol=1e-4)
+    text = "\n".join(code)
+
+    def split(call: str) -> list[str]:  # a call's arguments: its commas outside parentheses
+        parts, depth, cur = [], 0, ""
+        for ch in call:
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if ch == "," and depth == 0:
+                parts.append(cur.strip())
+                cur = ""
+            else:
+                cur += ch
+        return parts + [cur.strip()]
+
+    def operand(op: str, i: int) -> list[str]:  # the buffer behind each call's i-th operand
+        calls = [c.split(f"argus.{op}.default(", 1)[1] for c in text.splitlines() if f"argus.{op}.default(" in c]
+        return [re.sub(r"reinterpret_tensor\((\w+),.*", r"\1", split(c)[i]) for c in calls]
+
+    cos, sin, mask = operand("rope_cache", 3), operand("rope_cache", 4), operand("attention_mask", 3)
+    assert len(cos) == len(mask) == 2, text
+    assert len(set(cos)) == len(set(sin)) == len(set(mask)) == 1, (cos, sin, mask)
+
+
 @pytest.mark.skipif(os.environ.get("ARGUS_TEST_DEVICE", "cpu") != "cuda" or not torch.cuda.is_available(),
                     reason="needs the GPU (ARGUS_TEST_DEVICE=cuda): Inductor compiles the inlined launches there")
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
