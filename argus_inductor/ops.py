@@ -1401,7 +1401,8 @@ def moe_reference(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Te
 def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: Tensor, node_id: str) -> Tensor:
     """sum_j topk_weights[t, j] * (silu(x W1g[e]^T) * (x W1u[e]^T)) W2[e]^T, e = topk_ids[t, j].
 
-    hidden (T, HD); topk_weights and topk_ids (T, topk); w1 (E, 2I, HD) gate rows over up rows;
+    hidden (T, HD); topk_weights and topk_ids (T, topk), the ids integers or a router's float32 whole numbers (the
+    backend hands the op router_topk's packed ids as they are); w1 (E, 2I, HD) gate rows over up rows;
     w2 (E, HD, I): transformers' stacked expert weights (gate_up_proj, down_proj)."""
     t, hd = hidden.shape
     e, i2, _ = w1.shape

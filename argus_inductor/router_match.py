@@ -87,6 +87,11 @@ def rewrite_routers(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
             values.replace_all_uses_with(weights)
         if experts is not None:
             experts.replace_all_uses_with(ids)
+            for user in list(ids.users):  # argus::moe reads the packed float ids itself: no cast kernel before it
+                if user.target is torch.ops.argus.moe.default and user.args[2] is ids:
+                    user.args = (*user.args[:2], ids_f, *user.args[3:])
+            if not ids.users:
+                g.erase_node(ids)
         names = [n.name for n in (x, node, div) if n is not None]
         report.record_match(node_id, "moe", "router " + " -> ".join(names))
         _drop(g, [n for n in (div, values, experts) if n is not None] + [node])

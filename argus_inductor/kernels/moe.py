@@ -119,7 +119,7 @@ def moe_down(Hin: Tensor("P", "I"), W2: Tensor("E", "HD", "I"), sorted_ids: Tens
 
 
 @kernel
-def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=int32),
+def moe_route(topk_ids: Tensor("N"), sorted_ids: Tensor("S", dtype=int32),
               block_expert: Tensor("NB", dtype=int32), E: int, BM: constexpr = 16, BN: constexpr = 16,
               BE: constexpr = 16, BS: constexpr = 64, BB: constexpr = 4):
     """moe_align_block in one launch (E <= BE): each program fills BS slots of sorted_ids and the BB = BS / BM
@@ -129,7 +129,8 @@ def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=
     A pair's sorted position is its expert's first row (the blocks of the experts before it, times BM) plus how
     many earlier pairs chose the same expert: the order a stable sort by expert gives. The pairs x experts table
     is built BN pairs at a time, in two passes: the experts' counts, then each pair's position (the same expert's
-    pairs of the chunks before it carried in `seen`)."""
+    pairs of the chunks before it carried in `seen`). The ids are floats (a router's packed output), converted to
+    int32 in the program."""
     (ps,) = tile_grid(cdiv(S, BS))
     assume((E <= BE) & (BS == BB * BM) & (S == NB * BM))
     re = arange(BE)
@@ -137,7 +138,7 @@ def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=
     for n0 in range(0, N, BN):
         rn = n0 + arange(BN)
         valid = rn < N
-        onehot = (load(topk_ids[rn], mask=valid, other=-1)[:, None] == re[None, :]) & valid[:, None]
+        onehot = (load(topk_ids[rn], mask=valid, other=-1).to(int32)[:, None] == re[None, :]) & valid[:, None]
         counts = counts + sum(onehot.to(int32), 0)
     blocks = (counts + BM - 1) // BM
     block_end = cumsum(blocks, 0)
@@ -148,7 +149,7 @@ def moe_route(topk_ids: Tensor("N", dtype=int32), sorted_ids: Tensor("S", dtype=
     for n0 in range(0, N, BN):
         rn = n0 + arange(BN)
         valid = rn < N
-        onehot = (load(topk_ids[rn], mask=valid, other=-1)[:, None] == re[None, :]) & valid[:, None]
+        onehot = (load(topk_ids[rn], mask=valid, other=-1).to(int32)[:, None] == re[None, :]) & valid[:, None]
         hits = onehot.to(int32)
         earlier = cumsum(hits, 0) - hits + seen[None, :]
         pos = sum(where(onehot, earlier + row_start[None, :], 0), 1)
@@ -282,8 +283,12 @@ def moe_align_fused(topk_ids: torch.Tensor, num_experts: int, block_m: int,
                     policy: Policy | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """moe_align_block's result from one DSL kernel (moe_route) instead of a few dozen torch launches, for up to 256
     experts. Same layout, same order, same padding. Every program reads all the pairs twice, so the work grows with
-    pairs x slots: `moe_align` keeps it to routings of at most FUSED_ROUTE_MAX_CELLS pairs x experts."""
-    flat = topk_ids.reshape(-1).to(torch.int32)
+    pairs x slots: `moe_align` keeps it to routings of at most FUSED_ROUTE_MAX_CELLS pairs x experts. moe_route reads
+    the ids as floats (whole numbers below 256, exact in any float dtype): a router's packed float32 ids go in as
+    they are, with no cast launched before it; integer ids are cast once, as they were to int32 before."""
+    flat = topk_ids.reshape(-1)
+    if not flat.is_floating_point():
+        flat = flat.to(torch.float32)
     n = flat.numel()
     if num_experts > 256:
         raise ValueError(f"moe_align_fused takes up to 256 experts, got {num_experts}")

@@ -4,6 +4,7 @@ recompile per size, and without the interpreter the CPU gets Inductor's result e
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -279,12 +280,55 @@ def test_a_decode_steps_rotation_and_cache_write_are_one_op(name: str, batch: in
         [(e.graph_node, e.source) for e in report_mod.entries()]
 
 
+def _call_args(call: str) -> list[str]:
+    """The arguments of a call in Inductor's generated code (the text after its opening parenthesis): its commas
+    outside parentheses."""
+    parts, depth, cur = [], 0, ""
+    for ch in call:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur.strip()]
+
+
+def _operand(code: str, op: str, i: int) -> list[str]:
+    """The buffer behind the i-th operand of each torch.ops.argus.<op> call in `code` (a view's base buffer)."""
+    calls = [c.split(f"argus.{op}.default(", 1)[1] for c in code.splitlines() if f"argus.{op}.default(" in c]
+    return [re.sub(r"reinterpret_tensor\((\w+),.*", r"\1", _call_args(c)[i]) for c in calls]
+
+
+def test_the_moe_op_reads_the_routers_packed_ids_with_no_cast_before_it(fresh_cache: Path) -> None:
+    """router_topk returns the top-k weights and experts packed in one float32 tensor; the experts op takes the
+    packed ids as they are (moe_route reads float ids), so no cast of the ids runs between the two launches (a
+    2 us kernel a layer at Mixtral's decode on the H100). The logits match eager."""
+    from torch._inductor.utils import run_and_get_code
+
+    model = build("mixtral")
+    tokens = torch.randint(0, 64, (2, 5))
+    ref = _logits(model, tokens)
+    out, code = run_and_get_code(lambda: _logits(torch.compile(model, backend="argus"), tokens))
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    text = "\n".join(code)
+    alias = dict(re.findall(r"^\s*(buf\d+) = (buf\d+)\s*$", text, re.M))  # Inductor renames an op's result
+
+    def base(buf: str) -> str:
+        while buf in alias:
+            buf = alias[buf]
+        return buf
+
+    routers = [line.split("=", 1)[0].strip() for line in text.splitlines()
+               if "argus.library.default('router_topk'" in line]
+    ids = [base(b) for b in _operand(text, "moe", 2)]
+    assert routers and ids == routers, (routers, ids)
+
+
 def test_a_decode_step_computes_its_rotary_tables_and_mask_once_for_every_layer(fresh_cache: Path) -> None:
     """The rotary tables and the attention mask a decode step computes once in the graph reach every layer's
     rope_cache and attention_mask op as one buffer: the ops take their operands' layout as it is (flexible layout),
     so Inductor does not compute an unrealized table again for each op (a kernel a layer and table on the GPU)."""
-    import re
-
     from torch._inductor.utils import run_and_get_code
     from transformers import StaticCache
 
@@ -298,22 +342,8 @@ def test_a_decode_step_computes_its_rotary_tables_and_mask_once_for_every_layer(
     torch.testing.assert_close(out, _decode_logits(model, theirs, tokens, 1), rtol=1e-4, atol=1e-4)
     text = "\n".join(code)
 
-    def split(call: str) -> list[str]:  # a call's arguments: its commas outside parentheses
-        parts, depth, cur = [], 0, ""
-        for ch in call:
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if ch == "," and depth == 0:
-                parts.append(cur.strip())
-                cur = ""
-            else:
-                cur += ch
-        return parts + [cur.strip()]
-
-    def operand(op: str, i: int) -> list[str]:  # the buffer behind each call's i-th operand
-        calls = [c.split(f"argus.{op}.default(", 1)[1] for c in text.splitlines() if f"argus.{op}.default(" in c]
-        return [re.sub(r"reinterpret_tensor\((\w+),.*", r"\1", split(c)[i]) for c in calls]
-
-    cos, sin, mask = operand("rope_cache", 3), operand("rope_cache", 4), operand("attention_mask", 3)
+    cos, sin, mask = (_operand(text, "rope_cache", 3), _operand(text, "rope_cache", 4),
+                      _operand(text, "attention_mask", 3))
     assert len(cos) == len(mask) == 2, text
     assert len(set(cos)) == len(set(sin)) == len(set(mask)) == 1, (cos, sin, mask)
 
