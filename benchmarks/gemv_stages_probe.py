@@ -9,7 +9,8 @@ which more columns a program would spread. Times gemm_residual (o, down), gemm_g
 head) at Llama-3-8B's shapes, one token, as CUDA-graph medians with the weights rotated over copies, after
 checking each against float32 torch, beside the plain Triton kernel of the same tile with K a constexpr (SASS
 compiled on the CPU: its loads all issued before the first product, where the template issues one pair a runtime
-K step). (Written in session 28 after the device budget ran out: not run yet.)
+K step). Results: benchmarks/results/gemv-stages-probe-h100-2026-11-25.log (NOTES.md, session 29: static steps pay
+where the loop is short over one weight; policies.gemv_static_steps).
 
     python benchmarks/gemv_stages_probe.py
 """
