@@ -95,7 +95,7 @@ def gemv_k_step(k: int | None) -> int:
     return max(256, 1 << (k - 1).bit_length())
 
 
-GEMV_NARROW_N = 256
+GEMV_NARROW_N = 256  # the widest weight gemv_policy gives the narrow GEMV tiles (a router's experts)
 
 GEMV_MAX_STATIC_STEPS = 4  # the longest K loop gemv_static_steps unrolls
 
@@ -118,7 +118,7 @@ def rescaled_steps(consts: dict[str, Any], bk: int) -> dict[str, Any]:
     out = {**consts, "BK": bk}
     if consts.get("KSTEPS") and consts.get("BK"):
         out["KSTEPS"] = -(-consts["KSTEPS"] * consts["BK"] // bk)
-    return out  # the widest weight gemv_policy gives the narrow GEMV tiles (a router's experts)
+    return out
 
 
 # Decode's few rows: the projections of one input fuse into one gemv_cat launch up to this many rows of A (each row
