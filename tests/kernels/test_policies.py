@@ -151,18 +151,14 @@ def test_gemv_templates_take_static_k_steps_where_the_loop_is_short_over_one_wei
         # the plan is proved at the signature's shapes (the steps cover its K), M dynamic as under dynamic=True
         sig = Signature("gemm_residual", "", ("bfloat16", "bfloat16"), ("row", "row"), (("K", 4096), ("N", 4096)),
                         (("M", "1"),), "sm_90", ("torch", "triton", "argus"))
-        spec = ops.SPECS["gemm_residual"]
-        pols = spec.policies(spec.template(sig, "cuda"), sig)
-        assert pols["gemm_residual"].const("KSTEPS") == 2
-        verdict = ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")
-        assert verdict["status"] == "verified", verdict
+        entry = ops.make_entry(sig, target="cuda", verify=True)  # the template's plan, proved
+        assert entry.policy["KSTEPS"] == 2 and entry.verification["status"] == "verified", entry.verification
         # gemv_cat (decode's q, k, v in one launch) alike
         sig = Signature("gemv_cat", "cat4096/1024/1024", ("bfloat16",) * 4, ("row",) * 4, (("K", 4096), ("N", 6144)),
                         (("M", "1"),), "sm_90", ("torch", "triton", "argus"))
-        spec = ops.SPECS["gemv_cat"]
-        pols = spec.policies(spec.template(sig, "cuda"), sig)
-        assert pols["gemv_cat"].const("KSTEPS") == -(-4096 // pols["gemv_cat"].const("BK"))
-        assert ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")["status"] == "verified"
+        entry = ops.make_entry(sig, target="cuda", verify=True)
+        assert entry.policy["KSTEPS"] == -(-4096 // entry.policy["BK"])
+        assert entry.verification["status"] == "verified", entry.verification
         ops.set_active_options(Options.resolve({"gemv_steps": False}))
         assert "KSTEPS" not in template("gemm_residual", (("M", 1), ("N", 4096), ("K", 4096)))
     finally:
@@ -189,8 +185,7 @@ def test_a_search_moving_the_k_step_keeps_static_steps_covering_k():
     assert template["gemm_residual"]["KSTEPS"] == 2 and template["gemm_residual"]["BK"] == 2048
 
     def verdict(policy: dict) -> str:
-        pols = spec.policies(policy["gemm_residual"], sig)
-        return ops.verify_plan(spec, sig, dict(zip(pols, spec.kernels)), pols, "cuda")["status"]
+        return ops.make_entry(sig, policy["gemm_residual"], target="cuda", verify=True).verification["status"]
 
     down = tune.moved(template, "gemm_residual", "BK", up=False)
     up = tune.moved(template, "gemm_residual", "BK", up=True)
