@@ -85,8 +85,6 @@ KINDS = ("line", "sector", "bulk4k", "bulk16k")
 COMPILED: dict[str, object] = {}  # each prefetch kind's compiled launch (its PTX is printed: the asm must survive)
 
 
-
-
 def side_stream(window: Callable[[], None], pf: Callable[[], None]) -> None:
     """`pf` on a second stream beside `window`, joined before the caller's next launch (capturable)."""
     main = torch.cuda.current_stream()
