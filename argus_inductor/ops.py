@@ -74,6 +74,7 @@ from .policies import (
     gemm_fallbacks,
     gemm_policy,
     gemv_cat_policy,
+    gemv_columns,
     gemv_policy,
     gemv_static_steps,
     gluon_reads,
@@ -244,9 +245,27 @@ def _gemm_base(sig: Signature, target: str, gluon: bool = False, split: bool = T
     m, n, k = d.get("M", 1), d["N"], d["K"]
     gemv = any(c.name == "GEMV" for c in SPECS[sig.op].kernels[0].ir.constexprs)
     gemv_pol = gemv_policy(m, n, target, k, weight_k_major(sig.layouts)) if gemv else None
+    if gemv_pol is not None:
+        gemv_pol = _gemv_columns(gemv_pol, sig)
     if gemv_pol is not None and any(c.name == "KSTEPS" for c in SPECS[sig.op].kernels[0].ir.constexprs):
         gemv_pol = _gemv_steps(gemv_pol, sig)
     return gemv_pol or gemm_policy(m, n, k, target, gluon=gluon, split=split)
+
+
+def _weights(sig: Signature) -> int:
+    """The weights a GEMV program streams a K step: 2 for gate*up (gate_up, or gemm[silu*up] as the backend signs
+    it), else 1."""
+    return 2 if spec_for(sig) is SPECS["gate_up"] else 1
+
+
+def _gemv_columns(policy: Policy, sig: Signature) -> Policy:
+    """A one-column GEMV policy with two columns a program where K is a static dim whose loop is long
+    (policies.gemv_columns)."""
+    static = dict(sig.static_dims)
+    if policy.const("BN") != 1 or "K" not in static:
+        return policy
+    bn = gemv_columns(static["K"], policy.const("BK"), _weights(sig))
+    return policy.with_consts(BN=bn) if bn != 1 else policy
 
 
 def _gemv_steps(policy: Policy, sig: Signature) -> Policy:
@@ -256,8 +275,7 @@ def _gemv_steps(policy: Policy, sig: Signature) -> Policy:
     static = dict(sig.static_dims)
     if not active_options().gemv_steps or "K" not in static:
         return policy
-    weights = 2 if spec_for(sig) is SPECS["gate_up"] else 1  # gemm[silu*up] as the backend signs it, or gate_up
-    steps = gemv_static_steps(static["K"], policy.const("BK"), policy.const("BN"), weights)
+    steps = gemv_static_steps(static["K"], policy.const("BK"), policy.const("BN"), _weights(sig))
     return policy.with_consts(KSTEPS=steps) if steps else policy
 
 

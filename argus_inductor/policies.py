@@ -72,7 +72,9 @@ def gemv_policy(m: int, n: int, target: str, k: int | None = None, k_major: bool
       sweep-cat-router-h100-2026-11-24.log): N=8, K=4096 2.85 us against 7.97 for the template and 5.66 for
       cuBLAS; N=60, K=2048 2.31 against 4.96 and 4.36; N=256, K=7168 3.72 against 13.31 and 6.09 (8.14 with the
       sum inside the K loop, sweep-router-h100-2026-11-24.json).
-    A weight read along N takes the tensor-core template (a column a program would read it with N's stride)."""
+    A weight read along N takes the tensor-core template (a column a program would read it with N's stride). Where K
+    is static, ops widens a long one-weight loop to two columns (gemv_columns) and a short one to static steps
+    (gemv_static_steps)."""
     if m != 1 or target != "cuda":
         return None
     if n <= GEMV_NARROW_N:
@@ -110,6 +112,16 @@ def gemv_static_steps(k: int, bk: int, bn: int, weights: int = 1) -> int:
     weights a step (gate*up 14336 x 4096: 75.95 -> 77.38); the narrow router tiles (8 columns) were not timed."""
     steps = -(-k // bk)
     return steps if weights == 1 and bn == 1 and steps <= GEMV_MAX_STATIC_STEPS else 0
+
+
+def gemv_columns(k: int, bk: int, weights: int = 1) -> int:
+    """Columns a GEMV program computes (BN) for a K loop of ceil(k / bk) steps: 2 where the program streams one weight
+    over a loop longer than static steps take (GEMV_MAX_STATIC_STEPS), else 1. H100, CUDA-graph medians with the
+    weights cold (`benchmarks/gemv_stages_probe.py`): down + residual 4096 x 14336 (7 steps of 2048) 41.23 -> 40.74
+    us (gemv-stages-probe-h100-2026-11-25b.log), 41.06 -> 40.62 (gemv-stages-probe-h100-2026-11-25.log), 41.3 ->
+    40.8 (sweep-gemv-h100-2026-11-24.log). Two columns lose where the loop is short (o + residual 4096 x 4096 with
+    static steps 13.06 against 13.67) and with two weights a step (gate*up 14336 x 4096: 75.94 against 86.03)."""
+    return 2 if weights == 1 and -(-k // bk) > GEMV_MAX_STATIC_STEPS else 1
 
 
 def rescaled_steps(consts: dict[str, Any], bk: int) -> dict[str, Any]:

@@ -165,6 +165,37 @@ def test_gemv_templates_take_static_k_steps_where_the_loop_is_short_over_one_wei
         ops.set_active_options(before)
 
 
+def test_gemv_templates_take_two_columns_where_a_one_weight_loop_is_long():
+    """policies.gemv_columns: a K loop longer than static steps take (the down projection's 14336 in 7 steps of
+    2048) gets two columns a program over one weight; a short loop, gate*up's two weights, a dynamic K and a
+    router's narrow tile keep theirs. The two-column plan is proved at the signature's shapes."""
+    from argus_inductor import ops
+    from argus_inductor.policies import GEMV_MAX_STATIC_STEPS, gemv_columns
+    from argus_inductor.signature import Signature
+
+    assert gemv_columns(14336, 2048) == 2 and gemv_columns(4096, 2048) == 1
+    assert gemv_columns(2048 * GEMV_MAX_STATIC_STEPS, 2048) == 1 and gemv_columns(2048 * GEMV_MAX_STATIC_STEPS + 1,
+                                                                                     2048) == 2
+    assert gemv_columns(14336, 2048, weights=2) == 1
+
+    def sig(op: str, static: tuple, dynamic: tuple = (("M", "1"),), epilogue: str = "") -> Signature:
+        n = 3 if epilogue else 2
+        return Signature(op, epilogue, ("bfloat16",) * n, ("row",) * n, static, dynamic, "sm_90",
+                         ("torch", "triton", "argus"))
+
+    down = sig("gemm_residual", (("K", 14336), ("N", 4096)))
+    entry = ops.make_entry(down, target="cuda", verify=True)
+    assert (entry.policy["GEMV"], entry.policy["BN"]) == (1, 2) and "KSTEPS" not in entry.policy, entry.policy
+    assert entry.verification["status"] == "verified", entry.verification
+    assert ops.SPECS["gemm"].template(sig("gemm", (("K", 14336), ("N", 4096))), "cuda")["BN"] == 2
+    assert ops.SPECS["gemm_residual"].template(sig("gemm_residual", (("K", 4096), ("N", 4096))), "cuda")["BN"] == 1
+    gate_up = sig("gemm", (("K", 14336), ("N", 4096)), epilogue="silu*up")
+    assert ops.spec_for(gate_up).template(gate_up, "cuda")["BN"] == 1
+    dynamic_k = sig("gemm_residual", (("N", 4096),), (("M", "1"), ("K", "8193-16384")))
+    assert ops.SPECS["gemm_residual"].template(dynamic_k, "cuda")["BN"] == 1
+    assert ops.SPECS["gemm"].template(sig("gemm", (("K", 14336), ("N", 8))), "cuda")["BN"] == 8  # a router
+
+
 def test_a_search_moving_the_k_step_keeps_static_steps_covering_k():
     """tune.moved and the planner's space rescale KSTEPS with BK: halving BK of a 2-step plan gives 4 steps, which
     the checker proves cover K; BK halved with KSTEPS kept would leave K's second half out, which it rejects."""
