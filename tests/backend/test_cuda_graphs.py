@@ -89,10 +89,36 @@ def gpu_counters(monkeypatch) -> dict[str, int]:
     return cuda_graphs.counters
 
 
+def test_a_slot_is_free_only_while_nothing_outside_holds_its_outputs() -> None:
+    """_Slot.free: a returned view (or a view of it) held by the caller makes the slot's output busy until it is
+    dropped; a caller's resize_ of a returned view moves the storage to new memory, which the graph would not
+    write, and the slot is never free again. Outputs that are a static input's (not the graph's own) are not
+    counted."""
+    out, static = torch.randn(4, 8), torch.randn(3)
+    slot = cuda_graphs._Slot(None, [out, static], [True, False], shared=True)
+    assert slot.free()
+    held = cuda_graphs._view(out)
+    assert held.data_ptr() == out.data_ptr() and not slot.free()
+    row = held[1]
+    del held
+    assert not slot.free()
+    del row
+    assert slot.free()
+    held_static = static.view(3)
+    assert slot.free()
+    del held_static
+    moved = cuda_graphs._view(out)
+    moved.resize_(64)
+    del moved
+    assert not slot.free() and out.data_ptr() != slot.ptrs[0]
+
+
 @on_gpu
 def test_outputs_kept_across_calls_are_not_overwritten(gpu_counters) -> None:
-    """Each call's output is its own tensor: four calls with fresh inputs, all outputs checked afterwards against
-    a float64 reference (a replay writing into a returned tensor would leave only the last one right)."""
+    """Each call's output is never overwritten while it is held: four calls with fresh inputs, all outputs held
+    and checked afterwards against a float64 reference (a replay writing into a held tensor would leave only the
+    last one right). The second and third calls' graphs return their own buffers (each captured when the
+    earlier ones were held), the fourth's copies."""
     f = torch.compile(lambda x, w: F.linear(x, w).relu() + 1, backend="argus", mode="reduce-overhead")
     w = torch.randn(96, 64, device="cuda", dtype=torch.bfloat16)
     xs = [torch.randn(32, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
@@ -100,7 +126,41 @@ def test_outputs_kept_across_calls_are_not_overwritten(gpu_counters) -> None:
     for x, o in zip(xs, outs):
         ref = (x.double() @ w.double().T).relu() + 1
         assert ((o.double() - ref).norm() / ref.norm()).item() < 1e-2
-    assert gpu_counters["captured"] == 1 and gpu_counters["replayed"] == 3, gpu_counters
+    assert len({o.data_ptr() for o in outs}) == 4
+    assert gpu_counters["captured"] == 1 + cuda_graphs.SHARED_SLOTS and gpu_counters["replayed"] == 3, gpu_counters
+
+
+@on_gpu
+def test_a_loop_that_drops_or_keeps_the_last_output_pays_no_copy(gpu_counters) -> None:
+    """A decode loop that drops each call's output replays one graph, which returns its own buffer each call (no
+    copy); a loop that keeps the previous output while it makes the next (a generation loop's logits) alternates
+    two graphs. Every output is right when read."""
+    f = torch.compile(lambda x, w: F.linear(x, w) * 2, backend="argus", mode="reduce-overhead")
+    w = torch.randn(96, 64, device="cuda", dtype=torch.bfloat16)
+
+    def ref(x: torch.Tensor) -> torch.Tensor:
+        return (x.double() @ w.double().T) * 2
+
+    def close(o: torch.Tensor, x: torch.Tensor) -> bool:
+        return ((o.double() - ref(x)).norm() / ref(x).norm()).item() < 1e-2
+
+    ptrs = set()
+    for _ in range(6):
+        x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
+        out = f(x, w)
+        assert close(out, x)
+        ptrs.add(out.data_ptr())
+        del out
+    assert gpu_counters["captured"] == 1 and gpu_counters["replayed"] == 5, gpu_counters
+    assert len(ptrs) == 2  # the warm-up's own output, then the graph's buffer every replay
+    prev_x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
+    prev = f(prev_x, w)
+    for _ in range(4):
+        x = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
+        out = f(x, w)
+        assert close(prev, prev_x) and close(out, x)
+        prev, prev_x = out, x
+    assert gpu_counters["captured"] == 2 and gpu_counters["replayed"] == 10, gpu_counters
 
 
 class Counting(nn.Module):
