@@ -222,6 +222,14 @@ register(LibraryOp(
 
 
 register(LibraryOp(
+    "embedding_rms_norm_rounded", "gemm", _rmsnorm.EMBEDDING_KERNELS,
+    lambda ts, a, kw: _rmsnorm.embedding_rms_norm_rounded(ts[0], ts[1], ts[2], a["eps"], **kw),
+    lambda ts, a: _rmsnorm.embedding_rms_norm_reference(ts[0], ts[1], ts[2], a["eps"]),
+    lambda ts, a, target: {"embedding_rmsnorm_kernel": _rmsnorm.rms_norm_policy(
+        ts[0].numel(), ts[1].shape[-1], target).without_consts("ROUND")}))
+
+
+register(LibraryOp(
     "router_topk", "moe", _router.KERNELS,
     lambda ts, a, kw: _router.router_topk(ts[0], a["k"], a["renorm"], **kw),
     lambda ts, a: _router.router_reference(ts[0], a["k"], a["renorm"]),
@@ -519,6 +527,24 @@ _implement("rms_norm", rms_norm)
 @torch.library.register_fake("argus::rms_norm")
 def _(x, weight, eps, node_id):
     return _rmsnorm.rms_norm_reference(x, weight, eps)
+
+
+# the embedding's rows and the first layer's RMSNorm of them in one launch, packed (2, *ids.shape, hidden): out[0] the
+# rows (the residual stream), out[1] the norm (the first projections' input); eps as rms_norm's
+_LIB.define("embedding_rms_norm(Tensor ids, Tensor table, Tensor weight, float eps, str node_id) -> Tensor")
+
+
+def embedding_rms_norm(ids: Tensor, table: Tensor, weight: Tensor, eps: float, node_id: str) -> Tensor:
+    """library op embedding_rms_norm_rounded with this call's eps."""
+    return library("embedding_rms_norm_rounded", [ids, table, weight], canonical_args({"eps": float(eps)}), node_id)
+
+
+_implement("embedding_rms_norm", embedding_rms_norm)
+
+
+@torch.library.register_fake("argus::embedding_rms_norm")
+def _(ids, table, weight, eps, node_id):
+    return _rmsnorm.embedding_rms_norm_reference(ids, table, weight, eps)
 
 
 # a decode step's rotation of q and k with its KV-cache write (kernels/rotary.py): the caches are written in place

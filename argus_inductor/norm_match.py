@@ -7,9 +7,11 @@ The form matched is the models' own (LlamaRMSNorm, MistralRMSNorm, MixtralRMSNor
 where x comes from an Argus op (a GEMM's residual epilogue), its rows are static and at most
 kernels.rms_rounded.MAX_ROWS (a batch-1 decode step), and every use of `out` is an Argus op (directly or through a
 slice or view): Inductor would fuse nothing into this norm there, and its one-program reduction takes 2 to 8 us by
-the tile its tuning keeps. eps is a number or, under dynamic=True, `.item()` of a float tensor input (a SymFloat):
-`argus::rms_norm` takes it as a float argument, so the value each call passes is the one its kernel adds. Runs
-with the "gemm" op kind, after the GEMM matchers."""
+the tile its tuning keeps. Where x is an embedding's rows (the first layer's norm), the embedding and the norm are one
+`argus::embedding_rms_norm` call, whose packed result gives the rows (the residual stream) and the norm: Inductor's
+kernel for the two took 3.1 to 8.6 us a Llama decode step on the H100 by the tile its tuning kept. eps is a number
+or, under dynamic=True, `.item()` of a float tensor input (a SymFloat): the ops take it as a float argument, so the
+value each call passes is the one its kernel adds. Runs with the "gemm" op kind, after the GEMM matchers."""
 from __future__ import annotations
 
 import math
@@ -17,10 +19,11 @@ import operator
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 
 from . import library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
 from . import reporting as report
-from .kernels.rms_rounded import MAX_ROWS
+from .kernels.rms_rounded import MAX_ROWS, embedding_rms_norm_reference
 from .library_match import mean_square
 from .matchers import Match, _alive, _drop, _int, _is, _num, _val, is_argus_op
 
@@ -113,11 +116,16 @@ def rewrite_decode_norms(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match
             continue
         x, w, eps, nodes = found
         xv = _val(x)
-        if not is_argus_op(x) or any(_int(s) is None for s in xv.shape) or xv.dim() < 1:
+        emb = _embedding(x)
+        if not (is_argus_op(x) or emb) or any(_int(s) is None for s in xv.shape) or xv.dim() < 1:
             continue
         if math.prod(int(s) for s in xv.shape[:-1]) > MAX_ROWS or not _feeds_argus(node) or amp.intersection(nodes):
             continue
         node_id = f"g{gid}:{node.name}"
+        if emb is not None:
+            if _rewrite_embedding_norm(g, node, x, emb, w, eps, nodes, node_id):
+                out.append(Match("gemm", [n.name for n in reversed(nodes)]))
+            continue
         with g.inserting_before(node):
             new = g.call_function(torch.ops.argus.rms_norm.default, (x, w, eps, node_id))
         new.meta.update(node.meta)
@@ -127,6 +135,48 @@ def rewrite_decode_norms(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match
         _drop(g, nodes)
         out.append(Match("gemm", names))
     return out
+
+
+def _embedding(x: fx.Node) -> tuple[fx.Node, fx.Node] | None:
+    """(ids, table) when x = F.embedding(ids, table) with no max_norm (which would renormalize the table's rows in
+    place); padding_idx, scale_grad_by_freq and sparse only change gradients."""
+    if not (isinstance(x, fx.Node) and x.op == "call_function" and x.target is F.embedding):
+        return None
+    names = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+    bound = dict(zip(names, x.args)) | dict(x.kwargs)
+    ids, table = bound.get("input"), bound.get("weight")
+    iv, tv, xv = _val(ids), _val(table), _val(x)
+    if bound.get("max_norm") is not None or iv is None or tv is None or xv is None:
+        return None
+    if iv.dtype not in (torch.int32, torch.int64) or tv.dim() != 2 or tv.dtype != xv.dtype:
+        return None
+    return ids, table
+
+
+def _rewrite_embedding_norm(g: fx.Graph, node: fx.Node, x: fx.Node, emb: tuple[fx.Node, fx.Node], w: fx.Node,
+                            eps: object, nodes: list[fx.Node], node_id: str) -> bool:
+    """The embedding x and the norm `node` of it as one argus::embedding_rms_norm call: its out[1] for the norm's
+    uses, out[0] for the embedding's other uses (the residual stream), which must all come after the norm."""
+    order = {n: i for i, n in enumerate(g.nodes)}
+    if any(order[u] < order[node] for u in x.users if u not in nodes):
+        return False
+    ids, table = emb
+    with _val(x).fake_mode:  # shapes and dtypes only (eps may be a SymFloat's .item() node)
+        pv = embedding_rms_norm_reference(_val(ids), _val(table), _val(w), 1e-6)
+    with g.inserting_before(node):
+        packed = g.call_function(torch.ops.argus.embedding_rms_norm.default, (ids, table, w, eps, node_id))
+        rows = g.call_function(operator.getitem, (packed, 0))
+        normed = g.call_function(operator.getitem, (packed, 1))
+    for new, val in ((packed, pv), (rows, pv[0]), (normed, pv[1])):
+        new.meta.update({key: v for key, v in node.meta.items() if key not in ("example_value", "val")})
+        new.meta["example_value"] = val
+    node.replace_all_uses_with(normed)
+    names = [x.name] + [n.name for n in reversed(nodes)]
+    _drop(g, nodes)
+    x.replace_all_uses_with(rows)
+    g.erase_node(x)
+    report.record_match(node_id, "gemm", "embedding_rms_norm " + " -> ".join(names))
+    return True
 
 
 __all__ = ["rewrite_decode_norms"]

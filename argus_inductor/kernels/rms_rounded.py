@@ -16,12 +16,63 @@ import builtins
 import torch
 
 from ..dsl import Policy
-from ..dsl.runtime import Kernel
+from ..dsl.lang import (
+    Tensor,
+    arange,
+    assert_tag,
+    assume,
+    cdiv,
+    constexpr,
+    float32,
+    int64,
+    load,
+    rsqrt,
+    store,
+    sum,
+    tag_of,
+    tile_grid,
+    zeros,
+)
+from ..dsl.runtime import Kernel, kernel
 from .launch import check_target, pow2, resolve_target
 from .norms import rmsnorm_kernel
 from .reduce import pick_kernel
 
+
+@kernel
+def embedding_rmsnorm_kernel(Ids: Tensor("R", dtype=int64), E: Tensor("V", "C"), W: Tensor("C"),
+                             Out: Tensor("P", "R", "C"), eps: float, BR: constexpr = 1, BC: constexpr = 64):
+    """Out[0] = E[Ids] (an embedding's rows) and Out[1] = transformers' RMSNorm of them, rounded as rmsnorm_kernel's
+    ROUND=1 (the normalized value rounded to Out's dtype before the weight multiplies it). One output of two planes,
+    not two: Inductor takes a kernel writing two views of one buffer for two in-place updates and copies each. An id
+    outside [0, V) reads a row of zeros (eager's embedding raises there; Inductor's kernel reads past the table)."""
+    assume(P == 2)
+    (pr,) = tile_grid(cdiv(R, BR))
+    rr = pr * BR + arange(BR)
+    tok = load(Ids[rr])
+    assume((tok >= 0) & (tok < V))  # embedding's contract: the ids index the table (the masks still guard a bad one)
+    ss = zeros((BR,), float32)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        x = load(E[tok, rc])
+        assert_tag(tag_of(x, "V") == tok[:, None], "each row copies its own token's embedding")
+        store(Out[0, rr, rc], x)
+        xf = x.to(float32)
+        ss = ss + sum(xf * xf, 1)
+    assert_tag((tag_of(ss, "sum(C).lo") <= 0) & (tag_of(ss, "sum(C).hi") >= C),
+               "each row's mean square counts every element of the row")
+    rstd = rsqrt(ss / C + eps)
+    for c0 in range(0, C, BC):
+        rc = c0 + arange(BC)
+        x = load(E[tok, rc]).to(float32)
+        assert_tag(tag_of(x, "V") == tok[:, None], "each row normalizes its own token's embedding")
+        w = load(W[rc]).to(float32)
+        assert_tag(tag_of(w[None, :], "C") == tag_of(x, "C"), "the weight read belongs to the element's column")
+        store(Out[1, rr, rc], (x * rstd[:, None]).to(Out.dtype).to(float32) * w[None, :])
+
+
 KERNELS: tuple[Kernel, ...] = (rmsnorm_kernel,)  # at ROUND=1
+EMBEDDING_KERNELS: tuple[Kernel, ...] = (embedding_rmsnorm_kernel,)
 MAX_ROWS = 16  # the rows of a decode step at batch 1 (a step of more rows keeps Inductor's norm, fused as it likes)
 
 
@@ -57,6 +108,38 @@ def rms_norm_rounded(x: torch.Tensor, weight: torch.Tensor, eps: float, *,
     return y.view(x.shape)
 
 
+def embedding_rms_norm_rounded(ids: torch.Tensor, table: torch.Tensor, weight: torch.Tensor, eps: float, *,
+                               policies: dict[str, Policy] | None = None, kernels: dict[str, Kernel] | None = None,
+                               target: str | None = None) -> torch.Tensor:
+    """An embedding's rows and their RMSNorm in one launch, packed: out[0] = table[ids] and out[1] = transformers'
+    RMSNorm of them (rms_norm_rounded's arithmetic), each of shape (*ids.shape, table.shape[1])."""
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"embedding_rms_norm_rounded takes integer ids, got {ids.dtype}")
+    if table.dim() != 2 or not table.is_floating_point():
+        raise ValueError(f"the table must be a 2-d floating-point tensor, got {tuple(table.shape)} {table.dtype}")
+    length = table.shape[1]
+    if weight.shape != (length,) or weight.dtype != table.dtype or weight.device != table.device:
+        raise ValueError(f"the weight must be ({length},) {table.dtype} on {table.device}, got "
+                         f"{tuple(weight.shape)} {weight.dtype} on {weight.device}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    target = resolve_target(table, target)
+    flat = ids.reshape(-1).to(torch.int64)
+    out = torch.empty((2, flat.numel(), length), dtype=table.dtype, device=table.device)
+    if flat.numel():
+        pol = (policies or {}).get("embedding_rmsnorm_kernel") or rms_norm_policy(flat.numel(), length, target)
+        launch = pick_kernel("embedding_rmsnorm_kernel", embedding_rmsnorm_kernel, kernels)
+        launch(flat, table, weight, out, float(eps), policy=pol.without_consts("ROUND"), target=target)
+    return out.view(2, *ids.shape, length)
+
+
+def embedding_rms_norm_reference(ids: torch.Tensor, table: torch.Tensor, weight: torch.Tensor,
+                                 eps: float) -> torch.Tensor:
+    """The model's own arithmetic: the embedding (nn.Embedding.forward) and transformers' RMSNorm of it, packed."""
+    h = torch.nn.functional.embedding(ids, table)
+    return torch.stack([h, rms_norm_reference(h, weight, eps)])
+
+
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The model's own arithmetic (transformers' LlamaRMSNorm.forward)."""
     x32 = x.to(torch.float32)
@@ -64,4 +147,5 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
     return weight * n.to(x.dtype)
 
 
-__all__ = ["rms_norm_rounded", "rms_norm_reference", "rms_norm_policy", "KERNELS", "MAX_ROWS"]
+__all__ = ["rms_norm_rounded", "rms_norm_reference", "rms_norm_policy", "embedding_rms_norm_rounded",
+           "embedding_rms_norm_reference", "KERNELS", "EMBEDDING_KERNELS", "MAX_ROWS"]

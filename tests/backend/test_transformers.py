@@ -226,8 +226,9 @@ def test_every_layers_attention_is_taken_in_a_static_cache_decode_step(fresh_cac
 @pytest.mark.parametrize("name", ["llama", "mixtral"])
 def test_decode_projections_of_one_input_fuse_into_one_launch(name: str, fresh_cache: Path) -> None:
     """A batch-1 decode step (its one row known at compile time): each layer's q, k and v projections become one
-    argus.linear_cat whose kernel (gemv_cat) runs under the interpreter, and the logits match eager; the batch-2
-    step after it (rows now symbolic) keeps them three GEMMs and matches too."""
+    argus.linear_cat whose kernel (gemv_cat) runs under the interpreter, the norms between Argus GEMMs Argus's, the
+    first one with the embedding, and the logits match eager; the batch-2 step after it (rows now symbolic) keeps
+    them three GEMMs and Inductor's norms, and matches too."""
     from transformers import StaticCache
 
     cfg, model = _two_layer_decoder(name)
@@ -250,7 +251,11 @@ def test_decode_projections_of_one_input_fuse_into_one_launch(name: str, fresh_c
         norms = [e for e in report_mod.entries() if e.graph_node.startswith("rms_norm ") and e.calls]
         want = {"llama": 4, "mixtral": 2}[name] if fused else 0
         assert len(norms) == want, [(e.graph_node, e.source) for e in report_mod.entries()]
-        assert all(not e.source.startswith("fallback") for e in norms), [(e.source, e.signature) for e in norms]
+        # and the first layer's norm of the embedding's rows is one launch with the embedding
+        firsts = [e for e in report_mod.entries() if e.graph_node.startswith("embedding_rms_norm ") and e.calls]
+        assert len(firsts) == (1 if fused else 0), [(e.graph_node, e.source) for e in report_mod.entries()]
+        assert all(not e.source.startswith("fallback") for e in norms + firsts), \
+            [(e.source, e.signature) for e in norms + firsts]
         # one position's rotary tables stay in Inductor's rotations (a launch would cost more than they do)
         assert not [e for e in report_mod.entries() if e.op == "rotary"], [e.graph_node for e in report_mod.entries()]
 
