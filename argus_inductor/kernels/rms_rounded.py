@@ -85,6 +85,16 @@ def rms_norm_policy(rows: int, length: int, target: str) -> Policy:
     return Policy.make(BR=1, BC=bc, ROUND=1, num_warps=8 if bc >= 2048 else 4)
 
 
+def _check_weight_and_eps(weight: torch.Tensor, like: torch.Tensor, eps: object) -> None:
+    """ValueError unless weight is a (like.shape[-1],) tensor of like's dtype and device and eps a number >= 0."""
+    length = like.shape[-1]
+    if weight.shape != (length,) or weight.dtype != like.dtype or weight.device != like.device:
+        raise ValueError(f"the weight must be ({length},) {like.dtype} on {like.device}, got {tuple(weight.shape)} "
+                         f"{weight.dtype} on {weight.device}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+
+
 def rms_norm_rounded(x: torch.Tensor, weight: torch.Tensor, eps: float, *,
                      policies: dict[str, Policy] | None = None, kernels: dict[str, Kernel] | None = None,
                      target: str | None = None) -> torch.Tensor:
@@ -93,11 +103,7 @@ def rms_norm_rounded(x: torch.Tensor, weight: torch.Tensor, eps: float, *,
     if x.dim() < 1 or not x.is_floating_point():
         raise ValueError(f"rms_norm_rounded takes a floating-point tensor, got {x.dtype}")
     length = x.shape[-1]
-    if weight.shape != (length,) or weight.dtype != x.dtype or weight.device != x.device:
-        raise ValueError(f"the weight must be ({length},) {x.dtype} on {x.device}, got {tuple(weight.shape)} "
-                         f"{weight.dtype} on {weight.device}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    _check_weight_and_eps(weight, x, eps)
     target = resolve_target(x, target)
     x2 = x.reshape(-1, length)
     y = torch.empty_like(x2, memory_format=torch.contiguous_format)
@@ -118,11 +124,7 @@ def embedding_rms_norm_rounded(ids: torch.Tensor, table: torch.Tensor, weight: t
     if table.dim() != 2 or not table.is_floating_point():
         raise ValueError(f"the table must be a 2-d floating-point tensor, got {tuple(table.shape)} {table.dtype}")
     length = table.shape[1]
-    if weight.shape != (length,) or weight.dtype != table.dtype or weight.device != table.device:
-        raise ValueError(f"the weight must be ({length},) {table.dtype} on {table.device}, got "
-                         f"{tuple(weight.shape)} {weight.dtype} on {weight.device}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    _check_weight_and_eps(weight, table, eps)
     target = resolve_target(table, target)
     flat = ids.reshape(-1).to(torch.int64)
     out = torch.empty((2, flat.numel(), length), dtype=table.dtype, device=table.device)
