@@ -45,7 +45,7 @@ def embedding_rmsnorm_kernel(Ids: Tensor("R", dtype=int64), E: Tensor("V", "C"),
     """Out[0] = E[Ids] (an embedding's rows) and Out[1] = transformers' RMSNorm of them, rounded as rmsnorm_kernel's
     ROUND=1 (the normalized value rounded to Out's dtype before the weight multiplies it). One output of two planes,
     not two: Inductor takes a kernel writing two views of one buffer for two in-place updates and copies each. An id
-    outside [0, V) reads a row of zeros (eager's embedding raises there; Inductor's kernel reads past the table)."""
+    outside [0, V) reads a row of zeros (eager's embedding raises there)."""
     assume(P == 2)
     (pr,) = tile_grid(cdiv(R, BR))
     rr = pr * BR + arange(BR)

@@ -91,3 +91,15 @@ def test_embedding_rms_norm_copies_the_rows_and_normalizes_them(rows: int, lengt
 def test_embedding_rms_norm_refuses_bad_operands(ids, table, w, eps, match) -> None:
     with pytest.raises(ValueError, match=match):
         embedding_rms_norm_rounded(ids.to(DEVICE), table.to(DEVICE), w.to(DEVICE), eps)
+
+
+def test_an_id_outside_the_table_reads_a_row_of_zeros() -> None:
+    """The masks keep a bad id (eager's embedding raises there, which a kernel cannot without a host sync) from
+    reading outside the table: its rows and its norm are zeros, and the other rows are unaffected."""
+    table = randn(10, 32, dtype=torch.float32)
+    w = randn(32, dtype=torch.float32)
+    ids = torch.tensor([[3, 10, -1, 7]], device=DEVICE)
+    out = embedding_rms_norm_rounded(ids, table, w, 1e-5)
+    assert not out[:, 0, 1:3].any()
+    good = torch.tensor([[3, 7]], device=DEVICE)
+    torch.testing.assert_close(out[:, :, [0, 3]], embedding_rms_norm_rounded(good, table, w, 1e-5))
