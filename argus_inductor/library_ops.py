@@ -225,8 +225,8 @@ register(LibraryOp(
     "embedding_rms_norm_rounded", "gemm", _rmsnorm.EMBEDDING_KERNELS,
     lambda ts, a, kw: _rmsnorm.embedding_rms_norm_rounded(ts[0], ts[1], ts[2], a["eps"], **kw),
     lambda ts, a: _rmsnorm.embedding_rms_norm_reference(ts[0], ts[1], ts[2], a["eps"]),
-    lambda ts, a, target: {"embedding_rmsnorm_kernel": _rmsnorm.rms_norm_policy(
-        ts[0].numel(), ts[1].shape[-1], target).without_consts("ROUND")}))
+    lambda ts, a, target: {"embedding_rmsnorm_kernel": _rmsnorm.embedding_rms_norm_policy(
+        ts[0].numel(), ts[1].shape[-1], target)}))
 
 
 register(LibraryOp(

@@ -85,6 +85,11 @@ def rms_norm_policy(rows: int, length: int, target: str) -> Policy:
     return Policy.make(BR=1, BC=bc, ROUND=1, num_warps=8 if bc >= 2048 else 4)
 
 
+def embedding_rms_norm_policy(rows: int, length: int, target: str) -> Policy:
+    """embedding_rmsnorm_kernel's tile: rms_norm_policy's (that kernel has no ROUND: it always rounds)."""
+    return rms_norm_policy(rows, length, target).without_consts("ROUND")
+
+
 def _check_weight_and_eps(weight: torch.Tensor, like: torch.Tensor, eps: object) -> None:
     """ValueError unless weight is a (like.shape[-1],) tensor of like's dtype and device and eps a number >= 0."""
     length = like.shape[-1]
@@ -129,9 +134,10 @@ def embedding_rms_norm_rounded(ids: torch.Tensor, table: torch.Tensor, weight: t
     flat = ids.reshape(-1).to(torch.int64)
     out = torch.empty((2, flat.numel(), length), dtype=table.dtype, device=table.device)
     if flat.numel():
-        pol = (policies or {}).get("embedding_rmsnorm_kernel") or rms_norm_policy(flat.numel(), length, target)
+        pol = (policies or {}).get("embedding_rmsnorm_kernel") or embedding_rms_norm_policy(flat.numel(), length,
+                                                                                             target)
         launch = pick_kernel("embedding_rmsnorm_kernel", embedding_rmsnorm_kernel, kernels)
-        launch(flat, table, weight, out, float(eps), policy=pol.without_consts("ROUND"), target=target)
+        launch(flat, table, weight, out, float(eps), policy=pol, target=target)
     return out.view(2, *ids.shape, length)
 
 
@@ -150,4 +156,4 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
 
 
 __all__ = ["rms_norm_rounded", "rms_norm_reference", "rms_norm_policy", "embedding_rms_norm_rounded",
-           "embedding_rms_norm_reference", "KERNELS", "EMBEDDING_KERNELS", "MAX_ROWS"]
+           "embedding_rms_norm_policy", "embedding_rms_norm_reference", "KERNELS", "EMBEDDING_KERNELS", "MAX_ROWS"]
