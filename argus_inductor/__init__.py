@@ -4,14 +4,13 @@ Importing it registers backend="argus" with Dynamo (an entry point does the same
 """
 import os as _os
 
-__version__ = "0.1.0"
-
 if _os.environ.get("ARGUS_INTERPRET", "") not in ("", "0", "false", "False"):
     # Triton picks interpreting or compiling when triton.language is first imported: decide before that.
     _os.environ["TRITON_INTERPRET"] = "1"
 
 from .backend import argus_backend, register  # noqa: E402
-from .reporting import report  # noqa: E402
+from .config import VERSION as __version__  # noqa: E402
+from .runtime.reporting import report  # noqa: E402
 
 register()
 

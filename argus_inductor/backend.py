@@ -14,12 +14,12 @@ import torch
 from torch._dynamo.exc import RestartAnalysis
 
 from . import optimize as _optimize  # noqa: F401  (makes argus_inductor.optimize(model) callable)
-from . import reporting as _report
 from .config import Options
-from .cuda_graphs import replacing_trees
 from .matchers import is_argus_op, rewrite
 from .module_floats import specialize_module_floats
 from .ops import set_active_options, target_for
+from .runtime import reporting as _report
+from .runtime.cuda_graphs import replacing_trees
 
 log = logging.getLogger("argus_inductor")
 _SAID: set[str] = set()
@@ -139,11 +139,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
     # once, at capture. On by default on a GPU (as in vLLM and mode="max-autotune"); ARGUS_CUDAGRAPHS=0 or
     # mode="max-autotune-no-cudagraphs" turns it off (torch.compile passes no mode="default" to a backend other
-    # than Inductor's). argus_inductor.cuda_graphs replays them with less host work than Inductor's CUDA-graph
+    # than Inductor's). argus_inductor.runtime.cuda_graphs replays them with less host work than Inductor's CUDA-graph
     # trees, which it hands a graph to where its simpler model does not hold (ARGUS_GRAPH_REPLAY=0: the trees).
     # A replay first copies every input that has no static address into the graph's own buffers: for large inputs
     # that copy costs more than the host launch work the graph saves (measured on the H100 with replayed launches,
-    # argus_inductor.replay: about 0.1 ms per Argus op, the copy of some 100 MB; default 32 MB per op), so such
+    # argus_inductor.runtime.replay: about 0.1 ms per Argus op, the copy of some 100 MB; default 32 MB per op), so such
     # graphs run without one.
     # A graph whose Argus ops were all inlined has no Python of Argus per call left to hide: it takes CUDA graphs
     # as Inductor does, only where `mode` asks (measured on the H100 with every op inlined, overhead.py: graphs

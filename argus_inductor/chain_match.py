@@ -12,10 +12,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from . import reporting as report
 from .kernels.pointwise import broadcasts_to
 from .library_match import _emit, _static_shape
 from .matchers import Match, _alive, _bind, _num, _val
+from .runtime import reporting as report
 
 _BIN = {operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub", operator.mul: "mul",
         torch.mul: "mul", operator.truediv: "div", torch.div: "div", torch.true_divide: "div",

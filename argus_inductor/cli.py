@@ -65,8 +65,8 @@ def _verify(args: argparse.Namespace) -> int:
 def _cache(args: argparse.Namespace) -> int:
     import shutil
 
-    from .cache import KernelCache
-    from .signature import Signature
+    from .runtime.cache import KernelCache
+    from .runtime.signature import Signature
 
     cache = KernelCache(args.cache_dir)
     if args.action == "clear":

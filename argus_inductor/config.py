@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+VERSION = "0.1.0"  # argus_inductor.__version__ (pyproject.toml says the same)
 ON_MISS = ("synthesize", "default", "fallback")
 OPS = ("gemm", "attention", "moe", "conv", "norm", "scan", "pool", "reduce", "loss", "pointwise")
 DEFAULT_OPS = "gemm,attention,moe"  # the classes opt in (ARGUS_OPS) until their tuned kernels beat the vendor's
@@ -47,12 +48,12 @@ class Options:
     cudagraphs: bool = True        # ARGUS_CUDAGRAPHS: on a GPU, let Inductor capture the graph in CUDA graphs
     cudagraph_copy_mb: float = 32.0  # ARGUS_CUDAGRAPH_COPY_MB: per Argus op in the graph; no CUDA graph when a
     #                                   replay would copy more input bytes than that
-    graph_replay: bool = True      # ARGUS_GRAPH_REPLAY: replay those CUDA graphs with argus_inductor.cuda_graphs
+    graph_replay: bool = True      # ARGUS_GRAPH_REPLAY: replay those CUDA graphs with runtime/cuda_graphs.py
     #                                 (less host work a call) instead of Inductor's CUDA-graph trees
     tune_seconds: float = 20.0     # ARGUS_TUNE_SECONDS: policy search per library-op signature (ON_MISS=synthesize)
     tune_candidates: int = 24      # ARGUS_TUNE_CANDIDATES: most policies that search times per signature
     tune_lock: str = ""            # ARGUS_TUNE_LOCK: a file locked while timing (processes sharing a GPU take turns)
-    replay: bool = True            # ARGUS_REPLAY: replay an op call's recorded launches (argus_inductor.replay)
+    replay: bool = True            # ARGUS_REPLAY: replay an op call's recorded launches (argus_inductor.runtime.replay)
     inline: bool = True            # ARGUS_INLINE: on a GPU, hand Inductor the Triton launches of each op with static
     #                                 shapes, so its generated code launches them (argus_inductor.inline)
     prune_rows: bool = True        # ARGUS_PRUNE_ROWS: compute only the rows a final slice keeps (a prefill's last

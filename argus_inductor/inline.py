@@ -1,7 +1,7 @@
 """Inline Argus ops into Inductor's generated code.
 
 A torch.ops.argus.* op in a compiled graph is a call back into Python on every run: the dispatcher, run_op's
-look-ups and a replay of the recorded launches (argus_inductor.replay) cost tens of microseconds per op on the
+look-ups and a replay of the recorded launches (argus_inductor.runtime.replay) cost tens of microseconds per op on the
 host, more than many small kernels take on the GPU. Where every operand of an op node has static shapes,
 strides and storage offsets, the op's launches are fixed when the graph is compiled. So at compile time the
 backend runs the op once on random operands of exactly that metadata (which resolves its plan as a first call
@@ -19,7 +19,7 @@ benchmarks/results/NOTES.md, session 9).
 The compile-time run takes the graph's own inputs where it has them (a model's weights), except those the op writes
 in place (a KV cache, which gets a stand-in: the run must not write into the model's state); tensors made inside the
 graph get stand-ins: integer ones (routing ids, targets, masks) zeros, which every kernel takes as valid
-indices, floating-point ones random normals. A recording never depends on values (argus_inductor.replay refuses
+indices, floating-point ones random normals. A recording never depends on values (argus_inductor.runtime.replay refuses
 host functions that read them).
 """
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch import fx
 
-from . import reporting as _report
 from .matchers import is_argus_op
-from .replay import Recording, _Launch, _view, run_host_step
+from .runtime import reporting as _report
+from .runtime.replay import Recording, _Launch, _view, run_host_step
 
 log = logging.getLogger("argus_inductor")
 

@@ -14,9 +14,9 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from . import reporting as report
 from .library_ops import LIBRARY, canonical_args
 from .matchers import Match, _activation, _alive, _bind, _drop, _int, _is, _num, _val
+from .runtime import reporting as report
 
 Found = tuple[str, list[Any], dict[str, Any], fx.Node, list[fx.Node]]  # name, tensor args, args, last node, nodes
 

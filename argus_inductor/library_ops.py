@@ -32,7 +32,7 @@ from .kernels import rotary as _rotary
 from .kernels import router as _router
 from .kernels import scan as _scan
 from .kernels.gemm import ACTIVATION_FNS
-from .policies import fit_shared_memory
+from .kernels.policies import fit_shared_memory
 
 Tensors = list[Tensor | None]
 Args = dict[str, Any]
@@ -570,7 +570,7 @@ def _(q, k, v, cos, sin, keys, values, index, node_id):
 
 def library_signature(name: str, ts: Tensors, args: str) -> Any:
     """op = name, epilogue = the arguments (and which optional tensors are absent), every dim static."""
-    from .signature import make_signature
+    from .runtime.signature import make_signature
 
     present = [t for t in ts if t is not None]
     absent = "".join("0" if t is None else "1" for t in ts)

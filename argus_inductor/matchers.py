@@ -28,8 +28,8 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from . import ops  # noqa: F401  (registers torch.ops.argus.*)
-from . import reporting as report
 from .kernels.attention import MASKED_SCORE
+from .runtime import reporting as report
 
 log = logging.getLogger("argus_inductor")
 _GRAPH_IDS = itertools.count()
@@ -462,7 +462,7 @@ def _static_rows(x: torch.Tensor) -> int | None:
 def _match_linear_cats(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
     """Three bias-free linears of one input with at most GEMV_CAT_MAX_M rows known at compile time (an attention's
     q, k and v projections at decode) become one argus.linear_cat, its output sliced back into the three."""
-    from .policies import GEMV_CAT_MAX_M
+    from .kernels.policies import GEMV_CAT_MAX_M
 
     order = {n: i for i, n in enumerate(g.nodes)}
     by_input: dict[fx.Node, list[fx.Node]] = {}

@@ -4,7 +4,7 @@ shape signature, or the aten op where Argus does not apply.
 
 Where a call's kernel comes from (the report's "kernel" column):
 
-- cache: the disk cache (argus_inductor.cache) has an entry for the signature; its stored policy (and
+- cache: the disk cache (argus_inductor.runtime.cache) has an entry for the signature; its stored policy (and
   its DSL kernels, when the agent wrote new ones) are used.
 - synthesized: ARGUS_ON_MISS=synthesize and the agent (argus_inductor.agent.synthesize) produced a
   kernel now; it is stored in the cache.
@@ -32,8 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import reporting as _report
-from .cache import CacheEntry, KernelCache
 from .config import Options
 from .dsl import Kernel, Policy, kernels_from_source
 from .kernels.attention import (
@@ -66,7 +64,7 @@ from .kernels.gemm_residual import gemm_gate_up, gemm_residual
 from .kernels.launch import pow2
 from .kernels.moe import gate_up_rows, gather_policy, gathers_rows, moe_align, moe_down, moe_gate_up, moe_gather
 from .kernels.pointwise import broadcasts_to
-from .policies import (
+from .kernels.policies import (
     attention_fallbacks,
     attention_policy,
     fit_attention,
@@ -84,7 +82,9 @@ from .policies import (
     presplit_gemm_policy,
     weight_k_major,
 )
-from .signature import Signature, device_arch, make_signature
+from .runtime import reporting as _report
+from .runtime.cache import CacheEntry, KernelCache
+from .runtime.signature import Signature, device_arch, make_signature
 
 log = logging.getLogger("argus_inductor")
 _ACTIVE = Options.resolve()
@@ -905,7 +905,7 @@ _SIG_MEMO: dict[tuple, Signature] = {}
 # with the plans.
 _RESOLVED: dict[tuple, tuple[Signature, str, Plan | None, str | None, str | None]] = {}
 _FLOPS: dict[tuple, int] = {}
-# call site + operand metadata -> the recorded launches of its plan (argus_inductor.replay), or None where the
+# call site + operand metadata -> the recorded launches of its plan (argus_inductor.runtime.replay), or None where the
 # host function cannot be replayed. Dropped with the plans.
 _REPLAYS: dict[tuple, Any] = {}
 # call site + operand metadata -> what a call needs where its plan's launches replay: (recording, report name,
@@ -918,7 +918,7 @@ _CAPTURED: list[tuple[Any, str | None, list[Tensor]]] | None = None
 
 @contextlib.contextmanager
 def capturing_recordings() -> Iterator[list[tuple[Any, str | None, list[Tensor]]]]:
-    """Within it, every op call that runs a plan records its launches afresh (argus_inductor.replay) and lists
+    """Within it, every op call that runs a plan records its launches afresh (argus_inductor.runtime.replay) and lists
     the recording in the list it yields."""
     global _CAPTURED
     outer, _CAPTURED = _CAPTURED, []
@@ -1086,13 +1086,13 @@ def _clock_ms(t: Tensor, t0: float | None) -> float | None:
 def _launch(key: tuple, plan: Plan, target: str, kernel_fn: Callable[[Plan, str], Tensor],
             inputs: list[Tensor]) -> Tensor:
     """The plan's host function on this call's operands: replayed from its recorded launches where this call site
-    with this metadata was recorded before, recorded now on its first call (argus_inductor.replay)."""
+    with this metadata was recorded before, recorded now on its first call (argus_inductor.runtime.replay)."""
     capturing = _CAPTURED is not None  # argus_inductor.inline records afresh and keeps the recording itself
     if not capturing and not _ACTIVE.replay:
         return kernel_fn(plan, target)
     rec = False if capturing else _REPLAYS.get(key, False)
     if rec is False:
-        from .replay import record
+        from .runtime.replay import record
 
         out, rec, why = record(lambda: kernel_fn(plan, target), inputs)
         if capturing:

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from . import ops  # noqa: F401  (registers torch.ops.argus.moe)
-from . import reporting as _report
+from .runtime import reporting as _report
 
 log = logging.getLogger("argus_inductor")
 

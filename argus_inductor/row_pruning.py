@@ -34,9 +34,9 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from . import reporting as report
 from .library_match import _dims
 from .matchers import SDPA, SDPA_ARGS, Match, _alive, _bind, _drop, _int, _known_eq, _val
+from .runtime import reporting as report
 
 log = logging.getLogger("argus_inductor")
 

@@ -73,7 +73,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import __version__ as ARGUS_VERSION
+from .config import VERSION as ARGUS_VERSION
 
 PLUGIN_OPS: tuple[str, ...] = ("moe", "attention", "gemm")
 ENV_OPS = "ARGUS_VLLM_OPS"
@@ -384,7 +384,7 @@ def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_
 
 def _arch(device: torch.device) -> str:
     try:
-        from .signature import device_arch
+        from .runtime.signature import device_arch
 
         return device_arch(device)
     except Exception:  # pragma: no cover - diagnostics only
@@ -403,7 +403,7 @@ def _layer_name(layer: Any) -> str:
 def _argus_moe(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor,
                extra: dict[str, Any]) -> Tensor | None:
     """torch.ops.argus.moe for this call, or None to let vLLM's method run it."""
-    from . import reporting
+    from .runtime import reporting
 
     try:
         why = _moe_refusal(method, layer, x, topk_weights, topk_ids, extra)
@@ -489,7 +489,8 @@ def _probe_moe() -> type:
 
 def _argus_encoder_attention(op: Any, query: Tensor, key: Tensor, value: Tensor,
                              extra: dict[str, Any]) -> Tensor | None:
-    from . import ops, reporting
+    from . import ops
+    from .runtime import reporting
 
     try:
         busy = [k for k, v in extra.items() if v is not None]

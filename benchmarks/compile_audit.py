@@ -31,7 +31,7 @@ def template_kernels(arch: str) -> list[tuple[str, Any, Any, dict[str, int]]]:
     import torch
 
     from argus_inductor import ops
-    from argus_inductor.signature import make_signature
+    from argus_inductor.runtime.signature import make_signature
     from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE
 
     target = "hip" if arch.startswith("gfx") else "cuda"

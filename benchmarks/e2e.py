@@ -296,7 +296,7 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
                 log(f"{name} {backend}: {row['skipped']}")
                 continue
             try:
-                argus_inductor.reporting.clear()
+                argus_inductor.runtime.reporting.clear()
                 fn = compile_for(model, backend)
                 for key, toks in prompts.items():
                     if time.perf_counter() > deadline:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels.gemm import gemm_epilogue, split_operands  # noqa: E402
-from argus_inductor.policies import fit_shared_memory, gemm_policy  # noqa: E402
+from argus_inductor.kernels.policies import fit_shared_memory, gemm_policy  # noqa: E402
 
 # (M, N, K, what): the float32 matmuls of benchmarks/kernelbench/problems/level1 at full size
 # B layout: "n-major" is B (K, N) row-major as torch.matmul(a, b) passes it, "k-major" an nn.Linear weight's w.t()

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import gemm  # noqa: E402
-from argus_inductor.policies import gemm_policy  # noqa: E402
+from argus_inductor.kernels.policies import gemm_policy  # noqa: E402
 from benchmarks.sweep import bench, rel  # noqa: E402
 
 SHAPES = [(2048, 1024, 4096), (4096, 1024, 4096), (2048, 4096, 4096), (2048, 8, 4096), (4096, 8, 4096)]

@@ -28,7 +28,7 @@ from argus_inductor.dsl import Policy, runtime  # noqa: E402
 from argus_inductor.dsl.lowering import LoweredSource  # noqa: E402
 from argus_inductor.kernels.gemm import gemm  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
-from argus_inductor.policies import gemm_policy  # noqa: E402
+from argus_inductor.kernels.policies import gemm_policy  # noqa: E402
 from benchmarks.sweep import bench, rel  # noqa: E402
 
 VARIANT = {"name": "base"}

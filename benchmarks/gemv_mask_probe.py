@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.kernels.gemm import gemm_epilogue, gemv_cat  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gemm_gate_up, gemm_residual  # noqa: E402
-from argus_inductor.policies import gemv_cat_policy, gemv_policy, gemv_static_steps  # noqa: E402
+from argus_inductor.kernels.policies import gemv_cat_policy, gemv_policy, gemv_static_steps  # noqa: E402
 from benchmarks.sweep import graph_us, rel  # noqa: E402
 
 _TMP = Path(tempfile.mkdtemp(prefix="gemv_mask_probe_"))

@@ -5,7 +5,7 @@ step. Every candidate is checked against float32 first; weights rotate so that e
 
     python benchmarks/gemv_probe.py      # prints the fastest per shape, writes $OUT/gemv-probe.json
 
-What it found set argus_inductor.policies.gemv_policy's tile (benchmarks/results/gemv-probe-h100-2026-11-24.log; that
+What it found set kernels/policies.py's gemv_policy tile (benchmarks/results/gemv-probe-h100-2026-11-24.log; that
 run's "argus-now" row is the template before the change).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.kernels import gemm  # noqa: E402
-from argus_inductor.policies import gemm_policy, gemv_policy  # noqa: E402
+from argus_inductor.kernels.policies import gemm_policy, gemv_policy  # noqa: E402
 
 SHAPES = [(14336, 4096), (4096, 14336), (4096, 4096), (6144, 4096), (128256, 4096), (32000, 4096)]
 

@@ -29,8 +29,8 @@ from argus_inductor.dsl import Policy, kernels_from_source  # noqa: E402
 from argus_inductor.dsl.runtime import observe_launches  # noqa: E402
 from argus_inductor.kernels.gemm import gemm, gemv_cat  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up  # noqa: E402
+from argus_inductor.kernels.policies import gemv_cat_policy, gemv_policy  # noqa: E402
 from argus_inductor.kernels.rms_rounded import rms_norm_rounded  # noqa: E402
-from argus_inductor.policies import gemv_cat_policy, gemv_policy  # noqa: E402
 from benchmarks.sweep import bench, rel  # noqa: E402
 
 K = 4096

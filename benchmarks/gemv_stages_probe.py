@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.kernels.gemm import gemm, gemv_cat  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
-from argus_inductor.policies import gemv_cat_policy, gemv_policy  # noqa: E402
+from argus_inductor.kernels.policies import gemv_cat_policy, gemv_policy  # noqa: E402
 from benchmarks.norm_fold_probe import gemv_gate_up, gemv_residual  # noqa: E402
 from benchmarks.sweep import graph_us, rel  # noqa: E402
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.kernels import attention, gemm  # noqa: E402
-from argus_inductor.policies import attention_policy, gemm_policy  # noqa: E402
+from argus_inductor.kernels.policies import attention_policy, gemm_policy  # noqa: E402
 
 ATTN = [(4, 32, 32, 4096, 128, True), (16, 32, 32, 1024, 128, True), (8, 16, 16, 2048, 64, False),
         (1, 32, 8, 2048, 128, True), (8, 32, 8, 1024, 128, True)]

@@ -51,8 +51,8 @@ def split_compile(model: torch.nn.Module, backend: str) -> Callable[..., Any]:
     from torch._inductor import compile_fx as cfx
     from torch._inductor import list_mode_options
 
-    from argus_inductor import cuda_graphs
     from argus_inductor.backend import argus_backend
+    from argus_inductor.runtime import cuda_graphs
 
     original = cfx.cudagraphify
     if not getattr(original, "stamped", False):

@@ -37,8 +37,8 @@ from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels.attention import attention  # noqa: E402
 from argus_inductor.kernels.gemm import gemm  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up  # noqa: E402
+from argus_inductor.kernels.policies import gemv_policy  # noqa: E402
 from argus_inductor.kernels.rms_rounded import rms_norm_rounded  # noqa: E402
-from argus_inductor.policies import gemv_policy  # noqa: E402
 from benchmarks.sweep import graph_us, rel  # noqa: E402
 
 K = 4096

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels.moe import gather_policy, moe_align, moe_down, moe_gate_up, moe_gather  # noqa: E402
-from argus_inductor.policies import moe_down_fallback, moe_gate_up_fallback, moe_policies  # noqa: E402
+from argus_inductor.kernels.policies import moe_down_fallback, moe_gate_up_fallback, moe_policies  # noqa: E402
 from benchmarks.ops import bench  # noqa: E402
 
 HD, INTER, EXPERTS, TOPK = 4096, 14336, 8, 2

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor import ops  # noqa: E402
 from argus_inductor.kernels.gemm import gemm_epilogue  # noqa: E402
-from argus_inductor.signature import Signature, make_signature  # noqa: E402
+from argus_inductor.runtime.signature import Signature, make_signature  # noqa: E402
 from benchmarks.sweep import bench, rel  # noqa: E402
 
 

@@ -32,8 +32,8 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
+from argus_inductor.kernels.policies import gemv_policy  # noqa: E402
 from argus_inductor.kernels.rms_rounded import rms_norm_rounded  # noqa: E402
-from argus_inductor.policies import gemv_policy  # noqa: E402
 from benchmarks.sweep import graph_us, rel  # noqa: E402
 
 K = 4096

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
-from argus_inductor.policies import attention_policy, gemm_policy, moe_policies  # noqa: E402
+from argus_inductor.kernels.policies import attention_policy, gemm_policy, moe_policies  # noqa: E402
 
 GEMM_NK = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
 GEMM_M = [1, 16, 128, 4096]

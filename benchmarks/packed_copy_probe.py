@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from argus_inductor.cuda_graphs import PackedCopy  # noqa: E402
+from argus_inductor.runtime.cuda_graphs import PackedCopy  # noqa: E402
 
 
 def host_us(fn: Callable[[], None], n: int = 2000) -> float:

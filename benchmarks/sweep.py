@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
-from argus_inductor.policies import gemm_policy, gemv_policy  # noqa: E402
+from argus_inductor.kernels.policies import gemm_policy, gemv_policy  # noqa: E402
 from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, eager_moe  # noqa: E402
 
 
@@ -239,7 +239,7 @@ def sweep_attention(rows: list[dict], shapes: list[tuple] | None = None) -> None
     runs them) instead of back-to-back events, with the Gluon lowering's policy among the candidates."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from argus_inductor.policies import attention_policy
+    from argus_inductor.kernels.policies import attention_policy
 
     timer = bench if shapes else bench_events
     for z, h, hk, s, t, d, causal in shapes or ATTN:
@@ -396,7 +396,7 @@ def sweep_cat(rows: list[dict]) -> None:
     one gemv_cat launch at several tiles against the three launches the backend runs without it (each at its
     template's policy) and three cuBLAS calls, on the same data."""
     from argus_inductor.kernels.gemm import gemv_cat
-    from argus_inductor.policies import gemv_cat_policy
+    from argus_inductor.kernels.policies import gemv_cat_policy
 
     for widths, k in (((4096, 1024, 1024), 4096),):
         n = sum(widths)
@@ -440,7 +440,7 @@ def sweep_cat(rows: list[dict]) -> None:
 def sweep_router(rows: list[dict]) -> None:
     """One row against a MoE router's few columns (Mixtral's 8 experts of 4096, Qwen2-MoE's 60 of 2048,
     DeepSeek-V3's 256 of 7168): the GEMV path's narrow tiles against the tensor-core template and cuBLAS."""
-    from argus_inductor.policies import gemv_policy
+    from argus_inductor.kernels.policies import gemv_policy
 
     for n, k in ((8, 4096), (60, 2048), (256, 7168)):
         a = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)

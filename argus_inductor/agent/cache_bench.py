@@ -47,7 +47,7 @@ def bench_entry(entry: Any, rep_ms: int = 40, seed: int | None = None) -> dict[s
     """One row: the entry's result against its reference, its time, the fastest peer's time. Never raises for a
     kernel that fails; the row says why ("failed", with the error)."""
     from ..library_ops import LIBRARY
-    from ..signature import Signature
+    from ..runtime.signature import Signature
     from .evaluate import Candidate, Evaluator, rel_error
     from .launch import kernels_of
     from .loop import _device_for
@@ -148,7 +148,7 @@ def _shape_entries(path: str, cache: Any, arch: str) -> list[Any]:
 
 
 def _selected(entries: list[Any], filters: list[str]) -> list[Any]:
-    from ..signature import Signature
+    from ..runtime.signature import Signature
 
     if not filters:
         return entries
@@ -159,7 +159,7 @@ def _here_arch() -> str:
     import torch
 
     from ..dsl.runtime import interpret_requested
-    from ..signature import device_arch
+    from ..runtime.signature import device_arch
 
     if torch.cuda.is_available() and not interpret_requested():
         return device_arch(torch.device("cuda", torch.cuda.current_device()))
@@ -181,8 +181,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from ..cache import KernelCache
-    from ..signature import Signature
+    from ..runtime.cache import KernelCache
+    from ..runtime.signature import Signature
 
     if args.limit is not None and args.limit < 1:
         print("argus bench: --limit takes a positive number", file=sys.stderr)

@@ -111,9 +111,9 @@ def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
     import torch
 
     from .. import ops
-    from ..cache import KernelCache
     from ..library_ops import LIBRARY, example_operands, launcher
-    from ..signature import Signature, device_arch
+    from ..runtime.cache import KernelCache
+    from ..runtime.signature import Signature, device_arch
 
     cache = KernelCache(cache_root)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

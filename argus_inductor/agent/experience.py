@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..signature import Signature
+from ..runtime.signature import Signature
 from .plan import Plan
 
 FILENAME = "experience.jsonl"

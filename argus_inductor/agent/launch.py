@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..dsl import Kernel, Policy, kernels_from_source
-from ..signature import Signature
+from ..runtime.signature import Signature
 from .opspecs import plan_from_policy, problem_from_signature, spec
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..config import env_number
 from ..dsl import Kernel, Policy
-from ..signature import Signature
+from ..runtime.signature import Signature
 from . import hardware as hw
 from . import rules, store, synthesizer
 from .evaluate import Candidate, Evaluator, Outcome
@@ -97,7 +97,7 @@ class SynthesisResult:
         import torch
         import triton
 
-        from .. import __version__
+        from ..config import VERSION as __version__
 
         return store.make_entry(signature=self.signature.as_dict(), dsl_source=self.dsl_source,
                                 triton_source=self.triton_source, policy=self.policy_dict(),
@@ -125,7 +125,7 @@ def _device_for(sig: Signature, device: str | None) -> tuple[str, str]:
     if not torch.cuda.is_available():
         raise SynthesisError(f"signature {sig.short()} is for {sig.arch}, and this process sees no GPU")
     dev = device or f"cuda:{torch.cuda.current_device()}"
-    from ..signature import device_arch
+    from ..runtime.signature import device_arch
 
     here = device_arch(torch.device(dev))
     if here != sig.arch:
@@ -282,7 +282,7 @@ def _synthesize(signature: Signature | Problem, policy: str | PlanPolicy | list[
 def _arch_of(device: str) -> str:
     import torch
 
-    from ..signature import device_arch
+    from ..runtime.signature import device_arch
 
     return device_arch(torch.device(device))
 

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..signature import Signature
+from ..runtime.signature import Signature
 from .evaluate import Candidate, Outcome
 from .hardware import Hardware
 from .opspecs import OpSpec, Problem

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..kernels.gemm import cat_epilogue
-from ..policies import GEMV_CAT_MAX_M
-from ..signature import Signature
+from ..kernels.policies import GEMV_CAT_MAX_M
+from ..runtime.signature import Signature
 from .opspecs import SPECS, Problem, attention_epilogue, moe_epilogue, problem_from_signature, signature_for
 
 

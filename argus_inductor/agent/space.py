@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..policies import rescaled_steps
+from ..kernels.policies import rescaled_steps
 from . import kb, rules, templates
 from .hardware import Hardware
 from .opspecs import OpSpec, Problem, template_plan

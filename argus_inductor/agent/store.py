@@ -1,4 +1,4 @@
-"""Where the agent's results go on disk: the cache entry (through argus_inductor.cache) and, next to it, the
+"""Where the agent's results go on disk: the cache entry (through argus_inductor.runtime.cache) and, next to it, the
 trail of every trial (kernels/<key>.trials.jsonl), so a person can read how a kernel was found."""
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ def default_root() -> Path:
 
 def open_cache(root: Path | str | None = None) -> Any:
     """The KernelCache at `root` (ARGUS_CACHE_DIR by default)."""
-    from ..cache import KernelCache
+    from ..runtime.cache import KernelCache
 
     return KernelCache(root)
 
 
 def make_entry(**fields: Any) -> Any:
-    """A CacheEntry (argus_inductor.cache) from keyword fields; origin falls back to 'synthesized' where the cache
+    """A CacheEntry (runtime/cache.py) from keyword fields; origin falls back to 'synthesized' where the cache
     does not know the one given."""
-    from .. import cache
+    from ..runtime import cache
 
     origins = getattr(cache, "ORIGINS", None)
     if origins is not None and fields.get("origin") not in origins:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..signature import Signature
+from ..runtime.signature import Signature
 
 
 class TraceError(RuntimeError):

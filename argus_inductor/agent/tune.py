@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..policies import rescaled_steps
+from ..kernels.policies import rescaled_steps
 from .bench import time_ms, waited_s
 from .evaluate import rel_error
 

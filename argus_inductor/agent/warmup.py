@@ -179,7 +179,7 @@ class Progress:
 def _arch_here() -> tuple[str, int]:
     import torch
 
-    from ..signature import device_arch
+    from ..runtime.signature import device_arch
 
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         return device_arch(torch.device("cuda", 0)), torch.cuda.device_count()

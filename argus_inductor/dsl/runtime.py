@@ -27,7 +27,7 @@ from .types import TensorDType
 
 _LOCK = threading.Lock()
 # observe_launches(): a function called with (compiled kernel, flat arguments, programs, what Triton returned)
-# after every launch in this thread (argus_inductor.replay records an op call's launches through it)
+# after every launch in this thread (argus_inductor.runtime.replay records an op call's launches through it)
 _OBSERVER = threading.local()
 _COMPILED: dict[tuple[str, str, str, tuple[tuple[str, int], ...]], CompiledKernel] = {}
 

@@ -348,7 +348,7 @@ def fallback(policy: Policy, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, 
     (policies.attention_fallback)."""
     if policy_fits(policy) is not None:
         return replace(policy, warp_specialize=False)
-    from ..policies import attention_fallback
+    from ..kernels.policies import attention_fallback
 
     return attention_fallback(policy, Q.shape[2], Q.element_size())
 

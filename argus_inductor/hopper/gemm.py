@@ -43,7 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
-from ..policies import GLUON_SMEM_BYTES, gemm_fallback, gluon_gemm_smem
+from ..kernels.policies import GLUON_SMEM_BYTES, gemm_fallback, gluon_gemm_smem
 from .device import capability, compile_sm90
 from .rings import Ring, RingViolation, check_kernel
 

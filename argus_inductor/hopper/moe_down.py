@@ -43,7 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
-from ..policies import moe_down_fallback
+from ..kernels.policies import moe_down_fallback
 from .device import capability, compile_sm90, sm_count
 from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
 from .moe_gate_up import grouped_tile, real_blocks

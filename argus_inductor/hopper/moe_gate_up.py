@@ -43,7 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..dsl.policy import Policy
-from ..policies import moe_gate_up_fallback
+from ..kernels.policies import moe_gate_up_fallback
 from .device import capability, compile_sm90, sm_count
 from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
 from .rings import Ring, RingViolation, check_kernel

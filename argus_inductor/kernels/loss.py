@@ -495,7 +495,7 @@ def _class_rows(x: torch.Tensor, tgt: torch.Tensor, ignore_index: int, what: str
         raise ValueError(f"{what}: input is on {x.device} but target is on {tgt.device}")
     capturing = tgt.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     if not capturing:
-        # A check for the user, not part of the computation: hidden from a replay's recorder (argus_inductor.replay),
+        # A check for the user, not part of the computation: hidden from a replay's recorder (runtime/replay.py),
         # so a call site's later calls replay without it (and its host sync); the kernel gives NaN for such rows.
         with _disable_current_modes():
             bad = (tgt != ignore_index) & ((tgt < 0) | (tgt >= x.shape[1]))

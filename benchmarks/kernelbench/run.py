@@ -198,7 +198,7 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     phase = "import"
     try:
         import argus_inductor  # noqa: F401  (registers backend="argus")
-        from argus_inductor import reporting
+        from argus_inductor.runtime import reporting
 
         device = args.device
         torch.set_grad_enabled(False)

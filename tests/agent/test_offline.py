@@ -77,7 +77,7 @@ def test_cache_entries_run_again_and_read_as_the_backend_reads_them(tmp_path: Pa
     from argus_inductor import ops as backend
     from argus_inductor.agent import launcher
     from argus_inductor.agent.launch import kernels_of
-    from argus_inductor.cache import KernelCache
+    from argus_inductor.runtime.cache import KernelCache
 
     problems = [Problem("gemm", "bias+gelu", {"N": 40, "K": 200, "M": 5}, "float32"),
                 Problem("moe", "top2,silu", {"HD": 32, "I": 32, "E": 4, "TOPK": 2, "T": 5}, "float32")]

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from argus_inductor import ops
-from argus_inductor import reporting as report_mod
 from argus_inductor.agent import cli, shapes
 from argus_inductor.agent.trace import TraceError, trace_config
-from argus_inductor.cache import KernelCache
 from argus_inductor.config import Options
-from argus_inductor.signature import Signature
+from argus_inductor.runtime import reporting as report_mod
+from argus_inductor.runtime.cache import KernelCache
+from argus_inductor.runtime.signature import Signature
 
 transformers = pytest.importorskip("transformers")
 

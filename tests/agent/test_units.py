@@ -17,7 +17,7 @@ from argus_inductor.agent.plan import Plan
 from argus_inductor.agent.planner import PlanningContext, Reward, Step
 from argus_inductor.agent.space import build
 from argus_inductor.agent.warmup import table
-from argus_inductor.signature import make_signature
+from argus_inductor.runtime.signature import make_signature
 
 GEMM_DECODE = Problem("gemm", "", {"N": 4096, "K": 14336, "M": 1}, "bfloat16")
 GEMM_PREFILL = Problem("gemm", "", {"N": 4096, "K": 4096, "M": 4096}, "bfloat16")

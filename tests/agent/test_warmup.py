@@ -12,7 +12,7 @@ import pytest
 
 from argus_inductor.agent import cli, shapes
 from argus_inductor.agent.opspecs import Problem, signature_for
-from argus_inductor.cache import KernelCache
+from argus_inductor.runtime.cache import KernelCache
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from argus_inductor import module_floats, ops
-from argus_inductor import reporting as report_mod
 from argus_inductor.config import Options
+from argus_inductor.runtime import reporting as report_mod
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,11 +11,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import argus_inductor
-from argus_inductor import reporting as report_mod
 from argus_inductor.config import Options
 from argus_inductor.demo import TinyLlama
 from argus_inductor.matchers import rewrite
-from argus_inductor.signature import bucket
+from argus_inductor.runtime import reporting as report_mod
+from argus_inductor.runtime.signature import bucket
 
 
 class MLP(nn.Module):

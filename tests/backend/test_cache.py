@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from argus_inductor import ops
-from argus_inductor.cache import CacheEntry, KernelCache
-from argus_inductor.signature import Signature, make_signature
+from argus_inductor.runtime.cache import CacheEntry, KernelCache
+from argus_inductor.runtime.signature import Signature, make_signature
 
 
 def _sig(m: int = 8, n: int = 32, k: int = 16, epi: str = "bias") -> Signature:
@@ -103,7 +103,7 @@ def _warm_worker(root: str, rounds: int) -> int:
 
     os.environ["ARGUS_CACHE_DIR"] = root
     from argus_inductor import ops as o
-    from argus_inductor.cache import KernelCache as KC
+    from argus_inductor.runtime.cache import KernelCache as KC
 
     c = KC(Path(root))
     sig = _sig()

@@ -11,8 +11,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from argus_inductor import reporting as report_mod
 from argus_inductor.causal_mask import proves_causal, size_only
+from argus_inductor.runtime import reporting as report_mod
 
 transformers = pytest.importorskip("transformers")
 SDPA = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)

@@ -5,9 +5,9 @@ import json
 
 import torch
 
-from argus_inductor.cache import CacheEntry, KernelCache
 from argus_inductor.cli import main
-from argus_inductor.signature import make_signature
+from argus_inductor.runtime.cache import CacheEntry, KernelCache
+from argus_inductor.runtime.signature import make_signature
 
 
 def test_cache_cli_lists_entries_and_misses_and_clears(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""argus_inductor.cuda_graphs: Argus graphs replayed as CUDA graphs with little host work, and Inductor's trees
+"""argus_inductor.runtime.cuda_graphs: Argus graphs replayed as CUDA graphs with little host work, and Inductor's trees
 wherever the lean model does not hold. The replays need a GPU (run on the device with ARGUS_TEST_DEVICE=cuda);
 the installation is checked everywhere."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from argus_inductor import cuda_graphs
+from argus_inductor.runtime import cuda_graphs
 
 on_gpu = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("ARGUS_TEST_DEVICE") != "cuda",
                             reason="CUDA graphs need a GPU (ARGUS_TEST_DEVICE=cuda)")

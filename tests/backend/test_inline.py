@@ -12,10 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from argus_inductor import backend, inline, ops, reporting
+from argus_inductor import backend, inline, ops
 from argus_inductor.config import Options
 from argus_inductor.kernels.rotary import rotate_half
 from argus_inductor.matchers import rewrite
+from argus_inductor.runtime import reporting
 
 from .graphs import capture
 from .test_library_ops import CASES, CHAINS, KINDS

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from argus_inductor import reporting as report_mod
 from argus_inductor.backend import argus_backend
+from argus_inductor.runtime import reporting as report_mod
 
 transformers = pytest.importorskip("transformers")
 

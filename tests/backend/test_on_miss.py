@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 import argus_inductor.agent as agent_pkg
 from argus_inductor import ops
-from argus_inductor import reporting as report_mod
 from argus_inductor.config import Options
 from argus_inductor.dsl import Policy
-from argus_inductor.signature import Signature, make_signature
+from argus_inductor.runtime import reporting as report_mod
+from argus_inductor.runtime.signature import Signature, make_signature
 
 
 def _linear(m: int, node: str = "t:lin", act: str = "silu") -> tuple[torch.Tensor, torch.Tensor]:

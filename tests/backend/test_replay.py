@@ -1,4 +1,4 @@
-"""Replayed launches (argus_inductor.replay): an op call's first run records its allocations, copies and DSL launches,
+"""Replayed launches (argus_inductor.runtime.replay): an op call's first run records its allocations, copies and DSL launches,
 and later calls with the same metadata replay them on their own operands with the same result as eager; a host
 function that does other device work, reads a tensor from outside its operands, mutates one, or meets a pointer
 aligned differently is never replayed wrongly: it runs in full."""
@@ -12,7 +12,7 @@ from argus_inductor import ops
 from argus_inductor.config import Options
 from argus_inductor.dsl import Policy, Tensor, arange, cdiv, constexpr, kernel, load, store, tile_grid
 from argus_inductor.matchers import rewrite
-from argus_inductor.replay import Recording, record
+from argus_inductor.runtime.replay import Recording, record
 
 from .graphs import capture
 from .test_library_ops import CASES, CHAINS, KINDS
@@ -216,7 +216,7 @@ def test_direct_launches_get_the_address_of_each_view(monkeypatch):
     """Where a replay launches through Triton's launcher (on a GPU) it passes each tensor as its address; here the
     launcher is watched: each address must be the data_ptr of the view the interpreter path passes, for operands
     at offsets inside bigger buffers and for the replay's own output buffer."""
-    from argus_inductor import replay
+    from argus_inductor.runtime import replay
 
     x, y = torch.randn(37), torch.randn(37)
     _, rec, why = record(lambda: _axpy(x, y).view(37, 1)[:, 0], [x, y])
@@ -251,7 +251,7 @@ def test_replayable_call_sites_skip_the_full_path(fresh_cache, monkeypatch) -> N
     nothing else: no plan lookup, no host function. A call the recording cannot take (an operand 4 bytes off its
     recorded alignment) goes the full way and still gives eager's result; every call is in the report."""
     import argus_inductor.library_ops  # noqa: F401  (defines argus::library)
-    from argus_inductor import reporting
+    from argus_inductor.runtime import reporting
 
     full = []
     real = ops._launch

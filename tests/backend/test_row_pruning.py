@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.fx as fx
 
-from argus_inductor import reporting as report_mod
 from argus_inductor.row_pruning import prune_unread_rows
+from argus_inductor.runtime import reporting as report_mod
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import argus_inductor
-from argus_inductor import reporting as report_mod
 from argus_inductor.optimize import ArgusExperts
+from argus_inductor.runtime import reporting as report_mod
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,9 +12,9 @@ import torch
 
 import argus_inductor.library_ops  # noqa: F401  (registers torch.ops.argus.library)
 from argus_inductor import ops
-from argus_inductor import reporting as report_mod
 from argus_inductor.agent import tune
 from argus_inductor.config import Options
+from argus_inductor.runtime import reporting as report_mod
 
 
 def _library_sum(x: torch.Tensor, node: str = "t:sum") -> torch.Tensor:

@@ -21,7 +21,7 @@ from argus_inductor.dsl import Policy
 from argus_inductor.dsl.precompile import compile_report
 from argus_inductor.kernels import attention_fwd, gemm_epilogue
 from argus_inductor.kernels.moe import gather_policy, moe_gate_up, moe_gather
-from argus_inductor.policies import attention_policy, gemm_policy, moe_policies
+from argus_inductor.kernels.policies import attention_policy, gemm_policy, moe_policies
 
 gemm = dict(M=4096, N=4096, K=4096, NB=4096)
 up, _ = moe_policies(4096, 2, 8, "cuda")

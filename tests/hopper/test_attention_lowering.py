@@ -20,7 +20,7 @@ from argus_inductor.dsl.policy import Policy
 from argus_inductor.invariants.api import verify
 from argus_inductor.invariants.interpreter import Staging, mmas_reading
 from argus_inductor.kernels.attention import attention, attention_fwd, mask_operand
-from argus_inductor.policies import attention_policy
+from argus_inductor.kernels.policies import attention_policy
 
 from .sm90 import assert_compiles_with_hopper_instructions
 
@@ -106,7 +106,7 @@ def test_a_recording_of_a_call_that_ran_a_gluon_lowering_is_refused(monkeypatch:
     """The launch recording (replay, inlining) sees DSL launches only: a call whose kernel ran its Gluon lowering
     must keep its op, never be replayed without that launch."""
     import argus_inductor.hopper as hopper
-    from argus_inductor.replay import record
+    from argus_inductor.runtime.replay import record
 
     ran = []
     fake = types.SimpleNamespace(launch=lambda policy, *args: ran.append("attention_fwd") or True,
@@ -172,7 +172,7 @@ def test_a_launch_the_gluon_kernel_declines_runs_the_triton_template_for_its_sha
     """transformers passes head-transposed q, k, v (and CPU tensors here are no sm_90 launch): the Gluon kernel
     declines, and the runtime runs the Triton lowering at the Triton template for the launch's query length and
     element size, with the policy's constexprs, not at the Gluon ring's tiles."""
-    from argus_inductor.policies import attention_fallback, fit_attention
+    from argus_inductor.kernels.policies import attention_fallback, fit_attention
 
     pol = ws_policy(2, 1, 128)
     q = torch.randn(1, 4, 2048, 128, dtype=torch.bfloat16)

@@ -20,7 +20,7 @@ from argus_inductor.dsl.policy import Policy
 from argus_inductor.invariants.api import verify
 from argus_inductor.invariants.interpreter import default_staging
 from argus_inductor.kernels.gemm import ACTIVATION_FNS, ACTIVATIONS, gemm, gemm_epilogue
-from argus_inductor.policies import gemm_fallback, gemm_policy, gemm_ws_policy
+from argus_inductor.kernels.policies import gemm_fallback, gemm_policy, gemm_ws_policy
 
 from .sm90 import assert_compiles_with_hopper_instructions
 
@@ -31,7 +31,7 @@ COMPILE = r'''
 import torch
 from argus_inductor.dsl.policy import Policy
 from argus_inductor.hopper.gemm import compile_for_sm90
-from argus_inductor.policies import gemm_ws_policy
+from argus_inductor.kernels.policies import gemm_ws_policy
 
 
 def compiled():

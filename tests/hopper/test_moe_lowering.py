@@ -26,7 +26,7 @@ from argus_inductor.hopper.rings import check_rings
 from argus_inductor.invariants.api import verify
 from argus_inductor.invariants.interpreter import default_staging
 from argus_inductor.kernels.moe import moe_align_block, moe_down, moe_expert_step, moe_gate_up
-from argus_inductor.policies import moe_gate_up_fallback, moe_policies
+from argus_inductor.kernels.policies import moe_gate_up_fallback, moe_policies
 
 from .sm90 import assert_compiles_with_hopper_instructions
 
@@ -36,7 +36,7 @@ COMPILE = r'''
 import torch
 from argus_inductor.dsl.policy import Policy
 from argus_inductor.hopper import moe_down, moe_gate_up
-from argus_inductor.policies import moe_policies
+from argus_inductor.kernels.policies import moe_policies
 
 
 def compiled():

@@ -175,7 +175,7 @@ def test_gemv_cat_is_three_projections_side_by_side(dtype):
     """gemv_cat (decode's q, k and v in one launch) against three float64 products: one to three rows, segment
     widths that are and are not multiples of BN, K ragged against BK, weights K-contiguous as nn.Linear's."""
     from argus_inductor.kernels.gemm import gemv_cat
-    from argus_inductor.policies import gemv_cat_policy
+    from argus_inductor.kernels.policies import gemv_cat_policy
 
     base = gemv_cat_policy("cuda" if ON_GPU else "interpret")
     cases = [(1, (4096, 1024, 1024), 4096), (3, (100, 36, 20), 1000)] if ON_GPU else \

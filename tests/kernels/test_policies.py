@@ -1,11 +1,17 @@
 """Template policies: the GEMM regimes pick split-K where a long K meets few output tiles, and the pool tiles stay
-near 256 outputs a program (both measured on the H100; see argus_inductor.policies and kernels.pool)."""
+near 256 outputs a program (both measured on the H100; see argus_inductor.kernels.policies and kernels.pool)."""
 from __future__ import annotations
 
 import torch
 
+from argus_inductor.kernels.policies import (
+    ATTENTION_SMEM_BUDGET,
+    attention_policy,
+    fit_attention,
+    gemm_policy,
+    moe_policies,
+)
 from argus_inductor.kernels.pool import max_pool_policies
-from argus_inductor.policies import ATTENTION_SMEM_BUDGET, attention_policy, fit_attention, gemm_policy, moe_policies
 
 
 def test_long_k_over_few_tiles_splits_k():
@@ -81,7 +87,7 @@ def test_one_row_against_a_weight_read_along_k_takes_the_cuda_core_path():
     and targets off NVIDIA keep the templates."""
     from argus_inductor.invariants import verify
     from argus_inductor.kernels.gemm import gemm_epilogue
-    from argus_inductor.policies import gemv_policy
+    from argus_inductor.kernels.policies import gemv_policy
 
     for n in (128256, 14336, 4096, 257):
         p = gemv_policy(1, n, "cuda", 4096)
@@ -103,7 +109,7 @@ def test_the_gemm_templates_take_the_cuda_core_path_where_their_kernel_has_one()
     """gemm, gemm_residual and gate_up (kernels with a GEMV constexpr) take it at an LM head's M = 1; bmm's kernel has
     no such path and keeps its tensor-core tile."""
     from argus_inductor import ops
-    from argus_inductor.signature import Signature
+    from argus_inductor.runtime.signature import Signature
 
     def template(op: str, **dims: int) -> dict:
         sig = Signature(op, "", ("bfloat16", "bfloat16"), ("row", "row"), tuple(dims.items()), (), "sm_90",
@@ -126,8 +132,8 @@ def test_gemv_templates_take_static_k_steps_where_the_loop_is_short_over_one_wei
     weights a step), a longer loop, a dynamic K, or the option off keep the range loop."""
     from argus_inductor import ops
     from argus_inductor.config import Options
-    from argus_inductor.policies import GEMV_MAX_STATIC_STEPS
-    from argus_inductor.signature import Signature
+    from argus_inductor.kernels.policies import GEMV_MAX_STATIC_STEPS
+    from argus_inductor.runtime.signature import Signature
 
     def template(op: str, static: tuple, dynamic: tuple = ()) -> dict:
         sig = Signature(op, "", ("bfloat16", "bfloat16"), ("row", "row"), static, dynamic, "sm_90",
@@ -170,8 +176,8 @@ def test_gemv_templates_take_two_columns_where_a_one_weight_loop_is_long():
     2048) gets two columns a program over one weight; a short loop, gate*up's two weights, a dynamic K and a
     router's narrow tile keep theirs. The two-column plan is proved at the signature's shapes."""
     from argus_inductor import ops
-    from argus_inductor.policies import GEMV_MAX_STATIC_STEPS, gemv_columns
-    from argus_inductor.signature import Signature
+    from argus_inductor.kernels.policies import GEMV_MAX_STATIC_STEPS, gemv_columns
+    from argus_inductor.runtime.signature import Signature
 
     assert gemv_columns(14336, 2048) == 2 and gemv_columns(4096, 2048) == 1
     assert gemv_columns(2048 * GEMV_MAX_STATIC_STEPS, 2048) == 1 and gemv_columns(2048 * GEMV_MAX_STATIC_STEPS + 1,
@@ -202,7 +208,7 @@ def test_a_search_moving_the_k_step_keeps_static_steps_covering_k():
     from argus_inductor import ops
     from argus_inductor.agent import tune
     from argus_inductor.config import Options
-    from argus_inductor.signature import Signature
+    from argus_inductor.runtime.signature import Signature
 
     sig = Signature("gemm_residual", "", ("bfloat16", "bfloat16"), ("row", "row"), (("K", 4096), ("N", 4096)),
                     (("M", "1"),), "sm_90", ("torch", "triton", "argus"))
@@ -233,7 +239,7 @@ def test_kernels_that_keep_the_whole_k_loop_get_tiles_that_fill_the_gpu():
     64 programs of 128x64 at Llama's down projection (N = 4096, K = 14336), 0.074 ms at 128 rows on the H100 where
     64x64 tiles take 0.0565, and 32-column tiles at 17-64 rows (128 programs) 0.046 against cuBLAS + the add's 0.048."""
     from argus_inductor import ops
-    from argus_inductor.signature import make_signature
+    from argus_inductor.runtime.signature import make_signature
 
     for m in (17, 32, 64, 128):
         p = gemm_policy(m, 4096, 14336, "cuda", split=False)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from argus_inductor.kernels.normalize import layer_norm
-from argus_inductor.replay import record
+from argus_inductor.runtime.replay import record
 
 from ._support import DEVICE, ON_GPU, fresh_seed, rel_err
 

@@ -77,7 +77,7 @@ def test_the_split_pays_only_where_the_gemm_is_compute_bound():
 def _sig(op: str, m: int, n: int, k: int, dtype: torch.dtype = torch.float32, arch: str = "sm_90"):
     from dataclasses import replace
 
-    from argus_inductor.signature import make_signature
+    from argus_inductor.runtime.signature import make_signature
 
     a, w = torch.empty(m, k, dtype=dtype), torch.empty(n, k, dtype=dtype)
     if op == "bmm":

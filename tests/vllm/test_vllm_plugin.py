@@ -24,9 +24,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from argus_inductor import ops, reporting
+from argus_inductor import ops
 from argus_inductor import vllm_plugin as plugin
-from argus_inductor.signature import make_signature
+from argus_inductor.runtime import reporting
+from argus_inductor.runtime.signature import make_signature
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGGER = "vllm.argus_inductor"

@@ -26,8 +26,9 @@ if os.environ.get("ARGUS_TEST_DEVICE") != "cuda" or not torch.cuda.is_available(
     pytest.skip("needs ARGUS_TEST_DEVICE=cuda and a GPU (ARGUS_INTERPRET would turn vLLM's Triton kernels into the "
                 "interpreter too)", allow_module_level=True)
 
-from argus_inductor import ops, reporting  # noqa: E402
+from argus_inductor import ops  # noqa: E402
 from argus_inductor import vllm_plugin as plugin  # noqa: E402
+from argus_inductor.runtime import reporting  # noqa: E402
 
 if ops.target_for(torch.device("cuda")) is None:
     pytest.skip("Argus kernels run on sm_90 and gfx942 only", allow_module_level=True)

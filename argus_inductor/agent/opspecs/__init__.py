@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ...dsl.policy import LAUNCH_FIELDS
-from ...signature import Signature, make_signature
+from ...runtime.signature import Signature, make_signature
 from ..plan import Plan
 from .attention import AttentionSpec
 from .base import DTYPES, OpSpec, Problem, next_pow2

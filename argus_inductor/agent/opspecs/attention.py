@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
 from ...kernels.attention import mask_operand, nonnegative_scale
-from ...policies import attention_policy
+from ...kernels.policies import attention_policy
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, next_pow2, strided
@@ -64,7 +64,7 @@ class AttentionSpec(OpSpec):
         name = next(iter(self.contract(problem)))
         if name == "attention_decode":
             pol.pop("BM", None)
-        return Plan({name: pol}, ("online-softmax",), "template default (argus_inductor.policies)")
+        return Plan({name: pol}, ("online-softmax",), "template default (argus_inductor.kernels.policies)")
 
     def make_inputs(self, problem: Problem, gen: torch.Generator) -> Inputs:
         d, dt, dev = problem.dims, problem.torch_dtype, problem.device

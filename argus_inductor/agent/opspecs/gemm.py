@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ...dsl import Kernel, Policy
 from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
 from ...kernels.gemm import ACTIVATIONS, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
-from ...policies import gemm_policy, gemv_cat_policy, gemv_policy, presplit_gemm_policy, weight_k_major
+from ...kernels.policies import gemm_policy, gemv_cat_policy, gemv_policy, presplit_gemm_policy, weight_k_major
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, strided
@@ -122,7 +122,7 @@ class GemmSpec(OpSpec):
         return consts
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
-        note = "template default (argus_inductor.policies)"
+        note = "template default (kernels/policies.py)"
         if parse_epilogue(problem.epilogue).cat:
             return Plan({"gemv_cat": gemv_cat_policy(target, problem.dims["K"]).as_dict()},
                         ("cuda-core-gemv", "horizontal-fusion"),
@@ -242,7 +242,7 @@ class BmmSpec(OpSpec):
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
         pol = _template(problem, target)
-        return Plan({"bmm_kernel": pol.as_dict()}, ("tile-shape",), "template default (argus_inductor.policies)")
+        return Plan({"bmm_kernel": pol.as_dict()}, ("tile-shape",), "template default (kernels/policies.py)")
 
     def make_inputs(self, problem: Problem, gen: torch.Generator) -> Inputs:
         d, dt, dev = problem.dims, problem.torch_dtype, problem.device

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from ...dsl import Kernel, Policy
 from ...kernels.moe import moe_align, route_blocks
-from ...policies import gluon_reads, moe_policies
+from ...kernels.policies import gluon_reads, moe_policies
 from .. import templates
 from ..plan import Plan
 from .base import Inputs, OpSpec, Problem, empty, randn
@@ -49,7 +49,7 @@ class MoeSpec(OpSpec):
         down_knobs = down.as_dict()
         down_knobs.pop("BM", None)
         return Plan({"moe_gate_up": up.as_dict(), "moe_down": down_knobs}, ("moe-token-sorting",),
-                    "template default (argus_inductor.policies)")
+                    "template default (argus_inductor.kernels.policies)")
 
     def make_inputs(self, problem: Problem, gen: torch.Generator) -> Inputs:
         d, dt, dev = problem.dims, problem.torch_dtype, problem.device

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import __version__
+from ..config import VERSION as __version__
 
 
 def bucket(n: int) -> str:

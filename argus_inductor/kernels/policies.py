@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .dsl import Policy
+from ..dsl import Policy
 
 
 def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False, split: bool = True) -> Policy:

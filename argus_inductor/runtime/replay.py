@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .dsl.runtime import CompiledKernel, launching, observe_launches
+from ..dsl.runtime import CompiledKernel, launching, observe_launches
 
 aten = torch.ops.aten
 # allocations a host function may make (each a fresh buffer at replay) and the value each fills in (None: none)
