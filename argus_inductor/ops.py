@@ -69,6 +69,7 @@ from .kernels.policies import (
     attention_policy,
     fit_attention,
     fit_shared_memory,
+    fp32_precision,
     gemm_fallbacks,
     gemm_policy,
     gemv_cat_policy,
@@ -207,18 +208,6 @@ def _act_of(sig: Signature) -> int:
 
 
 _ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
-CONV_OPS = ("conv", "conv_chain")  # signatures whose float32 precision follows cuDNN's setting, not matmul's
-
-
-def fp32_precision(op: str = "gemm") -> str:
-    """The mma precision of float32 inputs, as torch's own settings ask: for matmuls torch's float32 matmul
-    precision ('highest', the default -> three-pass tf32, float32 accuracy on tensor cores; 'high'/'medium' ->
-    tf32); for convolutions torch.backends.cudnn.allow_tf32 (on by default -> tf32, as cuDNN runs them)."""
-    if op in CONV_OPS:
-        return "tf32" if torch.backends.cudnn.allow_tf32 else "tf32x3"
-    return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
 def _for_dtype(p: Policy, sig: Signature, target: str, b_tiles: int = 1) -> Policy:
@@ -424,7 +413,7 @@ def _moe_checks(sig: Signature, policies: dict[str, Policy]) -> dict[str, tuple[
     layout moe_align_block makes (NB blocks of BM rows, P = NB * BM, real blocks' experts below E, sorted ids at
     most T * TOPK), at the signature's dims; with GATHERED=1 the gate-up reads the P gathered rows (T == P), which
     moe_gather wrote."""
-    from .agent.opspecs import problem_from_signature, spec
+    from .specs import problem_from_signature, spec
 
     moe_spec, problem = spec("moe"), problem_from_signature(sig)
     out = {name: moe_spec.verify_shapes(problem, name, pol) for name, pol in policies.items()}

@@ -15,8 +15,13 @@ Parts: kb.py (the knowledge base kb/), space.py + rules.py (what to search), pla
 history, reward, policies), offline.py / llm_policy.py + prompts.py (the two policies), synthesizer.py (plan or
 LLM reply -> candidate kernel), evaluate.py + verifier.py + bench.py (verify -> lower -> test -> time), llm.py
 (the client), experience.py (warm start), store.py (cache entry and trail), loop.py (synthesize), shapes.py +
-warmup.py + cli.py (`argus warmup`), handset.py (the hand-set reference), launch.py (run a cache entry),
-opspecs/ (per op: semantics, reference, inputs, peers, how a plan becomes policies).
+warmup.py + cli.py (`argus warmup`), handset.py (the hand-set reference), launch.py (run a cache entry).
+What each op computes (semantics, reference, inputs, peers, how a plan becomes policies) is argus_inductor.specs,
+shared with the ops.
+
+May import: everything below it (dsl, invariants, kernels, specs, runtime, ops, graph for tracing a model).
+Nothing below imports it: the ops reach the agent only through ops.core's agent hooks, installed by the package
+root.
 """
 from __future__ import annotations
 
@@ -31,11 +36,11 @@ def __getattr__(name: str) -> Any:  # lazy: importing the package must not impor
 
         return getattr(loop, name)
     if name == "Problem":
-        from .opspecs import Problem
+        from ..specs import Problem
 
         return Problem
     if name == "Plan":
-        from .plan import Plan
+        from ..specs.plan import Plan
 
         return Plan
     if name == "launcher":

@@ -48,10 +48,10 @@ def bench_entry(entry: Any, rep_ms: int = 40, seed: int | None = None) -> dict[s
     kernel that fails; the row says why ("failed", with the error)."""
     from ..library_ops import LIBRARY
     from ..runtime.signature import Signature
+    from ..specs import plan_from_policy, problem_from_signature, spec
     from .evaluate import Candidate, Evaluator, rel_error
     from .launch import kernels_of
     from .loop import _device_for
-    from .opspecs import plan_from_policy, problem_from_signature, spec
 
     sig = Signature.from_dict(entry.signature)
     row: dict[str, Any] = {"signature": sig.short(), "key": sig.key(), "origin": entry.origin}

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 from ..dsl import DSLError, Kernel, LaunchError, Policy
+from ..specs import OpSpec, Problem
+from ..specs.base import Inputs, generator
+from ..specs.plan import Plan
 from . import bench, verifier
-from .opspecs import OpSpec, Problem
-from .opspecs.base import Inputs, generator
-from .plan import Plan
 
 OK = "ok"
 FAILED = ("rejected", "invalid_plan", "dsl_error", "verify_failed", "launch_error", "wrong", "error")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime.signature import Signature
-from .plan import Plan
+from ..specs.plan import Plan
 
 FILENAME = "experience.jsonl"
 

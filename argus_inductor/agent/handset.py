@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .opspecs import Problem, plan_from_policy
-from .plan import Plan
+from ..specs import Problem, plan_from_policy
+from ..specs.plan import Plan
 
 
 def _key(op: str, dims: dict[str, Any], causal: bool = False) -> tuple[Any, ...]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..dsl import Kernel, Policy, kernels_from_source
 from ..runtime.signature import Signature
-from .opspecs import plan_from_policy, problem_from_signature, spec
+from ..specs import plan_from_policy, problem_from_signature, spec
 
 
 def kernels_of(entry: Any, device: str = "cpu") -> tuple[dict[str, Kernel], dict[str, Policy]]:

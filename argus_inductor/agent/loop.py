@@ -25,6 +25,8 @@ from typing import Any
 from ..config import env_number
 from ..dsl import Kernel, Policy
 from ..runtime.signature import Signature
+from ..specs import Problem, problem_from_signature, signature_for, spec
+from ..specs.plan import Plan
 from . import hardware as hw
 from . import rules, store, synthesizer
 from .evaluate import Candidate, Evaluator, Outcome
@@ -33,8 +35,6 @@ from .llm import LLMClient, LLMError
 from .llm import from_env as llm_from_env
 from .llm_policy import LLMPolicy
 from .offline import OfflinePolicy
-from .opspecs import Problem, problem_from_signature, signature_for, spec
-from .plan import Plan
 from .planner import Planner, PlanningContext, PlanPolicy, Proposal, Reward, Step
 from .space import build
 

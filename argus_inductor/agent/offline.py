@@ -18,9 +18,9 @@ import math
 import random
 from typing import Any
 
+from ..specs.plan import Plan
 from . import rules
 from .kb import Entry
-from .plan import Plan
 from .planner import PlanningContext, Proposal, Step
 
 

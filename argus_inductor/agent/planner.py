@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..runtime.signature import Signature
+from ..specs import OpSpec, Problem
+from ..specs.plan import Plan
 from .evaluate import Candidate, Outcome
 from .hardware import Hardware
-from .opspecs import OpSpec, Problem
-from .plan import Plan
 from .space import SearchSpace
 
 

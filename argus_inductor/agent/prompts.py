@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from ..dsl import lang
-from . import templates
-from .opspecs.base import signature_text
+from ..specs import templates
+from ..specs.base import signature_text
 from .planner import PlanningContext, Step
 
 MAX_HISTORY = 12

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..dsl import Kernel
+from ..specs import OpSpec, Problem, next_pow2
+from ..specs.plan import Plan
 from .hardware import Hardware
-from .opspecs import OpSpec, Problem, next_pow2
-from .plan import Plan
 
 TILE_KNOBS = ("BM", "BN", "BK", "BR", "BC")
 Space = dict[str, dict[str, list[Any]]]

@@ -11,7 +11,7 @@ from typing import Any
 from ..kernels.gemm import cat_epilogue
 from ..kernels.policies import GEMV_CAT_MAX_M
 from ..runtime.signature import Signature
-from .opspecs import SPECS, Problem, attention_epilogue, moe_epilogue, problem_from_signature, signature_for
+from ..specs import SPECS, Problem, attention_epilogue, moe_epilogue, problem_from_signature, signature_for
 
 
 @dataclass(frozen=True)

@@ -3,17 +3,34 @@
 priors."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import ops
 from ..kernels.policies import rescaled_steps
-from . import kb, rules, templates
+from ..specs import OpSpec, Problem, plan_from_policy, signature_for, templates
+from ..specs.base import kernel_knobs
+from ..specs.plan import Plan
+from . import kb, rules
 from .hardware import Hardware
-from .opspecs import OpSpec, Problem, template_plan
-from .opspecs.base import kernel_knobs
-from .plan import Plan
 
 Space = rules.Space
+
+
+def template_plan(op: OpSpec, problem: Problem, target: str) -> Plan:
+    """The plan a search starts from: the policy argus_inductor.ops runs for this problem's signature on a cache
+    miss (its template: the same tiles and lowering, the Gluon one included), with the op's techniques. A warmed
+    entry is then never a plan the backend would have beaten without one. The op's own default plan where the
+    backend has no template for the problem (an op or epilogue only the agent knows)."""
+    own = op.default_plan(problem, target)
+    try:
+        sig = signature_for(problem, "cpu")
+        backend = plan_from_policy(problem, ops.spec_for(sig).template(sig, target))
+    except (KeyError, TypeError, ValueError, StopIteration):
+        return own
+    if set(backend.knobs) != set(own.knobs):  # another variant than the op's own rule (split-K or not)
+        return Plan(backend.knobs, note=own.note)
+    return replace(own, knobs={k: backend.knobs[k] or own.knobs[k] for k in own.knobs})
 
 
 def _sorted(values: list[Any]) -> list[Any]:

@@ -12,11 +12,10 @@ import re
 from dataclasses import dataclass
 
 from ..dsl import DSLError, Kernel, kernels_from_source
-from . import templates
+from ..specs import OpSpec, Problem, templates
+from ..specs.base import runtime_params
+from ..specs.plan import Plan
 from .evaluate import Candidate
-from .opspecs import OpSpec, Problem
-from .opspecs.base import runtime_params
-from .plan import Plan
 
 
 @dataclass

@@ -97,9 +97,9 @@ def run_one(job: Job, device: str, opts: WarmupOptions, deadline: float | None =
 def _compare_handset(res: Any, table: dict[Any, Any]) -> dict[str, Any]:
     """Time the winner and the hand-set policy back to back on the same inputs (a fresh evaluator), best of two
     interleaved rounds each (the card's state drifts between measurements)."""
+    from ..specs import spec
     from . import handset
     from .evaluate import Candidate, Evaluator
-    from .opspecs import spec
     from .synthesizer import from_template
 
     ref = handset.lookup(table, res.problem)
@@ -301,7 +301,7 @@ def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadl
 
 def _plan_text(plan: Any) -> str:
     if isinstance(plan, dict) and "knobs" in plan:
-        from .plan import Plan
+        from ..specs.plan import Plan
 
         try:
             return Plan.from_json(plan).describe()

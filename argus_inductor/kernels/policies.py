@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from ..dsl import Policy
 
 
@@ -386,3 +388,15 @@ def fit_attention(p: Policy, head_block: int, elem_bytes: int, budget: int = ATT
     while need() > budget and bn > 16:
         bn //= 2
     return replace(p, num_stages=stages).with_consts(BN=bn)
+
+
+CONV_OPS = ("conv", "conv_chain")  # signatures whose float32 precision follows cuDNN's setting, not matmul's
+
+
+def fp32_precision(op: str = "gemm") -> str:
+    """The mma precision of float32 inputs, as torch's own settings ask: for matmuls torch's float32 matmul
+    precision ('highest', the default -> three-pass tf32, float32 accuracy on tensor cores; 'high'/'medium' ->
+    tf32); for convolutions torch.backends.cudnn.allow_tf32 (on by default -> tf32, as cuDNN runs them)."""
+    if op in CONV_OPS:
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "tf32x3"
+    return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from argus_inductor.agent import cli as warmup_cli
-from argus_inductor.agent.opspecs import Problem, signature_for
 from argus_inductor.cli import main
 from argus_inductor.runtime.cache import KernelCache
 from argus_inductor.runtime.signature import Signature
+from argus_inductor.specs import Problem, signature_for
 
 GEMM = Problem("gemm", "bias+relu", {"N": 24, "K": 40, "M": 9}, "float32")
 SOFTMAX = Problem("softmax", "", {"C": 40, "R": 6}, "float32")

@@ -5,13 +5,13 @@ import re
 
 import pytest
 
-from argus_inductor.agent import kb, prompts, rules, templates
+from argus_inductor.agent import kb, prompts, rules
 from argus_inductor.agent.hardware import CDNA3, HOPPER
-from argus_inductor.agent.opspecs import SPECS, Problem, spec
 from argus_inductor.agent.planner import PlanningContext
 from argus_inductor.agent.space import build
 from argus_inductor.dsl import Policy
 from argus_inductor.dsl.policy import LAUNCH_FIELDS
+from argus_inductor.specs import SPECS, Problem, spec, templates
 
 ENTRIES = kb.load()
 REGIMES = {"gemm": {"decode", "mid", "prefill"}, "bmm": {"decode", "mid", "prefill"},

@@ -11,10 +11,10 @@ import torch
 from argus_inductor.agent import Budget, Problem, synthesize
 from argus_inductor.agent.evaluate import Evaluator, rel_error
 from argus_inductor.agent.hardware import INTERPRETER
-from argus_inductor.agent.opspecs import spec
-from argus_inductor.agent.opspecs.base import generator
 from argus_inductor.agent.space import build
 from argus_inductor.agent.synthesizer import from_template
+from argus_inductor.specs import spec
+from argus_inductor.specs.base import generator
 
 CASES = [
     Problem("gemm", "bias+silu", {"N": 48, "K": 40, "M": 37}, "float32"),

@@ -9,8 +9,8 @@ from argus_inductor import ops
 from argus_inductor.agent import synthesizer
 from argus_inductor.agent.hardware import for_arch
 from argus_inductor.agent.loop import SynthesisResult
-from argus_inductor.agent.opspecs import Problem, attention_epilogue, moe_epilogue, signature_for, spec
 from argus_inductor.agent.space import build
+from argus_inductor.specs import Problem, attention_epilogue, moe_epilogue, signature_for, spec
 
 GEMMS = [(1, 4096, 4096), (64, 4096, 4096), (128, 14336, 4096), (128, 4096, 14336), (2048, 4096, 4096),
          (16, 8, 4096), (256, 256, 131072)]

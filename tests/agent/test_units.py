@@ -12,12 +12,12 @@ from argus_inductor.agent.evaluate import Outcome
 from argus_inductor.agent.experience import ExperienceStore
 from argus_inductor.agent.frontmatter import MiniYAML, flow, parse
 from argus_inductor.agent.hardware import HOPPER, INTERPRETER
-from argus_inductor.agent.opspecs import Problem, signature_for, spec
-from argus_inductor.agent.plan import Plan
 from argus_inductor.agent.planner import PlanningContext, Reward, Step
 from argus_inductor.agent.space import build
 from argus_inductor.agent.warmup import table
 from argus_inductor.runtime.signature import make_signature
+from argus_inductor.specs import Problem, signature_for, spec
+from argus_inductor.specs.plan import Plan
 
 GEMM_DECODE = Problem("gemm", "", {"N": 4096, "K": 14336, "M": 1}, "bfloat16")
 GEMM_PREFILL = Problem("gemm", "", {"N": 4096, "K": 4096, "M": 4096}, "bfloat16")

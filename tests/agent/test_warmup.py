@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from argus_inductor.agent import cli, shapes
-from argus_inductor.agent.opspecs import Problem, signature_for
 from argus_inductor.runtime.cache import KernelCache
+from argus_inductor.specs import Problem, signature_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES = [

@@ -169,9 +169,9 @@ def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(f
     gathered, T == P), decode and interpreter sizes. Without it a warmup stored "violations" (gate-up rows never
     written, overlapping atomics in the down GEMM). A down GEMM that weights a row by the wrong pair is still
     caught."""
-    from argus_inductor.agent.opspecs import Problem, moe_epilogue, signature_for
     from argus_inductor.dsl import kernels_from_source
     from argus_inductor.kernels import moe_down, moe_gate_up
+    from argus_inductor.specs import Problem, moe_epilogue, signature_for
 
     for t, hd, inter, e, arch in ((4096, 4096, 14336, 8, "sm_90"), (1, 4096, 14336, 8, "sm_90"),
                                   (37, 64, 48, 4, "cpu")):

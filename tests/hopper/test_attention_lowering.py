@@ -188,7 +188,7 @@ def test_a_launch_the_gluon_kernel_declines_runs_the_triton_template_for_its_sha
 
 def test_a_gluon_attention_entry_proves_the_plan_its_rings_and_its_triton_fallbacks() -> None:
     from argus_inductor import ops
-    from argus_inductor.agent.opspecs import Problem, signature_for
+    from argus_inductor.specs import Problem, signature_for
 
     sig = signature_for(Problem("attention", "causal,gqa4", dict(H=32, HK=8, D=128, Z=1, S=4096, T=4096),
                                 "bfloat16", (), "cpu"), "sm_90")
@@ -201,7 +201,7 @@ def test_a_gluon_attention_entry_proves_the_plan_its_rings_and_its_triton_fallba
 
 def test_only_signatures_the_gluon_kernel_reads_get_its_template() -> None:
     from argus_inductor import ops
-    from argus_inductor.agent.opspecs import Problem, signature_for
+    from argus_inductor.specs import Problem, signature_for
 
     def template(dtype: str, epi: str = "causal") -> dict:
         sig = signature_for(Problem("attention", epi, dict(H=8, HK=8, D=128, Z=1, S=4096, T=4096), dtype, (), "cpu"),

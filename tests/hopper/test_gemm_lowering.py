@@ -95,7 +95,7 @@ def test_the_template_takes_it_for_few_wave_2_byte_gemms_on_nvidia_only() -> Non
 
 def test_only_gemm_signatures_the_gluon_kernel_reads_get_its_template() -> None:
     from argus_inductor import ops
-    from argus_inductor.agent.opspecs import Problem, signature_for
+    from argus_inductor.specs import Problem, signature_for
 
     def sig(dtype: str):
         return signature_for(Problem("gemm", "", dict(N=4096, K=4096, M=128), dtype, (), "cpu"), "sm_90")
@@ -148,7 +148,7 @@ def test_a_launch_the_gluon_kernel_declines_runs_the_triton_template_and_is_righ
 
 def test_a_gluon_gemm_entry_proves_the_plan_its_rings_and_its_triton_fallbacks() -> None:
     from argus_inductor import ops
-    from argus_inductor.agent.opspecs import Problem, signature_for
+    from argus_inductor.specs import Problem, signature_for
 
     sig = signature_for(Problem("gemm", "bias,silu", dict(N=4096, K=4096, M=128), "bfloat16", (), "cpu"), "sm_90")
     entry = ops.make_entry(sig)

@@ -143,7 +143,7 @@ def test_the_checker_proves_the_gate_up_and_down_under_their_rings(stages: int) 
 
 def test_a_mixtral_prefill_plan_proves_both_gluon_lowerings_and_their_triton_fallbacks() -> None:
     from argus_inductor import ops
-    from argus_inductor.agent.opspecs import Problem, signature_for
+    from argus_inductor.specs import Problem, signature_for
 
     sig = signature_for(Problem("moe", "top2,silu", dict(E=8, I=14336, HD=4096, TOPK=2, T=2048), "bfloat16", (),
                                 "cpu"), "sm_90")
@@ -221,7 +221,7 @@ def test_at_mixtral_2048_tokens_the_down_runs_four_and_a_half_waves_not_five() -
 
 def test_only_2_byte_moe_signatures_get_the_gluon_template() -> None:
     from argus_inductor import ops
-    from argus_inductor.agent.opspecs import Problem, signature_for
+    from argus_inductor.specs import Problem, signature_for
 
     def template(dtype: str) -> dict:
         sig = signature_for(Problem("moe", "top2,silu", dict(E=8, I=14336, HD=4096, TOPK=2, T=2048), dtype, (),

@@ -126,10 +126,10 @@ def test_bf16_and_cpu_signatures_never_split():
 
 
 def test_the_agent_verifies_and_runs_the_split_the_same_way(monkeypatch):
-    from argus_inductor.agent import templates
-    from argus_inductor.agent.opspecs import gemm as agent_gemm
-    from argus_inductor.agent.opspecs import spec as agent_spec
-    from argus_inductor.agent.opspecs.base import Problem, generator
+    from argus_inductor.specs import gemm as agent_gemm
+    from argus_inductor.specs import spec as agent_spec
+    from argus_inductor.specs import templates
+    from argus_inductor.specs.base import Problem, generator
 
     seed = fresh_seed()
     gemm = agent_spec("gemm")

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...dsl import Kernel, Policy
-from .. import templates
-from ..plan import Plan
+from ..dsl import Kernel, Policy
+from . import templates
 from .base import Inputs, OpSpec, Problem, empty, next_pow2, strided
+from .plan import Plan
 
 EPS = {"rmsnorm": 1e-6, "layernorm": 1e-5}
 

@@ -9,12 +9,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...dsl import Kernel, Policy
-from ...kernels.attention import mask_operand, nonnegative_scale
-from ...kernels.policies import attention_policy
-from .. import templates
-from ..plan import Plan
+from ..dsl import Kernel, Policy
+from ..kernels.attention import mask_operand, nonnegative_scale
+from ..kernels.policies import attention_policy
+from . import templates
 from .base import Inputs, OpSpec, Problem, empty, next_pow2, strided
+from .plan import Plan
 
 
 def is_causal(problem: Problem) -> bool:

@@ -12,11 +12,12 @@ from typing import Any
 
 import torch
 
-from ...dsl import Kernel, Policy
-from ...dsl.ir import ConstParam, ScalarParam, TensorParam
-from ...dsl.policy import LAUNCH_FIELDS
-from ...kernels.launch import pow2
-from ..plan import Plan
+from ..dsl import Kernel, Policy
+from ..dsl.ir import ConstParam, ScalarParam, TensorParam
+from ..dsl.policy import LAUNCH_FIELDS
+from ..kernels.launch import pow2
+from ..kernels.policies import fp32_precision
+from .plan import Plan
 
 Inputs = dict[str, Any]
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -162,8 +163,6 @@ class OpSpec:
             fixed = {c: v for c, v in self.fixed_consts(problem, name, plan).items() if c in declared}
             knobs.update(fixed)
             if problem.dtype == "float32" and problem.device != "cpu":  # torch's matmul precision: not a knob
-                from ...ops import fp32_precision
-
                 knobs["input_precision"] = fp32_precision()
             out[name] = Policy.make(**knobs)
         return out

@@ -1,4 +1,8 @@
-"""The ops the agent can synthesize, and the mapping between shape signatures and concrete problems.
+"""What each op computes: its semantics, reference, inputs and peers, and how a plan becomes its kernels' policies;
+the mapping between shape signatures and concrete problems. Shared by the ops (proof obligations of their host
+functions) and the agent (what it synthesizes and tests against).
+
+May import: dsl, kernels, runtime.signature. Imported by ops and agent; never imports them.
 
 Signature conventions (the tensors each op's signature is made from, as argus_inductor.ops makes them):
     gemm       [x (M, K), weight (N, K)]            static N, K          dynamic M      epilogue "bias+silu", ...
@@ -15,14 +19,14 @@ from typing import Any
 
 import torch
 
-from ...dsl.policy import LAUNCH_FIELDS
-from ...runtime.signature import Signature, make_signature
-from ..plan import Plan
+from ..dsl.policy import LAUNCH_FIELDS
+from ..runtime.signature import Signature, make_signature
 from .attention import AttentionSpec
 from .base import DTYPES, OpSpec, Problem, next_pow2
 from .gemm import BmmSpec, GemmSpec, parse_epilogue
 from .moe import MoeSpec
 from .norms import RowSpec
+from .plan import Plan
 
 SPECS: dict[str, OpSpec] = {s.name: s for s in (
     GemmSpec(), BmmSpec(), AttentionSpec(), MoeSpec(), RowSpec("softmax"), RowSpec("rmsnorm"), RowSpec("layernorm"))}
@@ -107,29 +111,11 @@ def plan_from_policy(problem: Problem, policy: dict[str, Any]) -> Plan:
     raise ValueError(f"no variant of {problem.op} takes the policy {policy}")
 
 
-def template_plan(op: OpSpec, problem: Problem, target: str) -> Plan:
-    """The plan a search starts from: the policy argus_inductor.ops runs for this problem's signature on a cache
-    miss (its template: the same tiles and lowering, the Gluon one included), with the op's techniques. A warmed
-    entry is then never a plan the backend would have beaten without one. The op's own default plan where the
-    backend has no template for the problem (an op or epilogue only the agent knows)."""
-    own = op.default_plan(problem, target)
-    from ... import ops  # the backend's op specs (imports this package's users, not this module)
-
-    try:
-        sig = signature_for(problem, "cpu")
-        backend = plan_from_policy(problem, ops.spec_for(sig).template(sig, target))
-    except (KeyError, TypeError, ValueError, StopIteration):
-        return own
-    if set(backend.knobs) != set(own.knobs):  # another variant than the op's own rule (split-K or not)
-        return Plan(backend.knobs, note=own.note)
-    return replace(own, knobs={k: backend.knobs[k] or own.knobs[k] for k in own.knobs})
-
-
 def _knobs(op: OpSpec, problem: Problem, name: str, kernel: Any, policy: dict[str, Any]) -> dict[str, Any]:
     declared = {p.name for p in kernel.ir.constexprs}
     fixed = op.fixed_consts(problem, name, Plan({}))
     return {k: v for k, v in policy.items() if (k in LAUNCH_FIELDS or k in declared) and k not in fixed}
 
 
-__all__ = ["SPECS", "spec", "Problem", "OpSpec", "problem_from_signature", "signature_for", "template_plan",
+__all__ = ["SPECS", "spec", "Problem", "OpSpec", "problem_from_signature", "signature_for",
            "attention_epilogue", "moe_epilogue", "plan_from_policy", "next_pow2"]

@@ -8,13 +8,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...dsl import Kernel, Policy
-from ...kernels.gemm import ACTIVATION_FNS as _ACT_FN
-from ...kernels.gemm import ACTIVATIONS, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
-from ...kernels.policies import gemm_policy, gemv_cat_policy, gemv_policy, presplit_gemm_policy, weight_k_major
-from .. import templates
-from ..plan import Plan
+from ..dsl import Kernel, Policy
+from ..kernels.gemm import ACTIVATION_FNS as _ACT_FN
+from ..kernels.gemm import ACTIVATIONS, cat_shapes, cat_widths, split_operands, tf32x3_split_pays
+from ..kernels.policies import (
+    fp32_precision,
+    gemm_policy,
+    gemv_cat_policy,
+    gemv_policy,
+    presplit_gemm_policy,
+    weight_k_major,
+)
+from . import templates
 from .base import Inputs, OpSpec, Problem, empty, strided
+from .plan import Plan
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,6 @@ def _template(problem: Problem, target: str) -> Policy:
     (as argus_inductor.ops' templates do), the CUDA-core GEMV path for one row (gemv_policy), else gemm_policy's."""
     d = problem.dims
     if target != "interpret" and problem.dtype == "float32":
-        from ...ops import fp32_precision
-
         if presplits(Policy.make(input_precision=fp32_precision()), d["M"], d["N"], d["K"]):
             return presplit_gemm_policy(d["M"], d["N"], d["K"])
     return gemv_policy(d["M"], d["N"], target, d["K"], weight_k_major(problem.layouts)) or \

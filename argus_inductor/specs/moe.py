@@ -9,12 +9,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...dsl import Kernel, Policy
-from ...kernels.moe import moe_align, route_blocks
-from ...kernels.policies import gluon_reads, moe_policies
-from .. import templates
-from ..plan import Plan
+from ..dsl import Kernel, Policy
+from ..kernels.moe import moe_align, route_blocks
+from ..kernels.policies import gluon_reads, moe_policies
+from . import templates
 from .base import Inputs, OpSpec, Problem, empty, randn
+from .plan import Plan
 
 
 @dataclass
