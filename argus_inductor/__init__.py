@@ -10,8 +10,17 @@ if _os.environ.get("ARGUS_INTERPRET", "") not in ("", "0", "false", "False"):
 
 from .backend import argus_backend, register  # noqa: E402
 from .config import VERSION as __version__  # noqa: E402
+from .ops import install_agent  # noqa: E402
 from .runtime.reporting import report  # noqa: E402
 
+
+def _agent():  # the ops reach the agent above them only through this (ops/plans.py)
+    from . import agent
+
+    return agent
+
+
+install_agent(_agent)
 register()
 
 __all__ = ["argus_backend", "report", "__version__"]

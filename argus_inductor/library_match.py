@@ -1,4 +1,4 @@
-"""Matchers for the library op classes (argus_inductor.library_ops) over the graph Dynamo hands the backend:
+"""Matchers for the library op classes (argus_inductor.ops.library) over the graph Dynamo hands the backend:
 convolutions (with the activation that follows), reductions, softmax/log-softmax, normalizations (layer, group,
 instance, batch in eval mode, RMS, Lp/Frobenius), scans (with the flip-scan-flip reverse and the masked forms),
 pooling, and losses (elementwise chains: chain_match.py). A match becomes one `torch.ops.argus.library` call
@@ -14,8 +14,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .library_ops import LIBRARY, canonical_args
 from .matchers import Match, _activation, _alive, _bind, _drop, _int, _is, _num, _val
+from .ops.library import LIBRARY, canonical_args
 from .runtime import reporting as report
 
 Found = tuple[str, list[Any], dict[str, Any], fx.Node, list[fx.Node]]  # name, tensor args, args, last node, nodes

@@ -21,10 +21,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from . import library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
 from .kernels.rms_rounded import MAX_ROWS, embedding_rms_norm_reference
 from .library_match import mean_square
 from .matchers import Match, _alive, _drop, _int, _is, _num, _val, is_argus_op
+from .ops import library as library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
 from .runtime import reporting as report
 
 MUL = {operator.mul, torch.mul}

@@ -24,8 +24,8 @@ import torch.fx as fx
 
 from .kernels.rotary import MAX_WIDTH, rope_cache_problem, rotary_reference
 from .library_match import _dims
-from .library_ops import canonical_args
 from .matchers import ADD, MUL, Match, _alive, _bind, _drop, _int, _is, _known_eq, _val
+from .ops.library import canonical_args
 from .runtime import reporting as report
 
 log = logging.getLogger("argus_inductor")

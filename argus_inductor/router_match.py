@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from .kernels.router import MAX_EXPERTS, MAX_TOP_K, router_reference
 from .library_match import _dims
-from .library_ops import canonical_args
 from .matchers import Match, _alive, _bind, _drop, _int, _is, _val
+from .ops.library import canonical_args
 from .runtime import reporting as report
 
 SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax}

@@ -80,7 +80,7 @@ def run_gemm(rows: list[dict], quick: bool) -> None:
     if quick:
         shapes = shapes[::3]
     for m, n, k in shapes:
-        pol = gemm_policy(m, n, k, "cuda", gluon=True)  # as the backend's bf16 template: ops._gemm_template
+        pol = gemm_policy(m, n, k, "cuda", gluon=True)  # as the backend's bf16 template: ops.gemm._gemm_template
         byts = 2 * (m * k + n * k + m * n)
 
         def operands():

@@ -25,9 +25,10 @@ root.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-__all__ = ["synthesize", "Budget", "SynthesisResult", "SynthesisError", "Problem", "Plan", "launcher"]
+__all__ = ["synthesize", "Budget", "SynthesisResult", "SynthesisError", "Problem", "Plan", "launcher", "tune"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing the package must not import torch/triton work early
@@ -43,6 +44,8 @@ def __getattr__(name: str) -> Any:  # lazy: importing the package must not impor
         from ..specs.plan import Plan
 
         return Plan
+    if name == "tune":  # the policy search the ops run for a library op's miss (ops.plans)
+        return importlib.import_module(f"{__name__}.tune")  # not `from . import`: that asks __getattr__ again
     if name == "launcher":
         from .launch import launcher
 

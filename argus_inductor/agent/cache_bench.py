@@ -46,7 +46,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 def bench_entry(entry: Any, rep_ms: int = 40, seed: int | None = None) -> dict[str, Any]:
     """One row: the entry's result against its reference, its time, the fastest peer's time. Never raises for a
     kernel that fails; the row says why ("failed", with the error)."""
-    from ..library_ops import LIBRARY
+    from ..ops.library import LIBRARY
     from ..runtime.signature import Signature
     from ..specs import plan_from_policy, problem_from_signature, spec
     from .evaluate import Candidate, Evaluator, rel_error
@@ -98,14 +98,14 @@ def _bench_library(entry: Any, sig: Any, device: str, target: str, rep_ms: int, 
     import torch
 
     from .. import ops
-    from ..library_ops import example_operands, launcher
+    from ..ops.library import example_operands, launcher
     from . import bench
     from .evaluate import rel_error
     from .tune import _agrees, _tolerance
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     row["seed"] = seed
-    plan = ops._plan_from_entry(ops.spec_for(sig), sig, entry, "cache", "")
+    plan = ops.plan_from_entry(ops.spec_for(sig), sig, entry, "cache", "")
     first = example_operands(sig, device, seed)
     size = sum(t.numel() * t.element_size() for t in first[0] if isinstance(t, torch.Tensor))
     copies = bench.rotation(size) if target != "interpret" else 0

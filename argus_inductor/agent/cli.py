@@ -102,7 +102,7 @@ def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
 
 
 def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
-    """Recorded misses of the general op classes (conv, reductions, norms, ...: argus_inductor.library_ops) are
+    """Recorded misses of the general op classes (conv, reductions, norms, ...: argus_inductor.ops.library) are
     not searched by the agent. Where this machine has the signature's device (or ARGUS_INTERPRET=1 for a CPU
     signature), each is tuned by the policy search on random operands of its shapes (ops.tune_library);
     otherwise, or when tuning finds nothing, it is stored with its template policy. Either way the entry carries
@@ -111,7 +111,7 @@ def _warm_library_misses(args: argparse.Namespace, cache_root: Path) -> int:
     import torch
 
     from .. import ops
-    from ..library_ops import LIBRARY, example_operands, launcher
+    from ..ops.library import LIBRARY, example_operands, launcher
     from ..runtime.cache import KernelCache
     from ..runtime.signature import Signature, device_arch
 

@@ -125,7 +125,7 @@ def trace_config(config: dict[str, Any], tokens: list[int], dtype: str = "bfloat
 
 def _host_function(target: Any) -> Any:
     """The Python host function of an Argus op (what its CUDA/CPU implementation calls)."""
-    from .. import library_ops
+    from ..ops import library as library_ops
 
     name = getattr(target, "_schema", None) and target._schema.name  # "argus::linear"
     if name in library_ops.HOST_FUNCTIONS:  # the ops defined through the low-level Library API

@@ -1,4 +1,4 @@
-"""Policy search for the general op classes (argus_inductor.library_ops: conv, reductions, norms, pooling,
+"""Policy search for the general op classes (argus_inductor.ops.library: conv, reductions, norms, pooling,
 scans, losses, elementwise chains) on the call's own operands.
 
 The agent's planner searches the GEMM, attention and MoE spaces from the knowledge base. The library

@@ -84,7 +84,7 @@ def test_a_general_op_class_entry_runs_against_torchs_own_op(tmp_path: Path, cap
     import torch
 
     from argus_inductor import ops
-    from argus_inductor.library_ops import canonical_args, library_signature
+    from argus_inductor.ops.library import canonical_args, library_signature
 
     kc = KernelCache(tmp_path / "lib")
     sig = library_signature("rms_norm_rounded", [torch.randn(5, 96), torch.randn(96)],

@@ -112,7 +112,7 @@ def test_library_op_misses_are_tuned_here_or_stored_with_their_template(tmp_path
 
     from argus_inductor import ops
     from argus_inductor.config import Options
-    from argus_inductor.library_ops import library_signature
+    from argus_inductor.ops.library import library_signature
 
     monkeypatch.setenv("ARGUS_TUNE_CANDIDATES", "3")
     ops.set_active_options(Options.resolve())  # what a fresh `argus warmup` process reads from its environment

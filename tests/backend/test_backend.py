@@ -15,7 +15,7 @@ from argus_inductor.config import Options
 from argus_inductor.demo import TinyLlama
 from argus_inductor.matchers import rewrite
 from argus_inductor.runtime import reporting as report_mod
-from argus_inductor.runtime.signature import bucket
+from argus_inductor.runtime.signature import bucket, make_signature
 
 
 class MLP(nn.Module):
@@ -336,7 +336,7 @@ def test_a_bool_mask_is_converted_in_the_graph_once(fresh_cache, monkeypatch):
     assert conv.args[0].meta["example_value"].dtype == torch.bool
     seen = []
     real = ops.mask_operand
-    monkeypatch.setattr(ops, "mask_operand", lambda m, *a: seen.append(m.dtype) or real(m, *a))
+    monkeypatch.setattr(ops.attention, "mask_operand", lambda m, *a: seen.append(m.dtype) or real(m, *a))
     torch._dynamo.reset()
     report_mod.clear()
     with torch.no_grad():
@@ -359,7 +359,7 @@ def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, 
     monkeypatch.setattr(attn_mod, "SPLIT_TARGET_PROGRAMS", 8)
     ran = []
     real = ops.attention_decode_split
-    monkeypatch.setattr(ops, "attention_decode_split", lambda *a, **kw: ran.append(real(*a, **kw)) or ran[-1])
+    monkeypatch.setattr(ops.attention, "attention_decode_split", lambda *a, **kw: ran.append(real(*a, **kw)) or ran[-1])
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 64, 16), torch.randn(1, 2, 64, 16)
     mask = torch.arange(64)[None, None, None, :] < 40  # a static cache filled to 40 keys
@@ -371,7 +371,7 @@ def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, 
     entry = next(e for e in report_mod.entries() if e.calls)
     assert not entry.source.startswith("fallback"), entry.source
     assert any("split-KV decode: 4 chunks of 16 keys" in n for n in entry.notes), entry.notes
-    sig = ops.make_signature("attention", "gqa2,mask", [q, k, v], {"H": 4, "HK": 2, "D": 16},
+    sig = make_signature("attention", "gqa2,mask", [q, k, v], {"H": 4, "HK": 2, "D": 16},
                              {"Z": 1, "S": 1, "T": 64})
     spec = ops.spec_for(sig)
     for target in ("interpret", "cuda"):  # the plan's kernels and the split-KV ones, at each target's template

@@ -156,10 +156,10 @@ def test_an_undecided_obligation_is_stored_as_undecided(fresh_cache: Path, monke
         def to_json(self) -> dict:
             return {"ok": True, "violations": [], "undecided": ["write-all at line 12"]}
 
-    monkeypatch.setattr(ops, "_verifier", lambda: (lambda kernel, policy, shapes: Result()))
+    monkeypatch.setattr(ops.entries, "_verifier", lambda: (lambda kernel, policy, shapes: Result()))
     e = ops.warm(_sig(epi="bias"))
     assert e.verification["status"] == "undecided" and e.verification["undecided"] == 1
-    assert "1 obligation(s) undecided" in ops._verification_summary(e.verification)
+    assert "1 obligation(s) undecided" in ops.core.verification_summary(e.verification)
 
 
 def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(fresh_cache: Path,
@@ -191,12 +191,12 @@ def test_moe_entries_are_verified_under_the_routing_layout_the_host_guarantees(f
     assert v["status"] == "violations" and v["kernels"]["moe_gate_up"]["ok"] and not v["kernels"]["moe_down"]["ok"]
     # a gather that copies the next slot's token row: caught where the gathered plan proves its host kernels
     gather_good = "pair = load(sorted_ids[rp])"
-    assert gather_good in ops.moe_gather.ir.source
-    bad_gather = kernels_from_source("from argus_inductor.dsl import *\n" + ops.moe_gather.ir.source.replace(
+    assert gather_good in ops.moe.moe_gather.ir.source
+    bad_gather = kernels_from_source("from argus_inductor.dsl import *\n" + ops.moe.moe_gather.ir.source.replace(
         gather_good, "pair = load(sorted_ids[rp + 1])"))["moe_gather"]
     sig = signature_for(Problem("moe", moe_epilogue(2), dict(HD=4096, I=14336, E=8, TOPK=2, T=4096), "bfloat16", (),
                                 "cpu"), "sm_90")
-    real = ops._moe_host_kernels
+    real = ops.moe._moe_host_kernels
     monkeypatch.setitem(ops.SPECS, "moe", dataclasses.replace(
         ops.SPECS["moe"], host_kernels=lambda *a: {n: (bad_gather, p) for n, (_, p) in real(*a).items()}))
     v = ops.make_entry(sig).verification

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 import argus_inductor  # noqa: F401  (registers backend="argus")
 from argus_inductor import ops
 from argus_inductor.config import Options
-from argus_inductor.library_ops import LIBRARY, library_signature
 from argus_inductor.matchers import rewrite
+from argus_inductor.ops.library import LIBRARY, library_signature
 from argus_inductor.runtime import reporting as report_mod
 
 from .graphs import capture
@@ -206,7 +206,7 @@ def test_a_plan_that_skips_a_cache_write_differs_from_torch_where_the_tuner_comp
     differs from torch, while the library's own kernel agrees."""
     from argus_inductor.dsl import kernels_from_source
     from argus_inductor.kernels.rotary import rope_cache_write
-    from argus_inductor.library_ops import example_operands, launcher
+    from argus_inductor.ops.library import example_operands, launcher
 
     z, h, hk, d = 2, 4, 2, 8
     ts = [torch.randn(z, h, 1, d), torch.randn(z, hk, 1, d), torch.randn(z, hk, 1, d), torch.randn(1, 1, 1, d),

@@ -13,6 +13,7 @@ import argus_inductor.agent as agent_pkg
 from argus_inductor import ops
 from argus_inductor.config import Options
 from argus_inductor.dsl import Policy
+from argus_inductor.ops import entries, plans
 from argus_inductor.runtime import reporting as report_mod
 from argus_inductor.runtime.signature import Signature, make_signature
 
@@ -49,7 +50,7 @@ def test_default_records_misses_and_warmup_turns_them_into_cache_hits(fresh_cach
     out, ref = _linear(7)  # same bucket (5-8): same signature
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert _source().startswith("cache (warmup, ")
-    plan = next(iter(ops._PLANS.values()))
+    plan = next(iter(plans._PLANS.values()))
     assert plan.policies["gemm_epilogue"].const("BM") == 32 and plan.policies["gemm_epilogue"].num_warps == 2
     assert plan.policies["gemm_epilogue"].const("ACT") == 3 and plan.policies["gemm_epilogue"].const("HAS_BIAS") == 1
     assert cache.misses()[0]["solved"]
@@ -107,7 +108,7 @@ def test_the_plan_memo_follows_the_options_the_templates_read(fresh_cache: Path)
 
 def test_synthesize_without_an_agent_falls_back_to_default_with_a_note(fresh_cache: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ops, "_agent_synthesize", lambda: None)  # as if argus_inductor.agent offered none
+    monkeypatch.setattr(plans, "_agent_synthesize", lambda: None)  # as if argus_inductor.agent offered none
     _use(on_miss="synthesize")
     out, ref = _linear(6)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
@@ -178,7 +179,7 @@ def test_cached_agent_written_dsl_runs_and_unusable_entries_are_misses(fresh_cac
     _use()
     out, ref = _linear(6)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    plan = next(iter(ops._PLANS.values()))
+    plan = next(iter(plans._PLANS.values()))
     assert plan.source == "cache" and plan.kernels["gemm_epilogue"] is not ops.SPECS["gemm"].kernels[0]
     entry.dsl_source = "from argus_inductor.dsl import *\n\n@kernel\ndef other(X: Tensor(\"N\")):\n    pass\n"
     ops.kernel_cache().put(sig.key(), entry)
@@ -252,7 +253,7 @@ def _old_checker_entry(bd: int) -> tuple[torch.Tensor, Signature]:
     import json
     from dataclasses import replace
 
-    from argus_inductor.library_ops import library_signature
+    from argus_inductor.ops.library import library_signature
 
     emb = torch.randn(1, 40, 128) * 10
     sig = library_signature("rotary_table", [emb], json.dumps({}))
@@ -272,7 +273,7 @@ def test_an_entry_an_older_checker_proved_is_proved_again_once(fresh_cache: Path
     emb, sig = _old_checker_entry(64)
     proofs = []
     real = ops.verify_plan
-    monkeypatch.setattr(ops, "verify_plan", lambda *a, **k: proofs.append(1) or real(*a, **k))
+    monkeypatch.setattr(entries, "verify_plan", lambda *a, **k: proofs.append(1) or real(*a, **k))
     with caplog.at_level(logging.WARNING, logger="argus_inductor"):
         out = torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot")
     torch.testing.assert_close(out, torch.stack([emb.cos(), emb.sin()]), rtol=1e-5, atol=1e-5)

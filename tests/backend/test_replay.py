@@ -12,6 +12,7 @@ from argus_inductor import ops
 from argus_inductor.config import Options
 from argus_inductor.dsl import Policy, Tensor, arange, cdiv, constexpr, kernel, load, store, tile_grid
 from argus_inductor.matchers import rewrite
+from argus_inductor.ops import dispatch
 from argus_inductor.runtime.replay import Recording, record
 
 from .graphs import capture
@@ -159,7 +160,7 @@ def _run_twice(fn, args, kinds):
             ref = ref if isinstance(ref, (tuple, list)) else (ref,)
             for o, r in zip(out, ref):
                 torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-4)
-            recorded.append(sum(v is not None for v in ops._REPLAYS.values()))
+            recorded.append(sum(v is not None for v in dispatch._REPLAYS.values()))
     return recorded
 
 
@@ -175,11 +176,11 @@ def test_library_ops_replay_with_fresh_inputs_and_match_eager(case: str, fresh_c
     real = Recording.replay
     monkeypatch.setattr(Recording, "replay", lambda self, inputs: replays.append(1) or real(self, inputs))
     recorded = _run_twice(fn, args, (*KINDS, "gemm", "pointwise"))  # each call's result equals eager's
-    assert ops._REPLAYS, "every call site is looked at on its first call"
+    assert dispatch._REPLAYS, "every call site is looked at on its first call"
     if case in FULL:
         assert recorded == [0, 0, 0] and not replays
     else:  # every op call site is recorded on its first call and replayed on the two after
-        assert recorded[0] == len(ops._REPLAYS), ops._REPLAYS
+        assert recorded[0] == len(dispatch._REPLAYS), dispatch._REPLAYS
         assert len(replays) == 2 * recorded[0]
 
 
@@ -188,7 +189,7 @@ def test_replay_off(fresh_cache, monkeypatch) -> None:
     ops.set_active_options(Options.resolve())
     fn, args, _ = CASES["layer_norm"]
     _run_twice(fn, args, KINDS)
-    assert not ops._REPLAYS
+    assert not dispatch._REPLAYS
 
 
 def test_moe_op_replays_with_fresh_routings(fresh_cache, monkeypatch) -> None:
@@ -205,11 +206,11 @@ def test_moe_op_replays_with_fresh_routings(fresh_cache, monkeypatch) -> None:
         tw, ti = torch.topk(torch.softmax(torch.randn(t, e), -1), k)
         y = torch.ops.argus.moe(x, tw, ti, w1, w2, "moe-site")
         torch.testing.assert_close(y, ops.moe_reference(x, tw, ti, w1, w2), rtol=1e-4, atol=1e-4)
-    assert len(replays) == 2 and len(ops._REPLAYS) == 1 and None not in ops._REPLAYS.values()
+    assert len(replays) == 2 and len(dispatch._REPLAYS) == 1 and None not in dispatch._REPLAYS.values()
     y = torch.ops.argus.moe(x, tw.to(torch.bfloat16), ti, w1, w2, "moe-site")
     torch.testing.assert_close(y, ops.moe_reference(x, tw.to(torch.bfloat16).float(), ti, w1, w2), rtol=1e-4,
                                atol=1e-4)
-    assert len(replays) == 2 and len(ops._REPLAYS) == 2
+    assert len(replays) == 2 and len(dispatch._REPLAYS) == 2
 
 
 def test_direct_launches_get_the_address_of_each_view(monkeypatch):
@@ -250,19 +251,19 @@ def test_replayable_call_sites_skip_the_full_path(fresh_cache, monkeypatch) -> N
     """Once a call site's launches are recorded, its calls with the same operand metadata replay and report, and
     nothing else: no plan lookup, no host function. A call the recording cannot take (an operand 4 bytes off its
     recorded alignment) goes the full way and still gives eager's result; every call is in the report."""
-    import argus_inductor.library_ops  # noqa: F401  (defines argus::library)
+    import argus_inductor.ops.library  # noqa: F401  (defines argus::library)
     from argus_inductor.runtime import reporting
 
     full = []
-    real = ops._launch
-    monkeypatch.setattr(ops, "_launch", lambda *a, **k: full.append(1) or real(*a, **k))
+    real = dispatch._launch
+    monkeypatch.setattr(dispatch, "_launch", lambda *a, **k: full.append(1) or real(*a, **k))
     args = '{"chain":[["leaky_relu",[["in",0],["const",0.01]]]]}'
     for i in range(4):
         x = torch.randn(9, 33)
         out = torch.ops.argus.library("pointwise", [x], args, "hot-site")
         torch.testing.assert_close(out, torch.nn.functional.leaky_relu(x, 0.01))
         assert len(full) == 1, f"call {i} went the full way"
-    assert len(ops._HOT) == 1
+    assert len(dispatch._HOT) == 1
     big = torch.randn(9 * 33 + 1)
     shifted = big[1:].view(9, 33)
     out = torch.ops.argus.library("pointwise", [shifted], args, "hot-site")
@@ -274,7 +275,7 @@ def test_replayable_call_sites_skip_the_full_path(fresh_cache, monkeypatch) -> N
     ops.set_active_options(Options.resolve())
     for _ in range(2):
         torch.ops.argus.library("pointwise", [x], args, "hot-site")
-    assert len(full) == 4 and not ops._HOT
+    assert len(full) == 4 and not dispatch._HOT
 
 
 def test_ops_replay_with_the_operands_their_kernels_read(fresh_cache, monkeypatch) -> None:
@@ -294,7 +295,7 @@ def test_ops_replay_with_the_operands_their_kernels_read(fresh_cache, monkeypatc
         ref = torch.softmax(q @ k.transpose(-1, -2) / 4.0 + mask, -1) @ v
         torch.testing.assert_close(torch.ops.argus.attention_mask(q, k, v, mask, None, "mask-site"), ref,
                                    rtol=1e-4, atol=1e-4)
-    assert None not in ops._REPLAYS.values(), ops._REPLAYS
+    assert None not in dispatch._REPLAYS.values(), dispatch._REPLAYS
     assert len(replays) == 4  # two call sites, each replayed on its second and third call
 
 
@@ -302,7 +303,7 @@ def test_cross_entropy_replays_and_a_bad_target_later_gives_nan(fresh_cache) -> 
     """Cross entropy's host function checks the targets (a host sync) on a call site's first call only: later
     calls replay without it, and a target outside the classes then makes the loss NaN rather than a plausible
     number; rows with ignore_index still do not count in the mean."""
-    import argus_inductor.library_ops  # noqa: F401  (defines argus::library)
+    import argus_inductor.ops.library  # noqa: F401  (defines argus::library)
 
     args = '{"fn":"cross_entropy","ignore_index":-100,"reduction":"mean"}'
     with pytest.raises((ValueError, IndexError)):  # the kernel's check, then the aten op's own error
@@ -312,6 +313,6 @@ def test_cross_entropy_replays_and_a_bad_target_later_gives_nan(fresh_cache) -> 
         t[2] = -100
         out = torch.ops.argus.library("loss", [x, t, None], args, "ce-site")
         torch.testing.assert_close(out, torch.nn.functional.cross_entropy(x, t), rtol=1e-5, atol=1e-5)
-    assert len(ops._REPLAYS) == 1 and None not in ops._REPLAYS.values()
+    assert len(dispatch._REPLAYS) == 1 and None not in dispatch._REPLAYS.values()
     t[0] = 7
     assert torch.isnan(torch.ops.argus.library("loss", [x, t, None], args, "ce-site"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import argus_inductor.library_ops  # noqa: F401  (registers torch.ops.argus.library)
+import argus_inductor.ops.library  # noqa: F401  (registers torch.ops.argus.library)
 from argus_inductor import ops
 from argus_inductor.agent import tune
 from argus_inductor.config import Options

@@ -217,7 +217,7 @@ def test_the_report_says_which_lowering_a_call_takes() -> None:
     from argus_inductor.hopper.attention import declines
 
     q = torch.randn(1, 2, 128, 64, dtype=torch.bfloat16)
-    note = ops._lowering_note("attention_fwd", ws_policy(2, 0, 64), q, q, q, torch.empty_like(q), 0.125)
+    note = ops.dispatch.lowering_note("attention_fwd", ws_policy(2, 0, 64), q, q, q, torch.empty_like(q), 0.125)
     assert note == ("attention_fwd: the Triton lowering at the Triton template (the Gluon kernel declines: not a "
                     "compute capability 9.0 device)")
     assert declines(ws_policy(2, 0, 64), q, q, q, q, -0.1) == "a negative scale"

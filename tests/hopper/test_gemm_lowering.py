@@ -106,8 +106,8 @@ def test_only_gemm_signatures_the_gluon_kernel_reads_get_its_template() -> None:
     assert template("bfloat16")["warp_specialize"] and template("float16")["warp_specialize"]
     assert not template("float32")["warp_specialize"]
     # the residual and gate-up kernels have no Gluon lowering: their templates never ask for it
-    assert not ops._gemm_fused_template(sig("bfloat16"), "cuda")["warp_specialize"]
-    assert not ops._gate_up_template(sig("bfloat16"), "cuda")["warp_specialize"]
+    assert not ops.gemm._gemm_fused_template(sig("bfloat16"), "cuda")["warp_specialize"]
+    assert not ops.gemm._gate_up_template(sig("bfloat16"), "cuda")["warp_specialize"]
 
 
 def test_launches_it_cannot_take_say_why() -> None:
@@ -164,7 +164,7 @@ def test_the_report_says_which_lowering_a_gemm_call_takes() -> None:
 
     a = torch.randn(128, 256, dtype=torch.bfloat16)
     w = torch.randn(512, 256, dtype=torch.bfloat16)
-    note = ops._lowering_note("gemm_epilogue", ws(), a, w.t(), a.new_empty(1), torch.empty(128, 512))
+    note = ops.dispatch.lowering_note("gemm_epilogue", ws(), a, w.t(), a.new_empty(1), torch.empty(128, 512))
     assert note.startswith("gemm_epilogue: the Triton lowering at the Triton template (the Gluon kernel declines:")
 
 

@@ -247,5 +247,5 @@ def test_kernels_that_keep_the_whole_k_loop_get_tiles_that_fill_the_gpu():
         assert -(-m // p.const("BM")) * -(-4096 // p.const("BN")) >= 128, m
         x, w, r = (torch.empty(*s, dtype=torch.bfloat16, device="meta") for s in ((m, 14336), (4096, 14336), (m, 4096)))
         sig = make_signature("gemm", "residual", [x, w, r], {"N": 4096, "K": 14336}, {"M": m})
-        assert ops._gemm_fused_template(sig, "cuda")["BN"] == p.const("BN")
+        assert ops.gemm._gemm_fused_template(sig, "cuda")["BN"] == p.const("BN")
     assert gemm_policy(32, 4096, 14336, "cuda").const("SPLIT_K", 1) == 2  # gemm_epilogue still splits

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import argus_inductor.library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
+import argus_inductor.ops.library  # noqa: F401  (registers torch.ops.argus.rms_norm)
 from argus_inductor.kernels.rms_rounded import (
     embedding_rms_norm_reference,
     embedding_rms_norm_rounded,

@@ -47,7 +47,7 @@ def test_a_tile_narrower_than_the_rows_is_refused_and_not_proved() -> None:
 
     from argus_inductor import ops
     from argus_inductor.dsl import Policy
-    from argus_inductor.library_ops import library_signature
+    from argus_inductor.ops.library import library_signature
 
     emb = randn(1, 40, 128, dtype=torch.float32, scale=10.0)
     with pytest.raises(ValueError, match="BD=64 for rows of 128"):

@@ -69,7 +69,7 @@ def test_a_tile_narrower_than_the_experts_is_refused_and_not_proved() -> None:
     is refused at launch, and the plan's verification at the router's own shape reports it."""
     from argus_inductor import ops
     from argus_inductor.dsl import Policy
-    from argus_inductor.library_ops import canonical_args, library_signature
+    from argus_inductor.ops.library import canonical_args, library_signature
 
     logits = randn(5, 8, dtype=torch.float32)
     narrow = {"BT": 4, "BE": 4, "K": 2, "BK": 2, "RENORM": 1}

@@ -20,19 +20,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .dsl import Kernel, Policy
-from .kernels import conv as _conv
-from .kernels import loss as _loss
-from .kernels import normalize as _norm
-from .kernels import pointwise as _pw
-from .kernels import pool as _pool
-from .kernels import reduce as _reduce
-from .kernels import rms_rounded as _rmsnorm
-from .kernels import rotary as _rotary
-from .kernels import router as _router
-from .kernels import scan as _scan
-from .kernels.gemm import ACTIVATION_FNS
-from .kernels.policies import fit_shared_memory
+from ..dsl import Kernel, Policy
+from ..kernels import conv as _conv
+from ..kernels import loss as _loss
+from ..kernels import normalize as _norm
+from ..kernels import pointwise as _pw
+from ..kernels import pool as _pool
+from ..kernels import reduce as _reduce
+from ..kernels import rms_rounded as _rmsnorm
+from ..kernels import rotary as _rotary
+from ..kernels import router as _router
+from ..kernels import scan as _scan
+from ..kernels.gemm import ACTIVATION_FNS
+from ..kernels.policies import fit_shared_memory
+from ..runtime.signature import Signature, make_signature
+from .core import LOCK, RESOLVERS, SPECS, OpSpec
+from .dispatch import call_key, replay_hot, run_op, tensor_key
 
 Tensors = list[Tensor | None]
 Args = dict[str, Any]
@@ -465,17 +468,15 @@ _LIB.define("library(str name, Tensor?[] tensors, str args, str node_id) -> Tens
 def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str) -> Tensor:
     """The library op `name` on `tensors` with `args` (canonical JSON): the DSL kernels where the device has an
     Argus target and the signature a plan, else the torch reference."""
-    from . import ops
-
     ts = list(tensors)
     present = [t for t in ts if t is not None]
     floats = [t for t in present if t.is_floating_point()]
     if floats:
         # run_op keys the call by the float operands' metadata itself; the memo adds the others' (masks, targets)
         memo = (name, args, tuple(t is None for t in ts),
-                *[ops.tensor_key(t) for t in present if not t.is_floating_point()])
-        key = ops.call_key(node_id, memo, floats)
-        hot = ops.replay_hot(key, node_id, floats, present)  # a fresh output: no aliasing check needed
+                *[tensor_key(t) for t in present if not t.is_floating_point()])
+        key = call_key(node_id, memo, floats)
+        hot = replay_hot(key, node_id, floats, present)  # a fresh output: no aliasing check needed
         if hot is not None:
             return hot
     op = LIBRARY[name]
@@ -494,8 +495,8 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
     if not floats:
         out = fallback()
     else:
-        out = ops.run_op(node_id, sig, run, fallback, floats, memo, flops=lambda out: op.flops(ts, a, out),
-                         inputs=present, key=key)
+        out = run_op(node_id, sig, run, fallback, floats, memo, flops=lambda out: op.flops(ts, a, out),
+                     inputs=present, key=key)
     # a functional op: its result never shares memory with an operand (a reference that returns a view is copied)
     if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for t in present):
@@ -570,8 +571,6 @@ def _(q, k, v, cos, sin, keys, values, index, node_id):
 
 def library_signature(name: str, ts: Tensors, args: str) -> Any:
     """op = name, epilogue = the arguments (and which optional tensors are absent), every dim static."""
-    from .runtime.signature import make_signature
-
     present = [t for t in ts if t is not None]
     absent = "".join("0" if t is None else "1" for t in ts)
     static = {f"t{i}d{j}": int(n) for i, t in enumerate(present) for j, n in enumerate(t.shape)}
@@ -668,6 +667,28 @@ def select_policies(policy: dict[str, Any], sig: Any) -> dict[str, Policy]:
 
 def verify_shapes(sig: Any) -> dict[str, dict[str, int]]:
     return _geometry(sig)[1]
+
+
+_SPECS: dict[tuple[str, str], OpSpec] = {}
+
+
+def _resolve(sig: Signature) -> OpSpec | None:
+    """A library op class's spec, one per signature op and arguments: plans by the same cache rules as the other
+    ops, policies from its host functions, kernels its own or generated for its chain."""
+    if sig.op in SPECS or sig.op == "gemm" or sig.op not in LIBRARY:
+        return None
+    key = (sig.op, sig.epilogue)
+    with LOCK:
+        spec = _SPECS.get(key)
+    if spec is None:
+        spec = OpSpec(sig.op, kernels_of(sig), template_policies, lambda s: {}, verify_shapes, select_policies,
+                      tunes=True)
+        with LOCK:
+            _SPECS[key] = spec
+    return spec
+
+
+RESOLVERS.append(_resolve)
 
 
 __all__ = ["LIBRARY", "LibraryOp", "register", "canonical_args", "library", "library_signature", "template_policies",

@@ -1,0 +1,137 @@
+"""Cache entries of a plan: the invariant checker's verdict on its kernels (verify_plan), whether a stored verdict
+still stands (entry_current), and the entry `argus warmup` and a synthesis store (make_entry, warm).
+"""
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from ..dsl import Kernel, Policy
+from ..runtime.cache import CacheEntry, KernelCache
+from ..runtime.signature import Signature
+from .core import OpSpec, active_options, dsl_source, kernel_cache, library_kernels, plan_from_entry, say_once, spec_for
+
+
+def _verifier() -> Callable[..., Any] | None:
+    """The invariant checker's verify(kernel, policy, shapes=None), where that package provides it.
+
+    Hook: the checker lives in argus_inductor.invariants (being written alongside); until it exports
+    verify, entries are stored with {"status": "not verified"}."""
+    try:
+        from .. import invariants
+    except ImportError:
+        return None
+    fn = getattr(invariants, "verify", None)
+    if fn is None:
+        try:
+            from ..invariants.api import verify as fn  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    return fn if callable(fn) else None
+
+
+# The checker's version in each verdict it stores. Bumped when the checker comes to reject what it used to prove, so
+# that entries an older one proved are proved again when first loaded (plan_for). 2: in-kernel assumptions that
+# no element satisfies at the verified shapes and policy (a vacuous proof) are rejected (session 25).
+CHECKER_VERSION = 2
+
+
+def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
+                policies: dict[str, Policy], target: str | None = None) -> dict[str, Any]:
+    """Run the invariant checker on each kernel of a plan, and on the kernels its host runs with policies of their
+    own (for `target`), at the signature's shapes; a JSON summary."""
+    fn = _verifier()
+    if fn is None:
+        return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
+    checks = spec.checks(sig, policies) if spec.checks is not None else \
+        {n: (v, []) for n, v in spec.checked_shapes(sig, policies).items()}
+    results: dict[str, Any] = {}
+    problems = undecided = 0
+    runs = {n: (k, policies[n]) for n, k in kernels.items()}
+    if spec.host_kernels is not None:
+        runs.update(spec.host_kernels(sig, policies, target))
+    for name, (k, pol) in runs.items():
+        # a host kernel of the plan's own (a Gluon lowering's Triton fallback) is proved at that kernel's shapes
+        shapes, assumptions = checks.get(name) or checks.get(k.ir.name, ({}, []))
+        want = {s: v for s, v in shapes.items() if s in k.ir.symbols}
+        try:
+            r = fn(k, pol, want, assumptions=assumptions) if assumptions else fn(k, pol, want)
+            js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
+        except Exception as e:  # the checker is young: its failure is a result, not a crash
+            js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}
+        results[name] = js
+        if not js.get("ok"):
+            problems += builtins.max(1, len(js.get("violations", [])) + len(js.get("errors", [])))
+        undecided += len(js.get("undecided", []))
+    # no counterexample, but an obligation z3 could not settle in time is not a proof: said so, not rejected
+    status = "violations" if problems else ("undecided" if undecided else "verified")
+    return {"status": status, "problems": problems, "undecided": undecided, "kernels": results,
+            "checker": CHECKER_VERSION}
+
+
+def proved_by_older_checker(entry: CacheEntry) -> bool:
+    v = entry.verification
+    version = v.get("checker", 1)
+    return v.get("status") in ("verified", "undecided") and (not isinstance(version, int) or version < CHECKER_VERSION)
+
+
+def entry_current(entry: CacheEntry | None) -> bool:
+    """Whether `entry` stands as a plan: present, not rejected by the checker, not proved only by an older one (what
+    `argus warmup` leaves alone unless --force)."""
+    return entry is not None and entry.verification.get("status") != "violations" and \
+        not proved_by_older_checker(entry)
+
+
+def reverified(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, cache: KernelCache) -> CacheEntry:
+    """`entry` proved again by this checker, and stored with the new verdict (once per entry, not per process)."""
+    plan = plan_from_entry(spec, sig, entry, "cache", "")
+    entry = replace(entry, verification=verify_plan(spec, sig, plan.kernels, plan.policies, target))
+    try:
+        cache.put(sig.key(), entry)
+    except OSError as e:
+        say_once(f"argus: cannot update the cache entry {cache.path(sig.key())} ({e})")
+    return entry
+
+
+def _versions(sig: Signature) -> dict[str, Any]:
+    torch_v, triton_v, argus_v = sig.versions
+    return {"torch": torch_v, "triton": triton_v, "argus_inductor": argus_v, "cache_format": 1}
+
+
+def make_entry(sig: Signature, policy: dict[str, Any] | None = None, origin: str = "warmup",
+               target: str | None = None, kernels: dict[str, Kernel] | None = None,
+               timings: dict[str, Any] | None = None, verification: dict[str, Any] | None = None,
+               verify: bool | None = None) -> CacheEntry:
+    """A cache entry for `sig`: the DSL and generated Triton source, the policy (template default when
+    none is given), the checker's verdict, timings and versions."""
+    spec = spec_for(sig)
+    target = target or ("interpret" if sig.arch == "cpu" else ("hip" if sig.arch.startswith("gfx") else "cuda"))
+    policy = policy if policy is not None else spec.template(sig, target)
+    pols = spec.policies(policy, sig)
+    kernels = kernels or library_kernels(spec, pols)
+    tri = []
+    for name, k in kernels.items():
+        try:
+            tri.append(f"# ---- {name} ({pols[name].key()})\n{k.triton_source(pols[name], target)}")
+        except Exception as e:
+            tri.append(f"# ---- {name}: lowering failed: {type(e).__name__}: {e}")
+    if verification is None:
+        do = active_options().verify if verify is None else verify
+        verification = verify_plan(spec, sig, kernels, pols, target) if do else {"status": "not verified",
+                                                                          "reason": "ARGUS_VERIFY=0"}
+    return CacheEntry(signature=sig.as_dict(), dsl_source=dsl_source(list(kernels.values())),
+                      triton_source="\n\n".join(tri), policy=policy, verification=verification,
+                      timings=dict(timings or {}), versions=_versions(sig), origin=origin)
+
+
+def warm(sig: Signature, policy: dict[str, Any] | None = None, origin: str = "warmup",
+         cache: KernelCache | None = None) -> CacheEntry:
+    """Build and store the entry for `sig` (template policy unless one is given); what `argus warmup`
+    does for a signature it does not send to the agent."""
+    entry = make_entry(sig, policy, origin)
+    (cache or kernel_cache()).put(sig.key(), entry)
+    return entry
+
+
