@@ -10,6 +10,7 @@ if _os.environ.get("ARGUS_INTERPRET", "") not in ("", "0", "false", "False"):
 
 from .backend import argus_backend, register  # noqa: E402
 from .config import VERSION as __version__  # noqa: E402
+from .graph.experts import optimize  # noqa: E402
 from .ops import install_agent  # noqa: E402
 from .runtime.reporting import report  # noqa: E402
 
@@ -23,4 +24,4 @@ def _agent():  # the ops reach the agent above them only through this (ops/plans
 install_agent(_agent)
 register()
 
-__all__ = ["argus_backend", "report", "__version__"]
+__all__ = ["argus_backend", "optimize", "register", "report", "__version__"]

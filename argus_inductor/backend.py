@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from torch._dynamo.exc import RestartAnalysis
 
-from . import optimize as _optimize  # noqa: F401  (makes argus_inductor.optimize(model) callable)
 from .config import Options
-from .matchers import is_argus_op, rewrite
-from .module_floats import specialize_module_floats
+from .graph import rewrite
+from .graph.module_floats import specialize_module_floats
+from .graph.patterns import is_argus_op
 from .ops import set_active_options, target_for
 from .runtime import reporting as _report
 from .runtime.cuda_graphs import replacing_trees
@@ -129,7 +129,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
         argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:
-            from .inline import inline_ops
+            from .graph.inline import inline_ops
 
             original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # nodes copied, tensors shared
             original.meta = gm.meta

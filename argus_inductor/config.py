@@ -55,11 +55,11 @@ class Options:
     tune_lock: str = ""            # ARGUS_TUNE_LOCK: a file locked while timing (processes sharing a GPU take turns)
     replay: bool = True            # ARGUS_REPLAY: replay an op call's recorded launches (argus_inductor.runtime.replay)
     inline: bool = True            # ARGUS_INLINE: on a GPU, hand Inductor the Triton launches of each op with static
-    #                                 shapes, so its generated code launches them (argus_inductor.inline)
+    #                                 shapes, so its generated code launches them (argus_inductor.graph.inline)
     prune_rows: bool = True        # ARGUS_PRUNE_ROWS: compute only the rows a final slice keeps (a prefill's last
-    #                                 layer on the positions whose logits are returned; argus_inductor.row_pruning)
+    #                                 layer on the positions whose logits are returned; graph/row_pruning.py)
     specialize_floats: bool = True  # ARGUS_SPECIALIZE_FLOATS: floats read from nn.Module attributes become
-    #                                 constants of an Argus graph, not inputs (argus_inductor.module_floats)
+    #                                 constants of an Argus graph, not inputs (argus_inductor.graph.module_floats)
     gemv_steps: bool = True        # ARGUS_GEMV_STEPS: the decode GEMV templates' short K loops over one weight as
     #                                 static steps where K is a static dim (KSTEPS; policies.gemv_static_steps)
 

@@ -17,7 +17,7 @@ any model is built. When the installed vLLM is one this plugin knows, it
   ``torch.ops.argus.attention``. vLLM's decoder attention is not a CustomOp: it runs through attention
   backends over the paged KV cache, which Argus's dense attention kernel does not read, so it stays
   vLLM's.
-- gemm (and attention in compiled graphs): adds Argus's graph rewrites (``argus_inductor.matchers``)
+- gemm (and attention in compiled graphs): adds Argus's graph rewrites (``argus_inductor.graph``)
   as an Inductor pre-grad custom pass (``torch._inductor.config.pre_grad_custom_pass``), which runs on
   each piece of the model graph vLLM compiles with Inductor (``compile_fx`` / ``standalone_compile``
   run pre-grad passes). vLLM's own pass hook (``inductor_compile_config["post_grad_custom_post_pass"]``,
@@ -592,7 +592,7 @@ class ArgusGraphPass(_PassBase):  # type: ignore[misc,valid-type]
         self.ops = tuple(ops)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        from . import matchers
+        from . import graph as matchers
         from . import ops as argus_ops
 
         gm = graph.owning_module

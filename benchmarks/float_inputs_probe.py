@@ -1,5 +1,5 @@
 """Probe: which Python floats a compiled decode step still takes as CPU scalar tensors, and why Argus's
-module-float specialization (argus_inductor.module_floats) left each one an input.
+module-float specialization (argus_inductor.graph.module_floats) left each one an input.
 
     python benchmarks/float_inputs_probe.py [--device cuda|cpu]
 
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def describe(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
-    from argus_inductor.module_floats import _from_module
+    from argus_inductor.graph.module_floats import _from_module
     nodes = [n for n in gm.graph.nodes if n.op == "placeholder"]
     print(f"graph: {len(nodes)} placeholders, {len(example_inputs)} example inputs", flush=True)
     for node, value in zip(nodes, example_inputs):

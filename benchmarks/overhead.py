@@ -3,7 +3,7 @@
 For each KernelBench-format problem file, with fresh random inputs on the GPU, this times eager,
 backend="inductor", backend="argus" with CUDA graphs off (the host path as it is) and on (inputs copied into
 the graph's buffers at each replay, whatever their size), and with its ops inlined into Inductor's code
-(argus_inductor.inline) without and with CUDA graphs, in two ways:
+(argus_inductor.graph.inline) without and with CUDA graphs, in two ways:
 - call: CUDA events around one call, median of --reps (what the KernelBench runner reports);
 - gpu: the same call replayed from a CUDA graph (triton.testing.do_bench_cudagraph): GPU time alone.
 call - gpu is the host cost that the GPU did not hide. It prints a table, and writes JSON with --out.

@@ -77,7 +77,7 @@ def trace_config(config: dict[str, Any], tokens: list[int], dtype: str = "bfloat
     names the device): a prefill of one sequence of each token count above 1, and for a count of 1 one decode step
     of `batch` sequences against a static cache of `context` positions. In the order first met, without repeats."""
     from ..config import Options
-    from ..matchers import is_argus_op, rewrite
+    from ..graph import is_argus_op, rewrite
 
     dt = getattr(torch, dtype, None)
     if not isinstance(dt, torch.dtype):

@@ -37,7 +37,7 @@ _REPLAYS: dict[tuple, Any] = {}
 # call site + operand metadata -> what a call needs where its plan's launches replay: (recording, report name,
 # kernel source, FLOPs). The hot path of run_op. Dropped with the plans.
 _HOT: dict[tuple, tuple[Any, str, str, int]] = {}
-# while argus_inductor.inline records an op call: each launch recording made, (recording or None, why not,
+# while argus_inductor.graph.inline records an op call: each launch recording made, (recording or None, why not,
 # the tensors it replays on); calls neither replay nor reuse a recording then
 _CAPTURED: list[tuple[Any, str | None, list[Tensor]]] | None = None
 
@@ -216,7 +216,7 @@ def _launch(key: tuple, plan: Plan, target: str, kernel_fn: Callable[[Plan, str]
             inputs: list[Tensor]) -> Tensor:
     """The plan's host function on this call's operands: replayed from its recorded launches where this call site
     with this metadata was recorded before, recorded now on its first call (argus_inductor.runtime.replay)."""
-    capturing = _CAPTURED is not None  # argus_inductor.inline records afresh and keeps the recording itself
+    capturing = _CAPTURED is not None  # argus_inductor.graph.inline records afresh and keeps the recording itself
     if not capturing and not active_options().replay:
         return kernel_fn(plan, target)
     rec = False if capturing else _REPLAYS.get(key, False)

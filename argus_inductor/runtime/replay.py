@@ -47,7 +47,7 @@ Source = tuple
 
 
 @dataclass
-class _Alloc:
+class Alloc:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
@@ -68,7 +68,7 @@ _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device,
 
 
 @dataclass
-class _Launch:
+class Launch:
     kernel: CompiledKernel
     programs: int
     args: list[Source]
@@ -77,7 +77,7 @@ class _Launch:
 
 
 @dataclass
-class _Copy:
+class Copy:
     func: Any
     args: tuple                   # Sources, as a launch's
     kwargs: dict[str, Any]
@@ -88,12 +88,12 @@ class Recording:
     """The steps of one op call (allocations, copies, launches, in order), replayable on operands of the same
     metadata."""
 
-    def __init__(self, steps: list[_Alloc | _Copy | _Launch], result: Source,
+    def __init__(self, steps: list[Alloc | Copy | Launch], result: Source,
                  alignment: list[tuple[int, int, bool]]) -> None:
         self.steps, self.result = steps, result
         self.alignment = alignment  # (operand, byte offset, 16-byte aligned when recorded) of each launch argument
-        self.launches = [s for s in steps if isinstance(s, _Launch)]
-        self.allocs = [s for s in steps if isinstance(s, _Alloc)]
+        self.launches = [s for s in steps if isinstance(s, Launch)]
+        self.allocs = [s for s in steps if isinstance(s, Alloc)]
         self.direct = any(ln.launched is not None and ln.kernel.target in ("cuda", "hip") for ln in self.launches)
         # each launch's argument list with its constants in place, and where its tensors go: what a replay fills in
         self._slots = [_slots(ln) for ln in self.launches]
@@ -110,7 +110,7 @@ class Recording:
             stream = _raw_stream(inputs[0].device)
         slots = iter(self._slots)
         for step in self.steps:
-            if isinstance(step, _Launch):
+            if isinstance(step, Launch):
                 template, tensors, pointers = next(slots)
                 flat = list(template)
                 if stream is not None and pointers is not None:
@@ -120,28 +120,28 @@ class Recording:
                         flat[slot] = (inputs if from_input else bufs)[idx].data_ptr() + byte_offset
                 else:
                     for slot, src in tensors:
-                        flat[slot] = _view(src, inputs, bufs)
+                        flat[slot] = view_of(src, inputs, bufs)
                 step.kernel.launch_flat(flat, step.programs, step.launched, stream)
             else:
                 run_host_step(step, inputs, bufs)
-        return _view(self.result, inputs, bufs)
+        return view_of(self.result, inputs, bufs)
 
 
-def run_host_step(step: _Alloc | _Copy, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor],
-                  allocate: Callable[[_Alloc], torch.Tensor] | None = None) -> None:
+def run_host_step(step: Alloc | Copy, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor],
+                  allocate: Callable[[Alloc], torch.Tensor] | None = None) -> None:
     """A recorded allocation (through `allocate`, default _allocate) or copy on `inputs`; what it makes goes on
     `bufs`, where later steps' sources index it."""
-    if isinstance(step, _Alloc):
+    if isinstance(step, Alloc):
         b = (allocate or _allocate)(step)
         bufs.append(b if step.fill is None else b.fill_(step.fill))
         return
-    args = [a[1] if a[0] == "const" else _view(a, inputs, bufs) for a in step.args]
+    args = [a[1] if a[0] == "const" else view_of(a, inputs, bufs) for a in step.args]
     out = step.func(*args, **step.kwargs)
     if step.fresh:
         bufs.append(out)
 
 
-def _slots(launch: _Launch) -> tuple[list[Any], list[tuple[int, Source]], list[tuple[int, bool, int, int]] | None]:
+def _slots(launch: Launch) -> tuple[list[Any], list[tuple[int, Source]], list[tuple[int, bool, int, int]] | None]:
     """A launch's flat arguments with its constants in place and None for each tensor; each tensor's (slot,
     source); and each tensor's (slot, from an operand, index, byte offset) for launches that take addresses (None
     where the kernel must see tensors: one with descriptor loads picks its variant from their layouts)."""
@@ -179,7 +179,7 @@ def _no_launch_hooks() -> bool:
                for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
-def _allocate(step: _Alloc) -> torch.Tensor:
+def _allocate(step: Alloc) -> torch.Tensor:
     """A fresh buffer like the recorded one: through the allocator entry points Inductor's generated code calls
     (about half of torch.empty_strided's cost on the host) where torch has them and the buffer goes to the current
     device, torch.empty_strided otherwise."""
@@ -194,7 +194,7 @@ _GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
 _FAST_EMPTY = {kind: f for kind in ("cpu", "cuda") if (f := getattr(_GUARDS, f"_empty_strided_{kind}", None))}
 
 
-def _view(src: Source, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor]) -> torch.Tensor:
+def view_of(src: Source, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor]) -> torch.Tensor:
     base = inputs[src[1]] if src[0] == "in" else bufs[src[1]]
     off, shape, stride = src[2], src[3], src[4]
     if off == 0 and shape == base.shape and stride == base.stride():
@@ -238,7 +238,7 @@ class _Recorder(TorchDispatchMode):
     def __init__(self, inputs: Sequence[torch.Tensor]) -> None:
         super().__init__()
         self.inputs = list(inputs)
-        self.steps: list[_Alloc | _Copy | _Launch] = []
+        self.steps: list[Alloc | Copy | Launch] = []
         self.buffers: list[torch.Tensor] = []   # what each "buf" Source indexes: allocations and copies, in order
         self.alignment: list[tuple[int, int, bool]] = []
         self.why: str | None = None
@@ -258,7 +258,7 @@ class _Recorder(TorchDispatchMode):
             value = fill(args, kwargs)
             if not (value is None or type(value) in (int, float, bool)):
                 self.why = f"{func} fills with a {type(value).__name__}"
-            self.steps.append(_Alloc(tuple(out.shape), tuple(out.stride()), out.dtype, out.device, value))
+            self.steps.append(Alloc(tuple(out.shape), tuple(out.stride()), out.dtype, out.device, value))
             self.buffers.append(out)
         # a copy that writes, or one that made a new tensor (a .to() that converted nothing is a view, below)
         elif func in _COPIES and (_COPIES[func] or not _is_view(func, args, out)):
@@ -289,7 +289,7 @@ class _Recorder(TorchDispatchMode):
         if not writes and (not isinstance(out, torch.Tensor) or out.device != args[0].device):
             self.why = f"{func} moves a tensor to another device"
             return
-        self.steps.append(_Copy(func, tuple(srcs), dict(kwargs), not writes))
+        self.steps.append(Copy(func, tuple(srcs), dict(kwargs), not writes))
         if not writes:
             self.buffers.append(out)
 
@@ -334,7 +334,7 @@ class _Recorder(TorchDispatchMode):
                 self.why = f"{kernel.ir.name} takes a {type(a).__name__}"
                 return
         direct = launched if hasattr(launched, "function") and hasattr(launched, "packed_metadata") else None
-        self.steps.append(_Launch(kernel, programs, args, direct, itemsizes))
+        self.steps.append(Launch(kernel, programs, args, direct, itemsizes))
 
 
 def record(run: Callable[[], Any], inputs: Sequence[torch.Tensor]) -> tuple[Any, Recording | None, str | None]:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from argus_inductor import module_floats, ops
+from argus_inductor import ops
 from argus_inductor.config import Options
+from argus_inductor.graph import module_floats
 from argus_inductor.runtime import reporting as report_mod
 
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import argus_inductor
 from argus_inductor.config import Options
 from argus_inductor.demo import TinyLlama
-from argus_inductor.matchers import rewrite
+from argus_inductor.graph import rewrite
 from argus_inductor.runtime import reporting as report_mod
 from argus_inductor.runtime.signature import bucket, make_signature
 
@@ -195,7 +195,8 @@ def test_a_graph_whose_ops_were_all_inlined_takes_cuda_graphs_as_inductor_does(m
     the inlined launches and the backend compiles the graph with its ops."""
     import torch._inductor.compile_fx as cfx
 
-    from argus_inductor import backend, inline
+    from argus_inductor import backend
+    from argus_inductor.graph import inline
 
     from .graphs import capture
 
@@ -335,7 +336,7 @@ def test_a_bool_mask_is_converted_in_the_graph_once(fresh_cache, monkeypatch):
     assert conv.target is torch.where and conv.args[1:] == (0.0, -1e30)
     assert conv.args[0].meta["example_value"].dtype == torch.bool
     seen = []
-    real = ops.mask_operand
+    real = ops.attention.mask_operand
     monkeypatch.setattr(ops.attention, "mask_operand", lambda m, *a: seen.append(m.dtype) or real(m, *a))
     torch._dynamo.reset()
     report_mod.clear()
@@ -358,7 +359,7 @@ def test_decode_attention_splits_the_cache_where_the_heads_are_few(fresh_cache, 
     monkeypatch.setattr(attn_mod, "SPLIT_MIN_KEYS", 16)  # the interpreter's small cache: chunks of 16 keys
     monkeypatch.setattr(attn_mod, "SPLIT_TARGET_PROGRAMS", 8)
     ran = []
-    real = ops.attention_decode_split
+    real = ops.attention.attention_decode_split
     monkeypatch.setattr(ops.attention, "attention_decode_split", lambda *a, **kw: ran.append(real(*a, **kw)) or ran[-1])
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 64, 16), torch.randn(1, 2, 64, 16)
@@ -390,7 +391,7 @@ def test_inductor_cache_keys_carry_the_argus_code(fresh_cache, monkeypatch):
     from torch._inductor.utils import fresh_cache as fresh_inductor_cache
 
     from argus_inductor import backend
-    from argus_inductor import matchers as matchers_mod
+    from argus_inductor.graph import pipeline as matchers_mod
 
     assert backend.code_tag() == backend.code_tag() and len(backend.code_tag()) == 16
     w = torch.randn(24, 40)
@@ -403,7 +404,7 @@ def test_inductor_cache_keys_carry_the_argus_code(fresh_cache, monkeypatch):
     with fresh_inductor_cache(), torch._inductor.config.patch(fx_graph_cache=True):
         for tag in ("a" * 16, "a" * 16, "b" * 16):
             monkeypatch.setattr(backend, "code_tag", lambda tag=tag: tag)
-            monkeypatch.setattr(matchers_mod, "_GRAPH_IDS", itertools.count())  # node ids as in a fresh process
+            monkeypatch.setattr(matchers_mod, "GRAPH_IDS", itertools.count())  # node ids as in a fresh process
             torch._dynamo.reset()
             counters.clear()
             with torch.no_grad():

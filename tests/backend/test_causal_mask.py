@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from argus_inductor.causal_mask import proves_causal, size_only
+from argus_inductor.graph.causal_mask import proves_causal, size_only
 from argus_inductor.runtime import reporting as report_mod
 
 transformers = pytest.importorskip("transformers")

@@ -1,4 +1,4 @@
-"""Argus ops inlined as Triton launches (argus_inductor.inline): each op node with static operands is run once at
+"""Argus ops inlined as Triton launches (argus_inductor.graph.inline): each op node with static operands is run once at
 compile time on random operands of its metadata, and replaced by run_inlined, which re-issues the recorded
 allocations, copies and launches on the node's own operands. Here (no GPU) the kernels run under the interpreter
 and the rewritten graph runs as it is; on a GPU Inductor traces run_inlined into its own code. Every inlined
@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from argus_inductor import backend, inline, ops
+from argus_inductor import backend, ops
 from argus_inductor.config import Options
+from argus_inductor.graph import inline, rewrite
 from argus_inductor.kernels.rotary import rotate_half
-from argus_inductor.matchers import rewrite
 from argus_inductor.runtime import reporting
 
 from .graphs import capture

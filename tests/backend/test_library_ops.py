@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import argus_inductor  # noqa: F401  (registers backend="argus")
 from argus_inductor import ops
 from argus_inductor.config import Options
-from argus_inductor.matchers import rewrite
+from argus_inductor.graph import rewrite
 from argus_inductor.ops.library import LIBRARY, library_signature
 from argus_inductor.runtime import reporting as report_mod
 

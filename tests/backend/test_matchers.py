@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from argus_inductor.graph import rewrite
 from argus_inductor.kernels.rotary import rotate_half
-from argus_inductor.matchers import rewrite
 from argus_inductor.runtime import reporting as report_mod
 
 from .graphs import capture

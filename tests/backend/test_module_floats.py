@@ -1,4 +1,4 @@
-"""Floats read from nn.Module attributes become constants of an Argus graph (argus_inductor.module_floats):
+"""Floats read from nn.Module attributes become constants of an Argus graph (argus_inductor.graph.module_floats):
 Dynamo traces again with them specialized and guarded, so the compiled graph takes no scalar tensor for them and a
 changed value recompiles; floats passed as arguments stay inputs. Runs the kernels under the interpreter."""
 from __future__ import annotations
@@ -141,5 +141,5 @@ def test_a_module_float_is_guarded_by_an_equality_on_the_attribute(fresh_cache: 
              for p in entry.guard_manager.code_parts]
     assert "L['self'].shift == 0.25" in parts, [p for p in parts if "shift" in p]
     # the names are dropped when the frame's compile ends: another frame's `L['self'].shift` is its own
-    from argus_inductor import module_floats
+    from argus_inductor.graph import module_floats
     assert not module_floats._CONSTANT

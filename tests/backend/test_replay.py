@@ -11,7 +11,7 @@ import argus_inductor  # noqa: F401  (registers backend="argus")
 from argus_inductor import ops
 from argus_inductor.config import Options
 from argus_inductor.dsl import Policy, Tensor, arange, cdiv, constexpr, kernel, load, store, tile_grid
-from argus_inductor.matchers import rewrite
+from argus_inductor.graph import rewrite
 from argus_inductor.ops import dispatch
 from argus_inductor.runtime.replay import Recording, record
 
@@ -69,7 +69,7 @@ def test_copies_are_recorded_and_replayed_in_order():
     out, rec, why = record(run, [x, y])
     assert why is None, why
     kinds = [type(s).__name__ for s in rec.steps]
-    assert kinds == ["_Copy", "_Alloc", "_Copy", "_Alloc", "_Launch"], kinds
+    assert kinds == ["Copy", "Alloc", "Copy", "Alloc", "Launch"], kinds
     x2, y2 = torch.randn(6, 7), torch.randn(7, 6)
     torch.testing.assert_close(rec.replay([x2, y2]), 3 * x2 + y2.t())
 

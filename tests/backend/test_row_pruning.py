@@ -1,4 +1,4 @@
-"""Rows no output reads, not computed (argus_inductor.row_pruning): a prefill that returns its last position's
+"""Rows no output reads, not computed (argus_inductor.graph.row_pruning): a prefill that returns its last position's
 logits (logits_to_keep=1) runs its last layer's MLP or experts, output projection, attention queries and query
 projection on that position only, and its logits equal eager's; where every row is kept, or the slice is not of
 row-wise ops, the graph is left as it was."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.fx as fx
 
-from argus_inductor.row_pruning import prune_unread_rows
+from argus_inductor.graph.row_pruning import prune_unread_rows
 from argus_inductor.runtime import reporting as report_mod
 
 transformers = pytest.importorskip("transformers")

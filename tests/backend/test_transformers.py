@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import argus_inductor
-from argus_inductor.optimize import ArgusExperts
+from argus_inductor.graph.experts import ArgusExperts
 from argus_inductor.runtime import reporting as report_mod
 
 transformers = pytest.importorskip("transformers")

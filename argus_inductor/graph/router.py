@@ -12,11 +12,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .kernels.router import MAX_EXPERTS, MAX_TOP_K, router_reference
-from .library_match import _dims
-from .matchers import Match, _alive, _bind, _drop, _int, _is, _val
-from .ops.library import canonical_args
-from .runtime import reporting as report
+from ..kernels.router import MAX_EXPERTS, MAX_TOP_K, router_reference
+from ..ops.library import canonical_args
+from ..runtime import reporting as report
+from .patterns import Match, alive, as_int, bind, dims_arg, erase_unused, fake_value, is_call
 
 SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax}
 TOPK = {torch.topk, torch.Tensor.topk}
@@ -27,20 +26,20 @@ DIV = {operator.truediv, operator.itruediv, torch.div, torch.true_divide, torch.
 def _router(node: fx.Node) -> tuple[fx.Node, int, fx.Node | None, fx.Node | None, fx.Node | None] | None:
     """(logits, k, the values' use to replace, the experts' use to replace, the renormalizing division or None)
     when `node` is the top-k of a router's softmax; the nodes are topk's getitems or the division."""
-    if not _is(node, TOPK, ("topk",)):
+    if not is_call(node, TOPK, ("topk",)):
         return None
-    a = _bind(node, ["input", "k", "dim", "largest", "sorted"])
-    sm, k = a.get("input"), _int(a.get("k"))
-    if not _is(sm, SOFTMAX, ("softmax",)) or list(sm.users) != [node] or a.get("largest", True) is not True:
+    a = bind(node, ["input", "k", "dim", "largest", "sorted"])
+    sm, k = a.get("input"), as_int(a.get("k"))
+    if not is_call(sm, SOFTMAX, ("softmax",)) or list(sm.users) != [node] or a.get("largest", True) is not True:
         return None
-    s = _bind(sm, ["input", "dim", "_stacklevel", "dtype"] if sm.op == "call_function" else ["input", "dim"])
-    x, xv, sv = s.get("input"), _val(s.get("input")), _val(sm)
+    s = bind(sm, ["input", "dim", "_stacklevel", "dtype"] if sm.op == "call_function" else ["input", "dim"])
+    x, xv, sv = s.get("input"), fake_value(s.get("input")), fake_value(sm)
     if xv is None or sv is None or xv.dim() != 2 or not xv.is_floating_point() or sv.dtype != torch.float32:
         return None
-    e = _int(xv.shape[1])
+    e = as_int(xv.shape[1])
     if e is None or e > MAX_EXPERTS or k is None or not 1 <= k <= min(e, MAX_TOP_K):
         return None
-    if _dims(s.get("dim"), 2) != [1] or _dims(a.get("dim", -1), 2) != [1]:
+    if dims_arg(s.get("dim"), 2) != [1] or dims_arg(a.get("dim", -1), 2) != [1]:
         return None
     gets = {u.args[1]: u for u in node.users if u.op == "call_function" and u.target is operator.getitem}
     if len(gets) != len(node.users) or not gets:
@@ -48,12 +47,12 @@ def _router(node: fx.Node) -> tuple[fx.Node, int, fx.Node | None, fx.Node | None
     values, experts = gets.get(0), gets.get(1)
     div = None
     if values is not None and len(values.users) == 2:
-        sums = [u for u in values.users if _is(u, SUM, ("sum",))]
-        divs = [u for u in values.users if _is(u, DIV, ("div", "div_", "__truediv__", "__itruediv__"))]
+        sums = [u for u in values.users if is_call(u, SUM, ("sum",))]
+        divs = [u for u in values.users if is_call(u, DIV, ("div", "div_", "__truediv__", "__itruediv__"))]
         if len(sums) == 1 and len(divs) == 1:
-            sa = _bind(sums[0], ["input", "dim", "keepdim"])
+            sa = bind(sums[0], ["input", "dim", "keepdim"])
             d = divs[0]
-            if (sa.get("keepdim") is True and _dims(sa.get("dim"), 2) == [1] and list(sums[0].users) == [d]
+            if (sa.get("keepdim") is True and dims_arg(sa.get("dim"), 2) == [1] and list(sums[0].users) == [d]
                     and d.args[:2] == (values, sums[0]) and len(d.args) == 2 and not d.kwargs):
                 div = d
     return x, k, (div if div is not None else values), experts, div
@@ -63,7 +62,7 @@ def rewrite_routers(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
     """Rewrite every router top-k of the graph (outside autocast regions) into one router_topk call."""
     out = []
     for node in list(g.nodes):
-        if not _alive(node) or node in amp:
+        if not alive(node) or node in amp:
             continue
         found = _router(node)
         if found is None:
@@ -71,7 +70,7 @@ def rewrite_routers(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
         x, k, values, experts, div = found
         renorm = div is not None
         node_id = f"g{gid}:{node.name}"
-        xv = _val(x)
+        xv = fake_value(x)
         with xv.fake_mode:
             pv = router_reference(xv, k, renorm)
         with g.inserting_before(node):
@@ -94,7 +93,7 @@ def rewrite_routers(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
                 g.erase_node(ids)
         names = [n.name for n in (x, node, div) if n is not None]
         report.record_match(node_id, "moe", "router " + " -> ".join(names))
-        _drop(g, [n for n in (div, values, experts) if n is not None] + [node])
+        erase_unused(g, [n for n in (div, values, experts) if n is not None] + [node])
         out.append(Match("moe", names))
     return out
 

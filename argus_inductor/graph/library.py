@@ -14,51 +14,26 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .matchers import Match, _activation, _alive, _bind, _drop, _int, _is, _num, _val
-from .ops.library import LIBRARY, canonical_args
-from .runtime import reporting as report
+from ..ops.library import LIBRARY, canonical_args
+from ..runtime import reporting as report
+from .patterns import (
+    Match,
+    activation_of,
+    alive,
+    as_int,
+    as_num,
+    bind,
+    dims_arg,
+    erase_unused,
+    fake_value,
+    float_tensor,
+    int_list,
+    is_call,
+    torch_fns,
+)
 
 Found = tuple[str, list[Any], dict[str, Any], fx.Node, list[fx.Node]]  # name, tensor args, args, last node, nodes
 
-
-def _fns(*names: str, mod: Any = torch) -> set[Any]:
-    return {getattr(mod, n) for n in names if hasattr(mod, n)}
-
-
-def _float_tensor(n: Any) -> bool:
-    v = _val(n)
-    return v is not None and v.is_floating_point()
-
-
-def _static_shape(n: Any) -> tuple[int, ...] | None:
-    v = _val(n)
-    if v is None or not all(isinstance(s, int) for s in v.shape):
-        return None
-    return tuple(v.shape)
-
-
-def _ints(v: Any, n: int) -> list[int] | None:
-    """An int or a sequence of ints as a list of n ints (None when it is neither)."""
-    if _int(v) is not None:
-        return [v] * n
-    if isinstance(v, (list, tuple)) and all(_int(x) is not None for x in v):
-        if len(v) == 1:
-            return [v[0]] * n
-        return list(v) if len(v) == n else None
-    return None
-
-
-def _dims(d: Any, rank: int) -> list[int] | None:
-    """A dim argument as sorted non-negative dims; [] for 'all' is returned as None by the callers."""
-    if _int(d) is not None:
-        d = [d]
-    if not isinstance(d, (list, tuple)) or not d or not all(_int(x) is not None for x in d):
-        return None
-    out = sorted({x % rank for x in d})
-    return out if all(-rank <= x < rank for x in d) else None
-
-
-# --------------------------------------------------------------------------------------------- convolution
 
 _CONV = {**{f: (i + 1, False) for i, f in enumerate((torch.conv1d, torch.conv2d, torch.conv3d))},
          **{f: (i + 1, True) for i, f in enumerate((torch.conv_transpose1d, torch.conv_transpose2d,
@@ -71,23 +46,24 @@ def _match_conv(node: fx.Node) -> Found | None:
     if node.op != "call_function" or node.target not in _CONV:
         return None
     rank, transposed = _CONV[node.target]
-    a = _bind(node, _CONVT_ARGS if transposed else _CONV_ARGS)
+    a = bind(node, _CONVT_ARGS if transposed else _CONV_ARGS)
     x, w, b = a.get("input"), a.get("weight"), a.get("bias")
-    if not (_float_tensor(x) and _float_tensor(w)) or (b is not None and not _float_tensor(b)):
+    if not (float_tensor(x) and float_tensor(w)) or (b is not None and not float_tensor(b)):
         return None
-    if _val(x).dim() != rank + 2:  # unbatched input: leave it to Inductor
+    if fake_value(x).dim() != rank + 2:  # unbatched input: leave it to Inductor
         return None
     pad = a.get("padding", 0)
-    args: dict[str, Any] = {"stride": _ints(a.get("stride", 1), rank), "dilation": _ints(a.get("dilation", 1), rank),
-                            "padding": pad if isinstance(pad, str) and not transposed else _ints(pad, rank),
-                            "output_padding": _ints(a.get("output_padding", 0), rank),
-                            "groups": _int(a.get("groups", 1)), "transposed": transposed}
+    args: dict[str, Any] = {"stride": int_list(a.get("stride", 1), rank),
+                            "dilation": int_list(a.get("dilation", 1), rank),
+                            "padding": pad if isinstance(pad, str) and not transposed else int_list(pad, rank),
+                            "output_padding": int_list(a.get("output_padding", 0), rank),
+                            "groups": as_int(a.get("groups", 1)), "transposed": transposed}
     if any(v is None for v in args.values()):
         return None
     act, act_node = "none", None
     users = list(node.users)
     if len(users) == 1:
-        found = _activation(users[0])
+        found = activation_of(users[0])
         if found is not None and users[0].args and users[0].args[0] is node:
             act, act_node = found, users[0]
     args["activation"] = act
@@ -109,11 +85,11 @@ def _match_reduce(node: fx.Node) -> Found | None:
         kind = node.target
     else:
         return None
-    a = _bind(node, ["input", "dim", "keepdim"])
+    a = bind(node, ["input", "dim", "keepdim"])
     x = a.get("input")
-    if not _float_tensor(x) or a.get("dtype") is not None or "out" in a:
+    if not float_tensor(x) or a.get("dtype") is not None or "out" in a:
         return None
-    rank = _val(x).dim()
+    rank = fake_value(x).dim()
     if rank == 0:
         return None
     d = a.get("dim")
@@ -121,7 +97,7 @@ def _match_reduce(node: fx.Node) -> Found | None:
     if not isinstance(keepdim, bool):
         return None
     if kind in ("max", "min") and d is not None:  # torch.max(x, dim) -> (values, indices)
-        if _int(d) is None:
+        if as_int(d) is None:
             return None
         users = list(node.users)
         if not users or not all(u.op == "call_function" and u.target is operator.getitem and u.args[1] in (0, 1)
@@ -131,7 +107,7 @@ def _match_reduce(node: fx.Node) -> Found | None:
     if d is None or (kind in ("amax", "amin") and d in ((), [])):
         dims = None
     else:
-        dims = _dims(d, rank)
+        dims = dims_arg(d, rank)
         if dims is None:
             return None
     if kind == "prod" and dims is not None and len(dims) != 1:
@@ -155,11 +131,11 @@ def _along_dim(node: fx.Node, functions: dict[Any, Any], methods: dict[str, Any]
         what = methods[node.target]
     else:
         return None
-    a = _bind(node, ["input", "dim"])
+    a = bind(node, ["input", "dim"])
     x, d = a.get("input"), a.get("dim")
-    if not _float_tensor(x) or _int(d) is None or a.get("dtype") is not None or _val(x).dim() == 0:
+    if not float_tensor(x) or as_int(d) is None or a.get("dtype") is not None or fake_value(x).dim() == 0:
         return None
-    return what, x, d % _val(x).dim()
+    return what, x, d % fake_value(x).dim()
 
 
 def _match_softmax(node: fx.Node) -> Found | None:
@@ -173,7 +149,7 @@ def _match_softmax(node: fx.Node) -> Found | None:
 # ----------------------------------------------------------------------------------------- normalizations
 
 def _opt_tensor(n: Any) -> bool:
-    return n is None or _float_tensor(n)
+    return n is None or float_tensor(n)
 
 
 def _match_norm(node: fx.Node) -> Found | None:
@@ -181,43 +157,43 @@ def _match_norm(node: fx.Node) -> Found | None:
         return None
     t = node.target
     if t is F.layer_norm or t is torch.layer_norm:
-        a = _bind(node, ["input", "normalized_shape", "weight", "bias", "eps"])
+        a = bind(node, ["input", "normalized_shape", "weight", "bias", "eps"])
         shape = a.get("normalized_shape")
-        shape = [shape] if _int(shape) is not None else shape
-        if not isinstance(shape, (list, tuple)) or not all(_int(s) is not None for s in shape):
+        shape = [shape] if as_int(shape) is not None else shape
+        if not isinstance(shape, (list, tuple)) or not all(as_int(s) is not None for s in shape):
             return None
         x, w, b = a.get("input"), a.get("weight"), a.get("bias")
-        if _float_tensor(x) and _opt_tensor(w) and _opt_tensor(b):
+        if float_tensor(x) and _opt_tensor(w) and _opt_tensor(b):
             return "layer_norm", [x, w, b], {"shape": list(shape), "eps": float(a.get("eps", 1e-5))}, node, [node]
         return None
     if t is F.group_norm or t is torch.group_norm:
-        a = _bind(node, ["input", "num_groups", "weight", "bias", "eps"])
+        a = bind(node, ["input", "num_groups", "weight", "bias", "eps"])
         x, w, b = a.get("input"), a.get("weight"), a.get("bias")
-        if _float_tensor(x) and _opt_tensor(w) and _opt_tensor(b) and _int(a.get("num_groups")) is not None:
+        if float_tensor(x) and _opt_tensor(w) and _opt_tensor(b) and as_int(a.get("num_groups")) is not None:
             return "group_norm", [x, w, b], {"groups": a["num_groups"], "eps": float(a.get("eps", 1e-5))}, node, [node]
         return None
     if t is F.batch_norm or t is torch.batch_norm:
-        a = _bind(node, ["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"])
+        a = bind(node, ["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"])
         x, rm, rv, w, b = (a.get(k) for k in ("input", "running_mean", "running_var", "weight", "bias"))
-        if a.get("training", False) is not False or not (_float_tensor(rm) and _float_tensor(rv)):
+        if a.get("training", False) is not False or not (float_tensor(rm) and float_tensor(rv)):
             return None  # training mode updates the running statistics: Inductor's
-        if _float_tensor(x) and _opt_tensor(w) and _opt_tensor(b):
+        if float_tensor(x) and _opt_tensor(w) and _opt_tensor(b):
             return "batch_norm", [x, rm, rv, w, b], {"eps": float(a.get("eps", 1e-5))}, node, [node]
         return None
     if t is F.instance_norm or t is torch.instance_norm:
-        a = _bind(node, ["input", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum",
+        a = bind(node, ["input", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum",
                          "eps"])
         if a.get("running_mean") is not None or a.get("running_var") is not None:
             return None
         if a.get("use_input_stats", True) is not True:
             return None
         x, w, b = a.get("input"), a.get("weight"), a.get("bias")
-        if _float_tensor(x) and _opt_tensor(w) and _opt_tensor(b) and _val(x).dim() >= 3:
+        if float_tensor(x) and _opt_tensor(w) and _opt_tensor(b) and fake_value(x).dim() >= 3:
             return "instance_norm", [x, w, b], {"eps": float(a.get("eps", 1e-5))}, node, [node]
     return None
 
 
-_NORM_FNS = _fns("norm") | {torch.functional.norm, torch.linalg.vector_norm, torch.linalg.norm}
+_NORM_FNS = torch_fns("norm") | {torch.functional.norm, torch.linalg.vector_norm, torch.linalg.norm}
 _DIV = {operator.truediv, torch.div, torch.true_divide}
 
 
@@ -225,31 +201,31 @@ def _lp_of(x: fx.Node, n: Any) -> tuple[float, list[int] | None, list[fx.Node]] 
     """(p, dims, nodes) when `n` computes the Lp norm of x over dims (kept, or over everything)."""
     if not isinstance(n, fx.Node) or len(n.users) != 1:
         return None
-    rank = _val(x).dim()
+    rank = fake_value(x).dim()
     if (n.op == "call_function" and n.target in _NORM_FNS) or (n.op == "call_method" and n.target == "norm"):
         names = ["input", "ord", "dim", "keepdim"] if n.target is torch.linalg.vector_norm else \
             ["input", "p", "dim", "keepdim"]
-        a = _bind(n, names)
+        a = bind(n, names)
         if a.get("input") is not x or a.get("dtype") is not None:
             return None
         p = a.get("ord", a.get("p", 2 if n.target is not torch.linalg.norm else None))
-        p = 2.0 if p in ("fro", None) else _num(p)
+        p = 2.0 if p in ("fro", None) else as_num(p)
         if p not in (1.0, 2.0):
             return None
         d = a.get("dim")
         if d is None:
             return p, None, [n]
-        dims = _dims(d, rank)
+        dims = dims_arg(d, rank)
         return (p, dims, [n]) if dims is not None and a.get("keepdim") is True else None
-    if _is(n, {torch.sum}, ("sum",)):  # sum(abs(x), dim, keepdim=True): the L1 norm
-        a = _bind(n, ["input", "dim", "keepdim"])
+    if is_call(n, {torch.sum}, ("sum",)):  # sum(abs(x), dim, keepdim=True): the L1 norm
+        a = bind(n, ["input", "dim", "keepdim"])
         ab = a.get("input")
-        if not (_is(ab, {torch.abs}, ("abs",)) and ab.args[0] is x and len(ab.users) == 1):
+        if not (is_call(ab, {torch.abs}, ("abs",)) and ab.args[0] is x and len(ab.users) == 1):
             return None
         d = a.get("dim")
         if d is None:
             return 1.0, None, [n, ab]
-        dims = _dims(d, rank)
+        dims = dims_arg(d, rank)
         return (1.0, dims, [n, ab]) if dims is not None and a.get("keepdim") is True else None
     return None
 
@@ -258,7 +234,7 @@ def _match_lp(node: fx.Node) -> Found | None:
     if node.op != "call_function" or node.target not in _DIV or len(node.args) != 2 or node.kwargs:
         return None
     x, n = node.args
-    if not _float_tensor(x):
+    if not float_tensor(x):
         return None
     found = _lp_of(x, n)
     if found is None:
@@ -274,20 +250,20 @@ def _match_rms(node: fx.Node) -> Found | None:
         return None
     if node.target in (operator.mul, torch.mul):
         x, r = node.args
-        if not _is(r, {torch.rsqrt}, ("rsqrt",)):
+        if not is_call(r, {torch.rsqrt}, ("rsqrt",)):
             x, r = r, x
-        if not _is(r, {torch.rsqrt}, ("rsqrt",)):
+        if not is_call(r, {torch.rsqrt}, ("rsqrt",)):
             return None
     elif node.target in _DIV:
         x, r = node.args
-        if not _is(r, {torch.sqrt}, ("sqrt",)):
+        if not is_call(r, {torch.sqrt}, ("sqrt",)):
             return None
     else:
         return None
-    if not _float_tensor(x) or len(r.users) != 1:
+    if not float_tensor(x) or len(r.users) != 1:
         return None
     found = mean_square(r.args[0], x)
-    if found is None or _num(found[0]) is None:
+    if found is None or as_num(found[0]) is None:
         return None
     eps, dims, (add, mean, sq) = found
     nodes = [node, r, add, mean, sq]
@@ -305,20 +281,20 @@ def mean_square(add: Any, x: fx.Node, adds: tuple[str, ...] = ("add",)
     x ** 2 or x * x, each node used once; eps is the add's other operand as it stands (a number, or a node the
     caller takes or refuses). `adds`: the add methods taken besides torch.add and +. The statistics of an RMS
     norm: _match_rms's, and norm_match's transformers form."""
-    if _val(x) is None or not (_is(add, {operator.add, torch.add}, adds) and len(add.users) == 1
+    if fake_value(x) is None or not (is_call(add, {operator.add, torch.add}, adds) and len(add.users) == 1
                                and len(add.args) == 2):
         return None
     for mean, eps in (add.args, add.args[::-1]):
-        if not (_is(mean, {torch.mean}, ("mean",)) and len(mean.users) == 1):
+        if not (is_call(mean, {torch.mean}, ("mean",)) and len(mean.users) == 1):
             continue
-        a = _bind(mean, ["input", "dim", "keepdim"])
+        a = bind(mean, ["input", "dim", "keepdim"])
         sq = a.get("input")
         if a.get("keepdim") is not True or not isinstance(sq, fx.Node) or len(sq.users) != 1:
             continue
-        if not ((_is(sq, {torch.pow, operator.pow}, ("pow",)) and sq.args[0] is x and _num(sq.args[1]) == 2.0)
-                or (_is(sq, {operator.mul, torch.mul}, ("mul",)) and sq.args[0] is x and sq.args[1] is x)):
+        if not ((is_call(sq, {torch.pow, operator.pow}, ("pow",)) and sq.args[0] is x and as_num(sq.args[1]) == 2.0)
+                or (is_call(sq, {operator.mul, torch.mul}, ("mul",)) and sq.args[0] is x and sq.args[1] is x)):
             continue
-        dims = _dims(a.get("dim"), _val(x).dim())
+        dims = dims_arg(a.get("dim"), fake_value(x).dim())
         if dims is not None:
             return eps, dims, [add, mean, sq]
     return None
@@ -331,12 +307,12 @@ def _rms_weight(node: fx.Node, x: fx.Node, dims: list[int]) -> tuple[fx.Node, fx
     if len(node.users) != 1:
         return None
     (mul,) = node.users
-    if not (_is(mul, {operator.mul, torch.mul}, ("mul",)) and len(mul.args) == 2 and not mul.kwargs):
+    if not (is_call(mul, {operator.mul, torch.mul}, ("mul",)) and len(mul.args) == 2 and not mul.kwargs):
         return None
     w = mul.args[1] if mul.args[0] is node else mul.args[0]
-    if w is node or not _float_tensor(w):
+    if w is node or not float_tensor(w):
         return None
-    xv, wv = _val(x), _val(w)
+    xv, wv = fake_value(x), fake_value(w)
     rank = xv.dim()
     if sorted(dims) != list(range(rank - len(dims), rank)) or wv.dtype != xv.dtype:
         return None
@@ -352,12 +328,12 @@ _SCANS = {torch.cumsum: "sum", torch.cumprod: "prod", torch.Tensor.cumsum: "sum"
 
 def _flip_of(n: Any, d: int, rank: int) -> Any:
     """The input of flip(input, [d]) when n is that flip, else None."""
-    if not _is(n, {torch.flip}, ("flip",)):
+    if not is_call(n, {torch.flip}, ("flip",)):
         return None
     dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dims")
     if isinstance(dims, int):
         dims = [dims]
-    if isinstance(dims, (list, tuple)) and len(dims) == 1 and _int(dims[0]) is not None and dims[0] % rank == d:
+    if isinstance(dims, (list, tuple)) and len(dims) == 1 and as_int(dims[0]) is not None and dims[0] % rank == d:
         return n.args[0]
     return None
 
@@ -367,7 +343,7 @@ def _match_scan(node: fx.Node) -> Found | None:
     if found is None:
         return None
     kind, x, d = found
-    rank = _val(x).dim()
+    rank = fake_value(x).dim()
     nodes, last, reverse = [node], node, False
     inner = _flip_of(x, d, rank)
     users = list(node.users)
@@ -375,10 +351,10 @@ def _match_scan(node: fx.Node) -> Found | None:
         nodes, last, reverse = [users[0], node, x], users[0], True
         x = inner
     mask = None  # cumsum(x * mask): a masked-out element adds 0, the identity (for a product it would not be)
-    if kind == "sum" and _is(x, {operator.mul, torch.mul}, ("mul",)) and len(x.users) == 1 and len(x.args) == 2:
+    if kind == "sum" and is_call(x, {operator.mul, torch.mul}, ("mul",)) and len(x.users) == 1 and len(x.args) == 2:
         u, v = x.args
         for val, m in ((u, v), (v, u)):
-            mv, vv = _val(m), _val(val)
+            mv, vv = fake_value(m), fake_value(val)
             if mv is not None and vv is not None and mv.dtype == torch.bool and vv.is_floating_point() \
                     and tuple(mv.shape) == tuple(vv.shape):
                 nodes.append(x)
@@ -405,33 +381,33 @@ def _match_pool(node: fx.Node) -> Found | None:
         names = ["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"] \
             if t in _MAXPOOL else ["input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
                                    "divisor_override"]
-        a = _bind(node, names)
+        a = bind(node, names)
         x = a.get("input")
-        if not _float_tensor(x) or _val(x).dim() != rank + 2 or a.get("return_indices", False):
+        if not float_tensor(x) or fake_value(x).dim() != rank + 2 or a.get("return_indices", False):
             return None
-        k = _ints(a.get("kernel_size"), rank)
+        k = int_list(a.get("kernel_size"), rank)
         s = a.get("stride")
-        s = k if s is None or s == [] or s == () else _ints(s, rank)
+        s = k if s is None or s == [] or s == () else int_list(s, rank)
         args: dict[str, Any] = {"rank": rank, "kernel_size": k, "stride": s,
-                                "padding": _ints(a.get("padding", 0), rank),
+                                "padding": int_list(a.get("padding", 0), rank),
                                 "ceil_mode": bool(a.get("ceil_mode", False))}
         if t in _MAXPOOL:
-            args["dilation"] = _ints(a.get("dilation", 1), rank)
+            args["dilation"] = int_list(a.get("dilation", 1), rank)
         else:
             args["count_include_pad"] = bool(a.get("count_include_pad", True))
             div = a.get("divisor_override")
-            args["divisor_override"] = div if _int(div) is not None else None
-            if div is not None and _int(div) is None:
+            args["divisor_override"] = div if as_int(div) is not None else None
+            if div is not None and as_int(div) is None:
                 return None
         if any(v is None for key, v in args.items() if key != "divisor_override"):
             return None
         return ("max_pool" if t in _MAXPOOL else "avg_pool"), [x], args, node, [node]
     if t in _ADAPTIVE:
         rank = _ADAPTIVE[t]
-        a = _bind(node, ["input", "output_size"])
+        a = bind(node, ["input", "output_size"])
         x = a.get("input")
-        out = _ints(a.get("output_size"), rank)
-        if not _float_tensor(x) or _val(x).dim() != rank + 2 or out is None:
+        out = int_list(a.get("output_size"), rank)
+        if not float_tensor(x) or fake_value(x).dim() != rank + 2 or out is None:
             return None
         return "adaptive_avg_pool", [x], {"rank": rank, "output_size": out}, node, [node]
     return None
@@ -459,7 +435,7 @@ _LOSS_TENSORS = {"input", "target", "anchor", "positive", "negative"}
 
 
 def _same_float_shapes(*ns: Any) -> bool:
-    vs = [_val(n) for n in ns]
+    vs = [fake_value(n) for n in ns]
     return all(v is not None and v.is_floating_point() and tuple(v.shape) == tuple(vs[0].shape) for v in vs)
 
 
@@ -467,7 +443,7 @@ def _match_loss_fn(node: fx.Node) -> Found | None:
     if node.op != "call_function" or node.target not in _LOSS_FNS:
         return None
     name, names, defaults = _LOSS_FNS[node.target]
-    a = _bind(node, names)
+    a = bind(node, names)
     if a.get("size_average") is not None or a.get("reduce") is not None or a.get("weight") is not None \
             or a.get("label_smoothing", 0.0) not in (0, 0.0):
         return None
@@ -480,18 +456,18 @@ def _match_loss_fn(node: fx.Node) -> Found | None:
         if isinstance(d, bool):
             if not isinstance(v, bool):
                 return None
-        elif _num(v) is None:
+        elif as_num(v) is None:
             return None
         args[k] = v if isinstance(d, int) else float(v)  # bool and int defaults keep their type
     tensors = [a.get(k) for k in names if k in _LOSS_TENSORS]
     if name in ("cross_entropy", "nll_loss"):
         x, t = tensors
-        xv, tv = _val(x), _val(t)
+        xv, tv = fake_value(x), fake_value(t)
         if xv is None or tv is None or not xv.is_floating_point() or xv.dim() != 2 or tv.dtype != torch.int64 \
                 or tv.dim() != 1:
             return None
     elif name == "triplet_margin_loss":
-        if not _same_float_shapes(*tensors) or _val(tensors[0]).dim() != 2:
+        if not _same_float_shapes(*tensors) or fake_value(tensors[0]).dim() != 2:
             return None
     elif not _same_float_shapes(*tensors):
         return None
@@ -500,7 +476,7 @@ def _match_loss_fn(node: fx.Node) -> Found | None:
 
 def _mean_of(node: fx.Node) -> Any:
     """The input of mean(x) over everything (torch.mean(x) or x.mean())."""
-    if _is(node, {torch.mean}, ("mean",)) and len(node.args) == 1 and not node.kwargs:
+    if is_call(node, {torch.mean}, ("mean",)) and len(node.args) == 1 and not node.kwargs:
         return node.args[0]
     return None
 
@@ -512,29 +488,31 @@ def _match_loss_pattern(node: fx.Node) -> Found | None:
     if not isinstance(inner, fx.Node) or len(inner.users) != 1:
         return None
     one = {operator.sub, torch.sub}
-    if _is(inner, {torch.pow, operator.pow}, ("pow",)) and _num(inner.args[1]) == 2.0:
+    if is_call(inner, {torch.pow, operator.pow}, ("pow",)) and as_num(inner.args[1]) == 2.0:
         d = inner.args[0]
-        if _is(d, one, ("sub",)) and len(d.users) == 1 and _same_float_shapes(*d.args[:2]):
+        if is_call(d, one, ("sub",)) and len(d.users) == 1 and _same_float_shapes(*d.args[:2]):
             return "loss", [d.args[0], d.args[1], None], {"fn": "mse_loss", "reduction": "mean"}, node, [node, inner, d]
-    if _is(inner, {torch.abs}, ("abs",)):
+    if is_call(inner, {torch.abs}, ("abs",)):
         d = inner.args[0]
-        if _is(d, one, ("sub",)) and len(d.users) == 1 and _same_float_shapes(*d.args[:2]):
+        if is_call(d, one, ("sub",)) and len(d.users) == 1 and _same_float_shapes(*d.args[:2]):
             return "loss", [d.args[0], d.args[1], None], {"fn": "l1_loss", "reduction": "mean"}, node, [node, inner, d]
-    if _is(inner, {torch.clamp, torch.clamp_min}, ("clamp", "clamp_min")):
+    if is_call(inner, {torch.clamp, torch.clamp_min}, ("clamp", "clamp_min")):
         lo = inner.kwargs.get("min", inner.args[1] if len(inner.args) > 1 else None)
         hi = inner.kwargs.get("max", inner.args[2] if len(inner.args) > 2 else None)
         d = inner.args[0]
-        if _num(lo) == 0.0 and hi is None and _is(d, one, ("sub",)) and _num(d.args[0]) == 1.0 and len(d.users) == 1:
+        one_minus = is_call(d, one, ("sub",)) and as_num(d.args[0]) == 1.0 and len(d.users) == 1
+        if as_num(lo) == 0.0 and hi is None and one_minus:
             m = d.args[1]
-            if _is(m, {operator.mul, torch.mul}, ("mul",)) and len(m.users) == 1 and _same_float_shapes(*m.args[:2]):
+            if (is_call(m, {operator.mul, torch.mul}, ("mul",)) and len(m.users) == 1
+                    and _same_float_shapes(*m.args[:2])):
                 return ("loss", [m.args[0], m.args[1], None], {"fn": "hinge_loss", "reduction": "mean"}, node,
                         [node, inner, d, m])
-    if _is(inner, one, ("sub",)) and _num(inner.args[0]) == 1.0:
+    if is_call(inner, one, ("sub",)) and as_num(inner.args[0]) == 1.0:
         c = inner.args[1]
-        if _is(c, {torch.cosine_similarity, F.cosine_similarity}) and len(c.users) == 1:
-            a = _bind(c, ["x1", "x2", "dim", "eps"])
-            if _same_float_shapes(a.get("x1"), a.get("x2")) and _int(a.get("dim", 1)) is not None:
-                rank = _val(a["x1"]).dim()
+        if is_call(c, {torch.cosine_similarity, F.cosine_similarity}) and len(c.users) == 1:
+            a = bind(c, ["x1", "x2", "dim", "eps"])
+            if _same_float_shapes(a.get("x1"), a.get("x2")) and as_int(a.get("dim", 1)) is not None:
+                rank = fake_value(a["x1"]).dim()
                 args = {"fn": "cosine_similarity_loss", "reduction": "mean", "dim": a.get("dim", 1) % rank,
                         "eps": float(a.get("eps", 1e-8))}
                 return "loss", [a["x1"], a["x2"], None], args, node, [node, inner, c]
@@ -553,7 +531,7 @@ MATCHERS: dict[str, list[Callable[[fx.Node], Found | None]]] = {
 }
 
 
-def _emit(g: fx.Graph, gid: int, found: Found) -> Match:
+def emit(g: fx.Graph, gid: int, found: Found) -> Match:
     name, tensors, args, last, nodes = found
     node_id = f"g{gid}:{last.name}"
     if name == "max_pair":  # torch.max(x, dim): values and/or indices, each a reduce call
@@ -568,7 +546,7 @@ def _emit(g: fx.Graph, gid: int, found: Found) -> Match:
             u.replace_all_uses_with(new)
             g.erase_node(u)
             report.record_match(f"{node_id}.{u.args[1]}", "reduce", f"{node.name}[{u.args[1]}]")
-        _drop(g, [node])
+        erase_unused(g, [node])
         return Match("reduce", [node.name])
     with g.inserting_before(last):
         new = g.call_function(torch.ops.argus.library.default, (name, tensors, canonical_args(args), node_id))
@@ -576,7 +554,7 @@ def _emit(g: fx.Graph, gid: int, found: Found) -> Match:
     last.replace_all_uses_with(new)
     names = [n.name for n in reversed(nodes)]
     report.record_match(node_id, name if name.endswith("_chain") else LIBRARY[name].kind, " -> ".join(names))
-    _drop(g, [n for n in nodes if _alive(n) and not n.users])
+    erase_unused(g, [n for n in nodes if alive(n) and not n.users])
     return Match(LIBRARY[name].kind, names)
 
 
@@ -593,16 +571,12 @@ def rewrite_library(g: fx.Graph, gid: int, enabled: tuple[str, ...], amp: set[fx
             continue
         for fn in fns:
             for node in list(g.nodes):
-                if not _alive(node) or node.op not in ("call_function", "call_method") or node in amp:
+                if not alive(node) or node.op not in ("call_function", "call_method") or node in amp:
                     continue
                 found = fn(node)
-                if (found is not None and all(_alive(n) for n in found[4]) and not amp.intersection(found[4])
+                if (found is not None and all(alive(n) for n in found[4]) and not amp.intersection(found[4])
                         and _self_contained(found)):
-                    matches.append(_emit(g, gid, found))
-    if "pointwise" in enabled:
-        from .chain_match import match_pointwise
-
-        matches += match_pointwise(g, gid)
+                    matches.append(emit(g, gid, found))
     return matches
 
 

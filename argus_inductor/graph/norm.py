@@ -21,11 +21,11 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .kernels.rms_rounded import MAX_ROWS, embedding_rms_norm_reference
-from .library_match import mean_square
-from .matchers import Match, _alive, _drop, _int, _is, _num, _val, is_argus_op
-from .ops import library as library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
-from .runtime import reporting as report
+from ..kernels.rms_rounded import MAX_ROWS, embedding_rms_norm_reference
+from ..ops import library as library_ops  # noqa: F401  (registers torch.ops.argus.rms_norm)
+from ..runtime import reporting as report
+from .library import mean_square
+from .patterns import Match, alive, as_int, as_num, erase_unused, fake_value, is_argus_op, is_call
 
 MUL = {operator.mul, torch.mul}
 VIEWS = {operator.getitem}
@@ -52,7 +52,7 @@ def _feeds_argus(n: fx.Node, depth: int = 2) -> bool:
     for u in n.users:
         if is_argus_op(u):
             continue
-        if depth and (_is(u, VIEWS, VIEW_METHODS)) and u.args and u.args[0] is n and _feeds_argus(u, depth - 1):
+        if depth and (is_call(u, VIEWS, VIEW_METHODS)) and u.args and u.args[0] is n and _feeds_argus(u, depth - 1):
             continue
         return False
     return bool(n.users)
@@ -60,22 +60,22 @@ def _feeds_argus(n: fx.Node, depth: int = 2) -> bool:
 
 def _match(out: fx.Node) -> tuple[fx.Node, fx.Node, object, list[fx.Node]] | None:
     """(x, weight, eps: a number or the .item() of a float tensor, the nodes) when `out` is the norm."""
-    if not _is(out, MUL) or len(out.args) != 2 or out.kwargs:
+    if not is_call(out, MUL) or len(out.args) != 2 or out.kwargs:
         return None
     for w, cast in (out.args, reversed(out.args)):
-        wv = _val(w)
+        wv = fake_value(w)
         if wv is None or not isinstance(cast, fx.Node) or wv.dim() != 1:
             continue
         y32 = _cast(cast)
-        if y32 is None or not _is(y32, MUL) or len(y32.args) != 2 or len(y32.users) != 1 or len(cast.users) != 1:
+        if y32 is None or not is_call(y32, MUL) or len(y32.args) != 2 or len(y32.users) != 1 or len(cast.users) != 1:
             continue
         for x32, r in (y32.args, reversed(y32.args)):
             found = _rest(x32, r)
             if found is None:
                 continue
             x, eps, nodes = found
-            xv = _val(x)
-            if xv is None or _val(cast).dtype != xv.dtype or wv.dtype != xv.dtype:
+            xv = fake_value(x)
+            if xv is None or fake_value(cast).dtype != xv.dtype or wv.dtype != xv.dtype:
                 continue
             if tuple(wv.shape) != (xv.shape[-1],):
                 continue
@@ -86,20 +86,20 @@ def _match(out: fx.Node) -> tuple[fx.Node, fx.Node, object, list[fx.Node]] | Non
 def _rest(x32: object, r: object) -> tuple[fx.Node, object, list[fx.Node]] | None:
     """(x, eps, the nodes the match replaces) when r = rsqrt(mean(x32^2, -1, keepdim=True) + eps) and
     x32 = x.to(float32) (the statistics: library_match.mean_square)."""
-    if not (_is(r, {torch.rsqrt}, ("rsqrt",)) and len(r.users) == 1):
+    if not (is_call(r, {torch.rsqrt}, ("rsqrt",)) and len(r.users) == 1):
         return None
     x = _cast(x32, torch.float32)
     if x is None or len(x32.users) != 2:
         return None
     found = mean_square(r.args[0], x32, adds=())
-    if found is None or found[1] != [_val(x32).dim() - 1]:
+    if found is None or found[1] != [fake_value(x32).dim() - 1]:
         return None
     eps, _, stats = found
     nodes = [r, *stats, x32]
-    if _num(eps) is not None:
+    if as_num(eps) is not None:
         return x, float(eps), nodes
     if isinstance(eps, fx.Node) and eps.op == "call_method" and eps.target == "item":
-        sv = _val(eps.args[0])
+        sv = fake_value(eps.args[0])
         if sv is not None and sv.numel() == 1 and sv.is_floating_point():
             return x, eps, nodes
     return None
@@ -109,15 +109,15 @@ def rewrite_decode_norms(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match
     """Rewrite each RMSNorm of the graph that sits between Argus ops at a few static rows."""
     out = []
     for node in list(g.nodes):
-        if not _alive(node) or node in amp:
+        if not alive(node) or node in amp:
             continue
         found = _match(node)
         if found is None:
             continue
         x, w, eps, nodes = found
-        xv = _val(x)
+        xv = fake_value(x)
         emb = _embedding(x)
-        if not (is_argus_op(x) or emb) or any(_int(s) is None for s in xv.shape) or xv.dim() < 1:
+        if not (is_argus_op(x) or emb) or any(as_int(s) is None for s in xv.shape) or xv.dim() < 1:
             continue
         if math.prod(int(s) for s in xv.shape[:-1]) > MAX_ROWS or not _feeds_argus(node) or amp.intersection(nodes):
             continue
@@ -132,7 +132,7 @@ def rewrite_decode_norms(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match
         node.replace_all_uses_with(new)
         names = [n.name for n in reversed(nodes)]
         report.record_match(node_id, "gemm", "rms_norm " + " -> ".join(names))
-        _drop(g, nodes)
+        erase_unused(g, nodes)
         out.append(Match("gemm", names))
     return out
 
@@ -145,7 +145,7 @@ def _embedding(x: fx.Node) -> tuple[fx.Node, fx.Node] | None:
     names = ("input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
     bound = dict(zip(names, x.args)) | dict(x.kwargs)
     ids, table = bound.get("input"), bound.get("weight")
-    iv, tv, xv = _val(ids), _val(table), _val(x)
+    iv, tv, xv = fake_value(ids), fake_value(table), fake_value(x)
     if bound.get("max_norm") is not None or iv is None or tv is None or xv is None:
         return None
     if iv.dtype not in (torch.int32, torch.int64) or tv.dim() != 2 or tv.dtype != xv.dtype:
@@ -161,8 +161,8 @@ def _rewrite_embedding_norm(g: fx.Graph, node: fx.Node, x: fx.Node, emb: tuple[f
     if any(order[u] < order[node] for u in x.users if u not in nodes):
         return False
     ids, table = emb
-    with _val(x).fake_mode:  # shapes and dtypes only (eps may be a SymFloat's .item() node)
-        pv = embedding_rms_norm_reference(_val(ids), _val(table), _val(w), 1e-6)
+    with fake_value(x).fake_mode:  # shapes and dtypes only (eps may be a SymFloat's .item() node)
+        pv = embedding_rms_norm_reference(fake_value(ids), fake_value(table), fake_value(w), 1e-6)
     with g.inserting_before(node):
         packed = g.call_function(torch.ops.argus.embedding_rms_norm.default, (ids, table, w, eps, node_id))
         rows = g.call_function(operator.getitem, (packed, 0))
@@ -172,7 +172,7 @@ def _rewrite_embedding_norm(g: fx.Graph, node: fx.Node, x: fx.Node, emb: tuple[f
         new.meta["example_value"] = val
     node.replace_all_uses_with(normed)
     names = [x.name] + [n.name for n in reversed(nodes)]
-    _drop(g, nodes)
+    erase_unused(g, nodes)
     x.replace_all_uses_with(rows)
     g.erase_node(x)
     report.record_match(node_id, "gemm", "embedding_rms_norm " + " -> ".join(names))

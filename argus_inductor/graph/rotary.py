@@ -22,11 +22,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .kernels.rotary import MAX_WIDTH, rope_cache_problem, rotary_reference
-from .library_match import _dims
-from .matchers import ADD, MUL, Match, _alive, _bind, _drop, _int, _is, _known_eq, _val
-from .ops.library import canonical_args
-from .runtime import reporting as report
+from ..kernels.rotary import MAX_WIDTH, rope_cache_problem, rotary_reference
+from ..ops.library import canonical_args
+from ..runtime import reporting as report
+from .patterns import ADD, MUL, Match, alive, as_int, bind, dims_arg, erase_unused, fake_value, is_call, known_eq
 
 log = logging.getLogger("argus_inductor")
 CAT = {torch.cat, torch.concat, torch.concatenate}
@@ -42,23 +41,23 @@ DECODE_ROWS = 16
 def _angles(node: fx.Node) -> bool:
     """Whether `node` is cat((f, f), dim=-1) of float32 angles with a static last dim of at most MAX_WIDTH, more
     than DECODE_ROWS rows of them (or a number unknown at compile time: a prefill of any length)."""
-    if not _is(node, CAT, ("cat",)):
+    if not is_call(node, CAT, ("cat",)):
         return False
-    a = _bind(node, ["tensors", "dim"])
-    parts, v = a.get("tensors"), _val(node)
+    a = bind(node, ["tensors", "dim"])
+    parts, v = a.get("tensors"), fake_value(node)
     if not isinstance(parts, (list, tuple)) or len(parts) != 2 or parts[0] is not parts[1] or v is None:
         return False
-    width = _int(v.shape[-1]) if v.dim() >= 1 else None
-    lead = [_int(d) for d in v.shape[:-1]]
+    width = as_int(v.shape[-1]) if v.dim() >= 1 else None
+    lead = [as_int(d) for d in v.shape[:-1]]
     if None not in lead and math.prod(lead) <= DECODE_ROWS:
         return False
     return (v.dtype == torch.float32 and width is not None and 1 <= width <= MAX_WIDTH
-            and _dims(a.get("dim", 0), v.dim()) == [v.dim() - 1])
+            and dims_arg(a.get("dim", 0), v.dim()) == [v.dim() - 1])
 
 
 def _trig(emb: fx.Node, ops: set, name: str) -> fx.Node | None:
     """The one `name` (cos or sin) of `emb` among its users, taking nothing else."""
-    found = [u for u in emb.users if _is(u, ops, (name,)) and tuple(u.args) == (emb,) and not u.kwargs]
+    found = [u for u in emb.users if is_call(u, ops, (name,)) and tuple(u.args) == (emb,) and not u.kwargs]
     return found[0] if len(found) == 1 else None
 
 
@@ -66,13 +65,13 @@ def rewrite_rotary_tables(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Matc
     """Rewrite each cos/sin pair of rotary angles (outside autocast regions) into one rotary_table call."""
     out = []
     for emb in list(g.nodes):
-        if not _alive(emb) or emb in amp or not _angles(emb):
+        if not alive(emb) or emb in amp or not _angles(emb):
             continue
         cos, sin = _trig(emb, COS, "cos"), _trig(emb, SIN, "sin")
         if cos is None or sin is None or cos in amp or sin in amp:
             continue
         node_id = f"g{gid}:{cos.name}"
-        ev = _val(emb)
+        ev = fake_value(emb)
         with ev.fake_mode:
             pv = rotary_reference(ev)
         with g.inserting_before(emb.next):  # right after emb: before both cos and sin, which read it
@@ -87,7 +86,7 @@ def rewrite_rotary_tables(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Matc
         sin.replace_all_uses_with(sin_t)
         names = [emb.name, cos.name, sin.name]
         report.record_match(node_id, "rotary", "table " + " -> ".join(names))  # shown apart from attention ops
-        _drop(g, [cos, sin])
+        erase_unused(g, [cos, sin])
         out.append(Match("attention", names))
     return out
 
@@ -96,14 +95,14 @@ def rewrite_rotary_tables(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Matc
 
 
 def _factors(node: fx.Node) -> tuple[Any, Any] | None:
-    if not _is(node, MUL, ("mul",)) or len(node.args) != 2 or node.kwargs:
+    if not is_call(node, MUL, ("mul",)) or len(node.args) != 2 or node.kwargs:
         return None
     return node.args[0], node.args[1]
 
 
 def _half(node: Any, x: fx.Node, first: bool, half: int) -> bool:
     """Whether `node` is x[..., :half] (first) or x[..., half:]."""
-    if not _is(node, {operator.getitem}) or node.args[0] is not x:
+    if not is_call(node, {operator.getitem}) or node.args[0] is not x:
         return False
     idx = node.args[1]
     if not isinstance(idx, tuple) or len(idx) != 2 or idx[0] is not Ellipsis or not isinstance(idx[1], slice):
@@ -115,14 +114,14 @@ def _half(node: Any, x: fx.Node, first: bool, half: int) -> bool:
 
 def _rotate_half_of(node: Any, half: int) -> fx.Node | None:
     """x where `node` is cat((-x[..., half:], x[..., :half]), dim=-1)."""
-    if not _is(node, CAT, ("cat",)):
+    if not is_call(node, CAT, ("cat",)):
         return None
-    a = _bind(node, ["tensors", "dim"])
+    a = bind(node, ["tensors", "dim"])
     parts, dim = a.get("tensors"), a.get("dim", 0)
     if not isinstance(parts, (list, tuple)) or len(parts) != 2 or dim not in (-1, 3):
         return None
     neg, first = parts
-    if not _is(neg, NEG, ("neg",)) or len(neg.args) != 1 or not isinstance(first, fx.Node):
+    if not is_call(neg, NEG, ("neg",)) or len(neg.args) != 1 or not isinstance(first, fx.Node):
         return None
     x = first.args[0] if first.args else None
     if not isinstance(x, fx.Node) or not _half(first, x, True, half) or not _half(neg.args[0], x, False, half):
@@ -132,10 +131,10 @@ def _rotate_half_of(node: Any, half: int) -> fx.Node | None:
 
 def _rope_of(node: Any) -> tuple[fx.Node, fx.Node, fx.Node] | None:
     """(x, cos, sin) where `node` is x * cos + rotate_half(x) * sin (the products in either order)."""
-    if not _is(node, ADD, ("add",)) or len(node.args) != 2 or node.kwargs:
+    if not is_call(node, ADD, ("add",)) or len(node.args) != 2 or node.kwargs:
         return None
-    v = _val(node)
-    width = _int(v.shape[-1]) if v is not None and v.dim() == 4 else None
+    v = fake_value(node)
+    width = as_int(v.shape[-1]) if v is not None and v.dim() == 4 else None
     if width is None or width % 2:
         return None
     for plain, rotated in (node.args, node.args[::-1]):
@@ -158,7 +157,7 @@ def _cache_write(node: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
     """(cache, position, value) where `node` is cache.index_copy_(2, position, value), its result unused."""
     if node.op != "call_method" or node.target != "index_copy_" or node.users:
         return None
-    a = _bind(node, ["self", "dim", "index", "source"])
+    a = bind(node, ["self", "dim", "index", "source"])
     cache, index, value = a.get("self"), a.get("index"), a.get("source")
     if a.get("dim") not in (2, -2) or not all(isinstance(n, fx.Node) for n in (cache, index, value)):
         return None
@@ -168,8 +167,8 @@ def _cache_write(node: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
 def _static_operands(vals: list[torch.Tensor]) -> bool:
     """Whether the operands' heads, positions and head dims are known at compile time (the batch and the caches'
     length may be symbolic: the kernel takes them at run time)."""
-    return all(t.dim() == 4 and all(_int(t.shape[i]) is not None for i in (1, 3)) for t in vals) and \
-        all(_int(t.shape[2]) is not None for t in vals[:5])
+    return all(t.dim() == 4 and all(as_int(t.shape[i]) is not None for i in (1, 3)) for t in vals) and \
+        all(as_int(t.shape[2]) is not None for t in vals[:5])
 
 
 def rewrite_rope_cache_writes(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
@@ -179,7 +178,7 @@ def rewrite_rope_cache_writes(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[
     for kn, (keys, index, k_embed) in writes:
         order = {n: i for i, n in enumerate(g.nodes)}  # afresh: a rewrite before this one added nodes
         vn = next((n for n, w in writes if w[1] is index and w[0] is not keys and n is not kn), None)
-        if vn is None or not _alive(kn) or not _alive(vn) or len(k_embed.users) != 1:
+        if vn is None or not alive(kn) or not alive(vn) or len(k_embed.users) != 1:
             continue
         values, _, v = _cache_write(vn)  # type: ignore[misc]
         rope = _rope_of(k_embed)
@@ -198,11 +197,11 @@ def rewrite_rope_cache_writes(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[
         inputs = (q, k, v, cos, sin, keys, values, index)
         if any(order[n] > order[first] for n in inputs) or any(order[u] < order[first] for u in q_embed.users):
             continue
-        vals = [_val(n) for n in inputs]
+        vals = [fake_value(n) for n in inputs]
         if any(t is None for t in vals) or not _static_operands(vals[:7]) or q_embed in amp:
             continue
         qv = vals[0]
-        if not all(_known_eq(t.shape[0], qv.shape[0]) for t in (vals[1], vals[2], vals[5], vals[6])):
+        if not all(known_eq(t.shape[0], qv.shape[0]) for t in (vals[1], vals[2], vals[5], vals[6])):
             continue
         try:
             with qv.fake_mode:
@@ -223,7 +222,7 @@ def rewrite_rope_cache_writes(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[
         report.record_match(node_id, "rope", "rotate q, k; write k, v: " + ", ".join(names))
         g.erase_node(kn)
         g.erase_node(vn)
-        _drop(g, [q_embed, k_embed])
+        erase_unused(g, [q_embed, k_embed])
         out.append(Match("rope_cache", names))
     return out
 

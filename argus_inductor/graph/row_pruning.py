@@ -34,9 +34,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .library_match import _dims
-from .matchers import SDPA, SDPA_ARGS, Match, _alive, _bind, _drop, _int, _known_eq, _val
-from .runtime import reporting as report
+from ..runtime import reporting as report
+from .patterns import SDPA, SDPA_ARGS, Match, alive, as_int, bind, dims_arg, erase_unused, fake_value, known_eq
 
 log = logging.getLogger("argus_inductor")
 
@@ -55,7 +54,7 @@ class Keep:
 
     def same(self, other: Keep) -> bool:
         return (self.dim == other.dim and self.start == other.start and self.length == other.length
-                and _known_eq(self.inner, other.inner))
+                and known_eq(self.inner, other.inner))
 
     def at(self, dim: int, inner: Any = None) -> Keep:
         return Keep(dim, self.inner if inner is None else inner, self.start, self.length)
@@ -97,14 +96,14 @@ def _is_moe(n: fx.Node) -> bool:
 
 
 def _norm_dim(d: Any, rank: int) -> int | None:
-    d = _int(d)
+    d = as_int(d)
     if d is None or not -rank <= d < max(rank, 1):
         return None
     return d % rank if rank else 0
 
 
 def _tensor_inputs(n: fx.Node) -> list[fx.Node]:
-    return [a for a in n.all_input_nodes if isinstance(_val(a), torch.Tensor)]
+    return [a for a in n.all_input_nodes if isinstance(fake_value(a), torch.Tensor)]
 
 
 def _shape_args(n: fx.Node) -> list[Any]:
@@ -131,11 +130,11 @@ def _aligned(out: torch.Tensor, keep: Keep, inputs: list[fx.Node]) -> Demands | 
     or all of itself where that dimension is 1 (or missing)."""
     demands: Demands = {}
     for a in inputs:
-        av = _val(a)
+        av = fake_value(a)
         d = keep.dim - (out.dim() - av.dim())
-        if d < 0 or _known_eq(av.shape[d], 1) and not _known_eq(out.shape[keep.dim], 1):
+        if d < 0 or known_eq(av.shape[d], 1) and not known_eq(out.shape[keep.dim], 1):
             demands[a] = None
-        elif _known_eq(av.shape[d], out.shape[keep.dim]):
+        elif known_eq(av.shape[d], out.shape[keep.dim]):
             demands[a] = keep.at(d)
         else:
             return None
@@ -151,28 +150,28 @@ def _view_input_keep(out: torch.Tensor, inp: torch.Tensor, keep: Keep) -> Keep |
     prod: Any = 1
     for d, size in enumerate(inp.shape):
         prod = prod * size
-        if _known_eq(prod, target):
+        if known_eq(prod, target):
             try:
                 divides = bool(statically_known_true(size % keep.inner == 0))
             except Exception:
                 divides = False
-            return keep.at(d) if divides or _known_eq(size, keep.inner) else None
+            return keep.at(d) if divides or known_eq(size, keep.inner) else None
     return None
 
 
 def _new_size(size: Any, keep: Keep) -> int | None:
     """The kept dimension's size: length, times the factor the dimension has beyond `inner` (None: not static)."""
-    if _known_eq(size, keep.inner):
+    if known_eq(size, keep.inner):
         return keep.length
     outer = size // keep.inner if isinstance(size, int) and isinstance(keep.inner, int) else None
     return None if outer is None else outer * keep.length
 
 
 def _view_rule(n: fx.Node, keep: Keep) -> _Rule | None:
-    out, x = _val(n), n.args[0]
-    if not isinstance(x, fx.Node) or _val(x) is None:
+    out, x = fake_value(n), n.args[0]
+    if not isinstance(x, fx.Node) or fake_value(x) is None:
         return None
-    ik = _view_input_keep(out, _val(x), keep)
+    ik = _view_input_keep(out, fake_value(x), keep)
     if ik is None:
         return None
     old = _shape_args(n)
@@ -183,8 +182,8 @@ def _view_rule(n: fx.Node, keep: Keep) -> _Rule | None:
         if d == keep.dim:
             new = _new_size(size, keep)
             shape.append(-1 if new is None else new)
-        elif _int(size) is not None:
-            shape.append(_int(size))
+        elif as_int(size) is not None:
+            shape.append(as_int(size))
         elif isinstance(old[d], fx.Node):
             shape.append(old[d])
         else:
@@ -214,7 +213,7 @@ def _full_index(idx: Any, rank: int) -> list[Any]:
 
 def _getitem_rule(n: fx.Node, keep: Keep) -> _Rule | None:
     x, idx = n.args
-    xv = _val(x)
+    xv = fake_value(x)
     if not isinstance(x, fx.Node):
         return None
     if xv is None:  # a tuple's element (topk's values or indices): the tuple node reads the same rows
@@ -248,17 +247,17 @@ def _is_tuple_op(n: fx.Node) -> bool:
 
 
 def _sdpa_rule(n: fx.Node, keep: Keep) -> _Rule | None:
-    a = _bind(n, SDPA_ARGS)
+    a = bind(n, SDPA_ARGS)
     q, mask = a["query"], a.get("attn_mask")
-    qv = _val(q)
+    qv = fake_value(q)
     if not isinstance(q, fx.Node) or qv is None or keep.dim != qv.dim() - 2 or \
-            not _known_eq(qv.shape[-2], keep.inner) or a.get("dropout_p", 0.0) not in (0, 0.0):
+            not known_eq(qv.shape[-2], keep.inner) or a.get("dropout_p", 0.0) not in (0, 0.0):
         return None
     causal = a.get("is_causal", False)
     if not isinstance(causal, bool):
         return None
-    kv = _val(a["key"])
-    last_row = keep.start == -1 and keep.length == 1 and kv is not None and _known_eq(kv.shape[-2], qv.shape[-2])
+    kv = fake_value(a["key"])
+    last_row = keep.start == -1 and keep.length == 1 and kv is not None and known_eq(kv.shape[-2], qv.shape[-2])
     demands: Demands = {q: keep}
     drop_mask = False
     if causal or (isinstance(mask, fx.Node) and last_row and _proved_causal(mask, qv, kv)):
@@ -266,15 +265,15 @@ def _sdpa_rule(n: fx.Node, keep: Keep) -> _Rule | None:
             return None  # the kept rows of top-left causal attention need a mask of their own
         drop_mask = mask is not None
     elif isinstance(mask, fx.Node):
-        mv = _val(mask)
+        mv = fake_value(mask)
         if mv is None:
             return None
         md = mv.dim() - 2
         if md < 0:
             return None
-        if _known_eq(mv.shape[md], qv.shape[-2]) and not _known_eq(mv.shape[md], 1):
+        if known_eq(mv.shape[md], qv.shape[-2]) and not known_eq(mv.shape[md], 1):
             demands[mask] = keep.at(md)
-        elif not _known_eq(mv.shape[md], 1):
+        elif not known_eq(mv.shape[md], 1):
             return None
         else:
             demands[mask] = None
@@ -295,7 +294,7 @@ def _sdpa_rule(n: fx.Node, keep: Keep) -> _Rule | None:
 
 
 def _proved_causal(mask: fx.Node, qv: torch.Tensor, kv: torch.Tensor | None) -> bool:
-    if kv is None or getattr(_val(mask), "dtype", None) != torch.bool:
+    if kv is None or getattr(fake_value(mask), "dtype", None) != torch.bool:
         return False
     from .causal_mask import why_not_causal
 
@@ -309,11 +308,11 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
     """How `n` computes only the rows `keep` of its output, or None where its op cannot."""
     if n.op not in ("call_function", "call_method"):
         return None
-    out = _val(n)
+    out = fake_value(n)
     name = _name(n)
     if out is None:
         if _is_tuple_op(n):  # topk: both outputs have the input's shape, and it selects along its own dim
-            xv = _val(n.args[0])
+            xv = fake_value(n.args[0])
             dim = n.kwargs.get("dim", n.args[2] if len(n.args) > 2 else -1)
             if xv is None or _norm_dim(dim, xv.dim()) in (None, keep.dim):
                 return None
@@ -328,7 +327,7 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
     if n.op == "call_function" and n.target is operator.getitem:
         return _getitem_rule(n, keep)
     if n.op == "call_function" and n.target is F.dropout:  # identity unless it draws a random mask
-        b = _bind(n, ["input", "p", "training", "inplace"])
+        b = bind(n, ["input", "p", "training", "inplace"])
         if (b.get("p", 0.5) not in (0, 0.0) and b.get("training", True) is not False) or b.get("inplace"):
             return None
         demands = _aligned(out, keep, inputs)
@@ -342,11 +341,11 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
     if name in REDUCTIONS or (n.op == "call_function" and n.target in SOFTMAX_FNS) or \
             (n.op == "call_method" and name in ("softmax", "log_softmax")):
         x = n.args[0]
-        xv = _val(x)
+        xv = fake_value(x)
         dim = n.kwargs.get("dim", n.args[1] if len(n.args) > 1 else None)
         if xv is None or dim is None:
             return None
-        dims = _dims(dim, xv.dim())
+        dims = dims_arg(dim, xv.dim())
         if dims is None or len(inputs) != 1:
             return None
         keepdim = name not in REDUCTIONS or n.kwargs.get("keepdim", n.args[2] if len(n.args) > 2 else False)
@@ -357,13 +356,13 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
         return _Rule({x: keep.at(d_in)})
     if n.op == "call_function" and n.target in NORM_FNS:  # normalized over trailing dims, weights broadcast
         x, shape = n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("normalized_shape")
-        xv = _val(x)
+        xv = fake_value(x)
         if xv is None or not isinstance(shape, (list, tuple)) or keep.dim >= xv.dim() - len(shape):
             return None
         return _Rule({a: (keep if a is x else None) for a in inputs})
     if n.op == "call_function" and (n.target in LINEAR_FNS or n.target in MATMUL_FNS):
         x, w = n.args[0], n.args[1]
-        xv, wv = _val(x), _val(w)
+        xv, wv = fake_value(x), fake_value(w)
         if xv is None or wv is None or xv.dim() != out.dim() or keep.dim >= xv.dim() - 1:
             return None
         if n.target in MATMUL_FNS and wv.dim() > 2 and keep.dim != xv.dim() - 2:
@@ -409,7 +408,7 @@ def _start(n: fx.Node) -> tuple[fx.Node, Keep, bool] | None:
     if n.op != "call_function" or n.target is not operator.getitem:
         return None
     x, idx = n.args
-    xv, out = _val(x), _val(n)
+    xv, out = fake_value(x), fake_value(n)
     if not isinstance(x, fx.Node) or x.op not in ("call_function", "call_method") or xv is None or out is None:
         return None
     if len(x.users) != 1:  # x read whole elsewhere (x[..., :h] of rotate_half): its rows all stay, no walk needed
@@ -422,21 +421,21 @@ def _start(n: fx.Node) -> tuple[fx.Node, Keep, bool] | None:
         return None
     d = partial[0]
     if isinstance(idx[d], int):  # x[:, i]: the row i, its dimension dropped
-        i, size = idx[d], _int(xv.shape[d])
+        i, size = idx[d], as_int(xv.shape[d])
         if size is not None and not (-size <= i < size and size > 1):
             return None
         return x, Keep(d, xv.shape[d], i, 1), True
     s = idx[d]
-    start = 0 if s.start is None else _int(_val_or(s.start))
-    stop = None if s.stop is None else _int(_val_or(s.stop))
-    length = _int(out.shape[d])
+    start = 0 if s.start is None else as_int(_val_or(s.start))
+    stop = None if s.stop is None else as_int(_val_or(s.stop))
+    length = as_int(out.shape[d])
     if start is None or (s.stop is not None and stop is None) or s.step not in (None, 1) or length is None:
         return None
     if (start < 0 and stop is not None) or (start >= 0 and (stop is None or stop - start != length)):
         return None
     if start < 0 and -start != length:
         return None
-    size = _int(xv.shape[d])
+    size = as_int(xv.shape[d])
     if length < 1 or (size is not None and length >= size):
         return None
     return x, Keep(d, xv.shape[d], start, length), False
@@ -487,7 +486,7 @@ def _fixpoint(g: fx.Graph, x: fx.Node, keep: Keep) -> tuple[dict[fx.Node, Keep],
         if x not in pruned:
             return None
         bad = [n for n, r in rules.items() for a, dk in r.demands.items()
-               if dk is not None and a not in pruned and not _known_eq(_val(a).shape[dk.dim], dk.inner)
+               if dk is not None and a not in pruned and not known_eq(fake_value(a).shape[dk.dim], dk.inner)
                and _size_arg(g, dk.inner) is None]
         bad += [n for n, r in rules.items() if n.op == "call_function" and n.target in IN_PLACE_FNS
                 and n.args[0] not in pruned]
@@ -498,13 +497,13 @@ def _fixpoint(g: fx.Graph, x: fx.Node, keep: Keep) -> tuple[dict[fx.Node, Keep],
 
 def _size_arg(g: fx.Graph, size: Any) -> int | fx.Node | None:
     """`size` as a graph argument: the int, or the graph input Dynamo passes that size symbol in (None: none)."""
-    if _int(size) is not None:
-        return _int(size)
+    if as_int(size) is not None:
+        return as_int(size)
     for n in g.nodes:
         if n.op != "placeholder":
             break
         v = _val_or(n)
-        if isinstance(v, torch.SymInt) and _known_eq(v, size):
+        if isinstance(v, torch.SymInt) and known_eq(v, size):
             return n
     return None
 
@@ -512,7 +511,7 @@ def _size_arg(g: fx.Graph, size: Any) -> int | fx.Node | None:
 def _fake(n: fx.Node, like: fx.Node) -> None:
     """The new node's example value, from its arguments' (in the graph's fake mode), and `like`'s other meta."""
     n.meta.update({k: v for k, v in like.meta.items() if k not in ("example_value", "val")})
-    vals = [v for a in n.all_input_nodes if isinstance(v := _val(a), torch.Tensor)]
+    vals = [v for a in n.all_input_nodes if isinstance(v := fake_value(a), torch.Tensor)]
     mode = getattr(vals[0], "fake_mode", None) if vals else None
     args = fx.map_arg(n.args, _val_or)
     kwargs = fx.map_arg(n.kwargs, _val_or)
@@ -530,7 +529,7 @@ def prune_unread_rows(g: fx.Graph, gid: int) -> list[Match]:
     """Compute only the rows a slice keeps of each chain of row-wise ops that ends in it (module docstring)."""
     out: list[Match] = []
     for s in list(g.nodes):
-        if not _alive(s):
+        if not alive(s):
             continue
         start = _start(s)
         if start is None:
@@ -566,7 +565,7 @@ def _rewrite(g: fx.Graph, s: fx.Node, x: fx.Node, pruned: dict[fx.Node, Keep], r
             if b is a and bk.same(k):
                 return node
         idx = tuple([slice(None)] * k.dim + [slice(k.start, k.stop())])
-        if _known_eq(_val(a).shape[k.dim], k.inner):
+        if known_eq(fake_value(a).shape[k.dim], k.inner):
             with g.inserting_after(a):
                 node = g.call_function(operator.getitem, (a, idx))
             _fake(node, a)
@@ -608,7 +607,7 @@ def _rewrite(g: fx.Graph, s: fx.Node, x: fx.Node, pruned: dict[fx.Node, Keep], r
         _fake(result, s)
     s.replace_all_uses_with(result)
     g.erase_node(s)
-    _drop(g, [n for n in g.nodes if n in pruned])  # graph order: popped last first, each after its users
+    erase_unused(g, [n for n in g.nodes if n in pruned])  # graph order: popped last first, each after its users
 
 
 __all__ = ["Keep", "prune_unread_rows"]

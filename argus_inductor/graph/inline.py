@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch import fx
 
-from .matchers import is_argus_op
-from .runtime import reporting as _report
-from .runtime.replay import Recording, _Launch, _view, run_host_step
+from ..runtime import reporting as _report
+from ..runtime.replay import Launch, Recording, run_host_step, view_of
+from .patterns import is_argus_op
 
 log = logging.getLogger("argus_inductor")
 
@@ -51,14 +51,14 @@ def run_inlined(index: int, *inputs: torch.Tensor) -> torch.Tensor:
     rec = _INLINED[index]
     bufs: list[torch.Tensor] = []
     for step in rec.steps:
-        if isinstance(step, _Launch):
+        if isinstance(step, Launch):
             flat = [a[1] if a[0] == "const" else _pointer(a, inputs, bufs) for a in step.args]
             kernel = step.kernel
             wrap_triton(kernel.fn)[(step.programs,)](*flat, **kernel._opts)
         else:  # torch.empty_strided, which a trace records as a graph node
             run_host_step(step, inputs, bufs, lambda a: torch.empty_strided(a.shape, a.stride, dtype=a.dtype,
                                                                             device=a.device))
-    return _view(rec.result, inputs, bufs)
+    return view_of(rec.result, inputs, bufs)
 
 
 def _pointer(src: tuple, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor]) -> torch.Tensor:
@@ -135,7 +135,7 @@ def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
     """Run argus op `node` once on operands of its compile-time metadata, recording its launches: the
     recording and the nodes its inputs come from, or None where the call cannot be inlined (its operands must be
     static tensors on `devices`). `known`: real tensors for some nodes (the graph's inputs: weights need no copy)."""
-    from .ops import capturing_recordings
+    from ..ops import capturing_recordings
 
     operands = _operands(node, devices)
     if operands is None:

@@ -12,10 +12,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .kernels.pointwise import broadcasts_to
-from .library_match import _emit, _static_shape
-from .matchers import Match, _alive, _bind, _num, _val
-from .runtime import reporting as report
+from ..kernels.pointwise import broadcasts_to
+from ..runtime import reporting as report
+from .library import emit
+from .patterns import Match, alive, as_num, bind, fake_value, static_shape
 
 _BIN = {operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub", operator.mul: "mul",
         torch.mul: "mul", operator.truediv: "div", torch.div: "div", torch.true_divide: "div",
@@ -39,7 +39,7 @@ Operand = tuple[str, Any]  # ("node", fx.Node) or ("const", float) before the ch
 
 def _elementwise(n: fx.Node) -> tuple[str, list[Any], list[float]] | None:
     """(chain op, value args (nodes or numbers), constant params) when n is an elementwise op a chain can hold."""
-    v = _val(n)
+    v = fake_value(n)
     if v is None or v.dtype not in _FLOATS or n.op not in ("call_function", "call_method"):
         return None
     t = n.target
@@ -58,14 +58,14 @@ def _elementwise(n: fx.Node) -> tuple[str, list[Any], list[float]] | None:
         approx = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
         return ("gelu_tanh" if approx == "tanh" else "gelu"), [n.args[0]], []
     if (n.op == "call_function" and t in (torch.pow, operator.pow)) or (n.op == "call_method" and t == "pow"):
-        e = _num(n.args[1]) if len(n.args) == 2 else None
+        e = as_num(n.args[1]) if len(n.args) == 2 else None
         return ("pow", [n.args[0]], [e]) if e is not None and isinstance(n.args[0], fx.Node) else None
     if (n.op == "call_function" and t in (torch.clamp, torch.clip, torch.clamp_min, torch.clamp_max)) or \
             (n.op == "call_method" and t in ("clamp", "clip", "clamp_min", "clamp_max")):
         name = t if isinstance(t, str) else t.__name__
-        a = _bind(n, ["input", "min", "max"] if name != "clamp_max" else ["input", "max"])
+        a = bind(n, ["input", "min", "max"] if name != "clamp_max" else ["input", "max"])
         lo, hi = a.get("min"), a.get("max")
-        if (lo is not None and _num(lo) is None) or (hi is not None and _num(hi) is None):
+        if (lo is not None and as_num(lo) is None) or (hi is not None and as_num(hi) is None):
             return None
         if lo is not None and hi is not None:
             return "clamp", [a["input"]], [float(lo), float(hi)]
@@ -76,9 +76,9 @@ def _elementwise(n: fx.Node) -> tuple[str, list[Any], list[float]] | None:
         return None
     if n.op == "call_function" and t in _PARAM_FNS:
         op, names, params = _PARAM_FNS[t]
-        a = _bind(n, names)
+        a = bind(n, names)
         vals = [a.get(k, d) for k, d in params]
-        if a.get("inplace") or any(_num(x) is None for x in vals):
+        if a.get("inplace") or any(as_num(x) is None for x in vals):
             return None
         return op, [a["input"]], [float(x) for x in vals]
     return None
@@ -96,7 +96,7 @@ def _region(root: fx.Node, shape: tuple[int, ...]) -> tuple[list[fx.Node], list[
             return None
         for a in ew[1]:
             if isinstance(a, fx.Node) and a not in members and _elementwise(a) is not None \
-                    and set(a.users) <= members and _static_shape(a) == shape:
+                    and set(a.users) <= members and static_shape(a) == shape:
                 members.add(a)
                 work.append(a)
     order = [n for n in root.graph.nodes if n in members]
@@ -104,11 +104,11 @@ def _region(root: fx.Node, shape: tuple[int, ...]) -> tuple[list[fx.Node], list[
     for n in order:
         for a in _elementwise(n)[1]:
             if isinstance(a, fx.Node) and a not in members and a not in inputs:
-                sh = _static_shape(a)
-                if sh is None or _val(a).dtype not in _FLOATS or not broadcasts_to(sh, shape):
+                sh = static_shape(a)
+                if sh is None or fake_value(a).dtype not in _FLOATS or not broadcasts_to(sh, shape):
                     return None
                 inputs.append(a)
-            elif not isinstance(a, fx.Node) and _num(a) is None:
+            elif not isinstance(a, fx.Node) and as_num(a) is None:
                 return None
     return order, inputs
 
@@ -137,9 +137,10 @@ def _anchor(inputs: list[fx.Node], order: list[fx.Node], shape: tuple[int, ...])
     region reads and whose shape is the region's: the chain can run in its epilogue."""
     members = set(order)
     for n in inputs:
-        if not set(n.users) <= members or _static_shape(n) != shape:
+        if not set(n.users) <= members or static_shape(n) != shape:
             continue
-        if n.target is torch.ops.argus.linear.default and _val(n.args[0]) is not None and _val(n.args[0]).dim() == 2:
+        if (n.target is torch.ops.argus.linear.default and fake_value(n.args[0]) is not None
+                and fake_value(n.args[0]).dim() == 2):
             return "linear", n
         if n.target is torch.ops.argus.library.default and n.args[0] == "conv":
             return "conv", n
@@ -149,24 +150,24 @@ def _anchor(inputs: list[fx.Node], order: list[fx.Node], shape: tuple[int, ...])
 def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
     """Elementwise regions -> one synthesized kernel each; a region right after an Argus GEMM or convolution
     becomes that kernel's epilogue."""
-    from .kernels.pointwise import Chain, Step, result_dtype
+    from ..kernels.pointwise import Chain, Step, result_dtype
 
     matches = []
     for root in reversed(list(g.nodes)):
-        if not _alive(root) or _elementwise(root) is None:
+        if not alive(root) or _elementwise(root) is None:
             continue
         users = list(root.users)
         if len(users) == 1 and _elementwise(users[0]) is not None \
-                and _static_shape(users[0]) == _static_shape(root):
+                and static_shape(users[0]) == static_shape(root):
             continue  # not a root: its one reader extends the region
-        shape = _static_shape(root)
+        shape = static_shape(root)
         if shape is None:
             continue
         found = _region(root, shape)
         if found is None:
             continue
         order, inputs = found
-        if not inputs or result_dtype([_val(n) for n in inputs]) != _val(root).dtype:
+        if not inputs or result_dtype([fake_value(n) for n in inputs]) != fake_value(root).dtype:
             continue
         anchor = _anchor(inputs, order, shape)
         try:
@@ -192,7 +193,7 @@ def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
         nodes = order + ([anchor[1]] if anchor is not None else [])
         if anchor is not None:  # the GEMM/convolution is now the fused kernel's
             report.forget_match(anchor[1].args[-1])
-        matches.append(_emit(g, gid, (name, list(tensors), args, root, nodes)))
+        matches.append(emit(g, gid, (name, list(tensors), args, root, nodes)))
     return matches
 
 

@@ -4,7 +4,7 @@ transformers' sparse-MoE blocks (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, ...
 an `*Experts` module with stacked weights (gate_up_proj (E, 2I, H), down_proj (E, H, I)) called as
 experts(hidden_states, top_k_index, top_k_weights). With transformers' default grouped_mm / batched_mm
 experts implementation that call traces into one Dynamo graph and backend="argus" replaces it there
-(argus_inductor.matchers, pass "moe"); the eager implementation loops over experts with data-dependent
+(argus_inductor.graph.moe); the eager implementation loops over experts with data-dependent
 shapes and breaks the graph. optimize(model) swaps each such module for ArgusExperts, whose forward is
 one call of torch.ops.argus.moe, so the whole block compiles with no graph break under any backend:
 
@@ -14,15 +14,13 @@ one call of torch.ops.argus.moe, so the whole block compiles with no graph break
 from __future__ import annotations
 
 import logging
-import sys
-import types
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from . import ops  # noqa: F401  (registers torch.ops.argus.moe)
-from .runtime import reporting as _report
+from .. import ops  # noqa: F401  (registers torch.ops.argus.moe)
+from ..runtime import reporting as _report
 
 log = logging.getLogger("argus_inductor")
 
@@ -105,13 +103,3 @@ def optimize(model: nn.Module) -> nn.Module:
         log.warning("argus.optimize: left %s", s)
     log.info("argus.optimize: %d MoE experts module(s) now run torch.ops.argus.moe", len(swapped))
     return model
-
-
-class _CallableModule(types.ModuleType):
-    """`argus_inductor.optimize` is this module; calling it calls optimize(model)."""
-
-    def __call__(self, model: nn.Module) -> nn.Module:
-        return optimize(model)
-
-
-sys.modules[__name__].__class__ = _CallableModule
