@@ -51,12 +51,12 @@ def bench_entry(entry: Any, rep_ms: int = 40, seed: int | None = None) -> dict[s
     from ..specs import plan_from_policy, problem_from_signature, spec
     from .evaluate import Candidate, Evaluator, rel_error
     from .launch import kernels_of
-    from .loop import _device_for
+    from .loop import device_for
 
     sig = Signature.from_dict(entry.signature)
     row: dict[str, Any] = {"signature": sig.short(), "key": sig.key(), "origin": entry.origin}
     try:
-        device, target = _device_for(sig, None)
+        device, target = device_for(sig, None)
         try:
             problem = problem_from_signature(sig, device)  # an op of the agent's (its dims, its dtype)
         except (KeyError, ValueError):
@@ -101,7 +101,7 @@ def _bench_library(entry: Any, sig: Any, device: str, target: str, rep_ms: int, 
     from ..ops.library import example_operands, launcher
     from . import bench
     from .evaluate import rel_error
-    from .tune import _agrees, _tolerance
+    from .tune import agrees, tolerance
 
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     row["seed"] = seed
@@ -115,8 +115,8 @@ def _bench_library(entry: Any, sig: Any, device: str, target: str, rep_ms: int, 
     ref = runs[0][1]()
     if isinstance(out, torch.Tensor) and out.is_floating_point():
         row["rel_err"], _ = rel_error(out, ref)
-        row["tolerance"] = _tolerance(out)
-    ok, why = _agrees(out, ref, row.get("tolerance", 0.0))
+        row["tolerance"] = tolerance(out)
+    ok, why = agrees(out, ref, row.get("tolerance", 0.0))
     if not ok:
         row.update(status="wrong", error=f"{why} (seed {seed})")
         return row
@@ -196,10 +196,10 @@ def run_bench(args: argparse.Namespace) -> int:
               f"backend=\"argus\")", file=sys.stderr)
         return 2
     from ..dsl.runtime import interpret_requested
-    from .loop import _interpreting
+    from .loop import interpreting
 
     arch = _here_arch()
-    if arch == "cpu" and not (interpret_requested() or _interpreting()):  # as loop._device_for asks
+    if arch == "cpu" and not (interpret_requested() or interpreting()):  # as loop.device_for asks
         print("argus bench: this machine has no GPU; CPU entries run under the Triton interpreter: start with "
               "ARGUS_INTERPRET=1", file=sys.stderr)
         return 2

@@ -111,14 +111,14 @@ class SynthesisResult:
         return spec(self.problem.op).run(self.problem, self.kernels, self.policies, inputs)
 
 
-def _device_for(sig: Signature, device: str | None) -> tuple[str, str]:
+def device_for(sig: Signature, device: str | None) -> tuple[str, str]:
     """(torch device, Triton target) for the signature's architecture on this machine."""
     import torch
 
     from ..dsl.runtime import interpret_requested
 
     if sig.arch == "cpu":
-        if not interpret_requested() and not _interpreting():
+        if not interpret_requested() and not interpreting():
             raise SynthesisError("CPU signatures run under the Triton interpreter: set ARGUS_INTERPRET=1 before "
                                  "Python starts")
         return "cpu", "interpret"
@@ -133,7 +133,7 @@ def _device_for(sig: Signature, device: str | None) -> tuple[str, str]:
     return dev, "hip" if getattr(torch.version, "hip", None) else "cuda"
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
     import os
 
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -190,14 +190,14 @@ def _synthesize(signature: Signature | Problem, policy: str | PlanPolicy | list[
     t_start = time.perf_counter()
     if isinstance(signature, Problem):
         problem = signature
-        sig = signature_for(problem, "cpu" if problem.device == "cpu" else _arch_of(problem.device))
+        sig = signature_for(problem, "cpu" if problem.device == "cpu" else arch_of(problem.device))
     else:
         sig = signature
         try:
             problem = problem_from_signature(sig, "cpu")
         except (KeyError, ValueError) as e:
             raise SynthesisError(f"cannot synthesize {sig.short()}: {e}") from None
-    dev, target = _device_for(sig, device)
+    dev, target = device_for(sig, device)
     problem = replace(problem, device=dev)
     op = spec(problem.op)
     budget = budget or Budget.for_target(target)
@@ -279,7 +279,7 @@ def _synthesize(signature: Signature | Problem, policy: str | PlanPolicy | list[
                          trail.path, [s.to_json() for s in planner.history])
 
 
-def _arch_of(device: str) -> str:
+def arch_of(device: str) -> str:
     import torch
 
     from ..runtime.signature import device_arch

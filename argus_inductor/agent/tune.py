@@ -109,11 +109,11 @@ def key(policy: dict[str, dict[str, Any]]) -> str:
     return repr(sorted((n, sorted(p.items())) for n, p in policy.items()))
 
 
-def _tolerance(out: torch.Tensor) -> float:
+def tolerance(out: torch.Tensor) -> float:
     return TOLERANCE.get(out.dtype, LOW_PRECISION_TOLERANCE)
 
 
-def _agrees(out: Any, ref: Any, tol: float) -> tuple[bool, str]:
+def agrees(out: Any, ref: Any, tol: float) -> tuple[bool, str]:
     if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
         return False, f"output is {type(out).__name__}, expected a tensor"
     if out.shape != ref.shape or out.dtype != ref.dtype:
@@ -147,12 +147,12 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
     is faster by `gain`). Timing holds ARGUS_TUNE_LOCK (bench.exclusive)."""
     _poisoned(reference)
     out = run(template)
-    ok, why = _agrees(out, reference, _tolerance(reference) if isinstance(reference, torch.Tensor) else 0.0)
+    ok, why = agrees(out, reference, tolerance(reference) if isinstance(reference, torch.Tensor) else 0.0)
     if not ok:
         raise ValueError(f"the template policy disagrees with torch: {why}")
     tol = 0.0
     if out.is_floating_point():
-        tol = max(_tolerance(reference), 4 * rel_error(out, reference)[0])
+        tol = max(tolerance(reference), 4 * rel_error(out, reference)[0])
     t_ms, method = time_ms([lambda: run(template)], target)
     tried: list[dict[str, Any]] = [{"policy": template, "ms": t_ms, "template": True}]
     best, best_ms = template, t_ms
@@ -177,7 +177,7 @@ def search(template: dict[str, dict[str, Any]], run: Callable[[dict[str, dict[st
             tried.append(row)
             try:
                 _poisoned(reference)
-                ok, why = _agrees(run(cand), reference, tol)
+                ok, why = agrees(run(cand), reference, tol)
                 if not ok:
                     row["dropped"] = why
                     continue

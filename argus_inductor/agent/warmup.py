@@ -62,9 +62,9 @@ def run_one(job: Job, device: str, opts: WarmupOptions, deadline: float | None =
     prob = replace(job.problem, device=device)
     row: dict[str, Any] = {"signature": prob.short(), "label": job.label, "job": job.source}
     try:
-        from .loop import _arch_of
+        from .loop import arch_of
 
-        arch = "cpu" if device == "cpu" else _arch_of(device)
+        arch = "cpu" if device == "cpu" else arch_of(device)
         sig = job.signature_on(arch)
         row.update(signature=sig.short(), key=sig.key())
         target = "interpret" if device == "cpu" else "cuda"
@@ -186,7 +186,7 @@ def _arch_here() -> tuple[str, int]:
     return "cpu", 0
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -230,7 +230,7 @@ def warmup(jobs: list[Job], opts: WarmupOptions, out: TextIO | None = None) -> l
     deadline = time.time() + opts.time_limit if opts.time_limit else None
     progress = Progress(len(todo), out)
     nworkers = max(1, min(opts.workers or max(ngpu, 1), len(todo), max(ngpu, 1)))
-    in_process = (arch == "cpu" and _interpreting()) or (arch != "cpu" and nworkers == 1)
+    in_process = (arch == "cpu" and interpreting()) or (arch != "cpu" and nworkers == 1)
     if in_process:
         from . import handset
 

@@ -53,7 +53,7 @@ LOADER_REGS = 24     # registers a loader thread keeps (setmaxnreg)
 CONSUMER_REGS = 240  # and a consumer thread: 12 warps x 32 x 168 at launch = 4x32x24 + 8x32x240
 LAUNCH_REGS = 168
 LOG2E = 1.4426950408889634
-_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 def policy_fits(policy: Policy) -> str | None:
@@ -252,7 +252,7 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
 @functools.cache
 def _smem_layouts(dtype: torch.dtype, d: int) -> tuple[Any, Any]:
     """The shared-memory layouts of a (64-row) Q/O tile and a K/V tile."""
-    gdt = _GL_DTYPES[dtype]
+    gdt = GL_DTYPES[dtype]
     return (gl.NVMMASharedLayout.get_default_for([BLOCK_M // CONSUMERS, d], gdt),
             gl.NVMMASharedLayout.get_default_for([BLOCK_N, d], gdt))
 
@@ -281,7 +281,7 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
     """Why this lowering cannot take the launch, or None when it can."""
     if has_mask:
         return "a mask tensor"
-    if q.dtype not in _GL_DTYPES or not (q.dtype == k.dtype == v.dtype == o.dtype):
+    if q.dtype not in GL_DTYPES or not (q.dtype == k.dtype == v.dtype == o.dtype):
         return f"dtype {q.dtype} (bf16 or fp16 operands and output)"
     if not q.is_cuda or capability(q.device) != (9, 0):
         return "not a compute capability 9.0 device"

@@ -48,7 +48,7 @@ from .device import capability, compile_sm90
 from .rings import Ring, RingViolation, check_kernel
 
 LOADER_REGS = 24     # registers a loader thread keeps (setmaxnreg)
-_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 def ring_tiles_fit(policy: Policy, widths: tuple[int, ...], why_width: str, smem: Callable[[int, int, int, int], int],
@@ -195,7 +195,7 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
     return tuple(check_kernel(gemm_epilogue_ws, RINGS, (stages,)))
 
 
-def _rows_ok(x: torch.Tensor) -> bool:
+def rows_ok(x: torch.Tensor) -> bool:
     """A 2-D operand TMA can read as row-major tiles: unit column stride, a row pitch of whole 16 bytes."""
     return x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
 
@@ -203,34 +203,34 @@ def _rows_ok(x: torch.Tensor) -> bool:
 def _b_layout(b: torch.Tensor) -> str | None:
     """'k' for a K-contiguous B (K, N) (an nn.Linear weight transposed: read as its (N, K) storage), 'n' for a
     row-major one, None where TMA cannot read it."""
-    if _rows_ok(b.t()):
+    if rows_ok(b.t()):
         return "k"
-    if _rows_ok(b):
+    if rows_ok(b):
         return "n"
     return None
 
 
 def supported(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> str | None:
     """Why this lowering cannot take the launch, or None when it can."""
-    if a.dtype not in _GL_DTYPES or not (a.dtype == b.dtype == c.dtype):
+    if a.dtype not in GL_DTYPES or not (a.dtype == b.dtype == c.dtype):
         return f"dtypes {a.dtype}, {b.dtype} -> {c.dtype} (bf16 or fp16 operands and output alike)"
     if not a.is_cuda or capability(a.device) != (9, 0):
         return "not a compute capability 9.0 device"
     if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or a.shape[1] != b.shape[0] or \
             tuple(c.shape) != (a.shape[0], b.shape[1]) or min(*a.shape, b.shape[1]) < 1:
         return "shapes"
-    if not _rows_ok(a):
+    if not rows_ok(a):
         return "A is not row-major with 16-byte aligned rows"
     if _b_layout(b) is None:
         return "B is neither K- nor N-contiguous with 16-byte aligned rows"
-    if not _rows_ok(c):
+    if not rows_ok(c):
         return "C is not row-major with 16-byte aligned rows"
     return None
 
 
 @functools.cache
-def _smem_layout(shape: tuple[int, int], dtype: torch.dtype) -> Any:
-    return gl.NVMMASharedLayout.get_default_for(list(shape), _GL_DTYPES[dtype])
+def smem_layout(shape: tuple[int, int], dtype: torch.dtype) -> Any:
+    return gl.NVMMASharedLayout.get_default_for(list(shape), GL_DTYPES[dtype])
 
 
 def _descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn: int, bk: int,
@@ -238,9 +238,9 @@ def _descriptors(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bm: int, bn:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     b_src, b_block = (b.t(), (bn, bk)) if kmajor else (b, (bk, bn))
-    return (TensorDescriptor.from_tensor(a, [bm, bk], _smem_layout((bm, bk), a.dtype)),
-            TensorDescriptor.from_tensor(b_src, list(b_block), _smem_layout(b_block, b.dtype)),
-            TensorDescriptor.from_tensor(c, [bm, bn], _smem_layout((bm, bn), c.dtype)))
+    return (TensorDescriptor.from_tensor(a, [bm, bk], smem_layout((bm, bk), a.dtype)),
+            TensorDescriptor.from_tensor(b_src, list(b_block), smem_layout(b_block, b.dtype)),
+            TensorDescriptor.from_tensor(c, [bm, bn], smem_layout((bm, bn), c.dtype)))
 
 
 def declines(policy: Policy, A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor, C: torch.Tensor) -> str | None:

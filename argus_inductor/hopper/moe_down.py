@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..dsl.policy import Policy
 from ..kernels.policies import moe_down_fallback
 from .device import capability, compile_sm90, sm_count
-from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
+from .gemm import GL_DTYPES, LOADER_REGS, ring_tiles_fit, rows_ok, smem_layout
 from .moe_gate_up import grouped_tile, real_blocks
 from .rings import Ring, RingViolation, check_kernel
 
@@ -244,14 +244,14 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
 def supported(h: torch.Tensor, w2: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
               weights: torch.Tensor, y: torch.Tensor, bm: int) -> str | None:
     """Why this lowering cannot take the launch, or None when it can."""
-    if h.dtype not in _GL_DTYPES or h.dtype != w2.dtype:
+    if h.dtype not in GL_DTYPES or h.dtype != w2.dtype:
         return f"dtypes {h.dtype}, {w2.dtype} (bf16 or fp16 operands alike)"
     if y.dtype != torch.float32 or not y.is_contiguous():
         return "Y is not a contiguous float32 tensor"
     if h.dim() != 2 or w2.dim() != 3 or y.dim() != 2 or w2.shape[2] != h.shape[1] or y.shape[1] != w2.shape[1] or \
             h.shape[0] != sorted_ids.numel() or sorted_ids.numel() != block_expert.numel() * bm:
         return "shapes (P = NB * BM)"
-    if not w2.is_contiguous() or not _rows_ok(w2.view(-1, w2.shape[2])) or not _rows_ok(h):
+    if not w2.is_contiguous() or not rows_ok(w2.view(-1, w2.shape[2])) or not rows_ok(h):
         return "Hin or W2 is not row-major with 16-byte aligned rows"
     if sorted_ids.dtype != torch.int32 or block_expert.dtype != torch.int32 or not sorted_ids.is_contiguous() or \
             not block_expert.is_contiguous() or not weights.is_contiguous():
@@ -271,8 +271,8 @@ def _descriptors(h: torch.Tensor, w2: torch.Tensor, bm: int, bn: int, bk: int) -
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     w = w2.view(-1, w2.shape[2])
-    return (TensorDescriptor.from_tensor(h, [bm, bk], _smem_layout((bm, bk), h.dtype)),
-            TensorDescriptor.from_tensor(w, [bn // 2, bk], _smem_layout((bn // 2, bk), w.dtype)))
+    return (TensorDescriptor.from_tensor(h, [bm, bk], smem_layout((bm, bk), h.dtype)),
+            TensorDescriptor.from_tensor(w, [bn // 2, bk], smem_layout((bn // 2, bk), w.dtype)))
 
 
 def _consts(policy: Policy) -> dict[str, int]:

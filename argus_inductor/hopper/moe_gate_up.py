@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..dsl.policy import Policy
 from ..kernels.policies import moe_gate_up_fallback
 from .device import capability, compile_sm90, sm_count
-from .gemm import _GL_DTYPES, LOADER_REGS, _rows_ok, _smem_layout, ring_tiles_fit
+from .gemm import GL_DTYPES, LOADER_REGS, ring_tiles_fit, rows_ok, smem_layout
 from .rings import Ring, RingViolation, check_kernel
 
 
@@ -201,15 +201,15 @@ def prove_rings(stages: int) -> tuple[RingViolation, ...]:
 def supported(x: torch.Tensor, w1: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
               h: torch.Tensor, bm: int) -> str | None:
     """Why this lowering cannot take the launch, or None when it can."""
-    if x.dtype not in _GL_DTYPES or not (x.dtype == w1.dtype == h.dtype):
+    if x.dtype not in GL_DTYPES or not (x.dtype == w1.dtype == h.dtype):
         return f"dtypes {x.dtype}, {w1.dtype} -> {h.dtype} (bf16 or fp16 operands and output alike)"
     if x.dim() != 2 or w1.dim() != 3 or h.dim() != 2 or w1.shape[1] % 2 or w1.shape[2] != x.shape[1] or \
             h.shape[1] != w1.shape[1] // 2 or h.shape[0] != x.shape[0] or x.shape[0] != sorted_ids.numel() or \
             sorted_ids.numel() != block_expert.numel() * bm:
         return "shapes (X must hold the gathered rows, P = NB * BM)"
-    if not w1.is_contiguous() or not _rows_ok(w1.view(-1, w1.shape[2])):
+    if not w1.is_contiguous() or not rows_ok(w1.view(-1, w1.shape[2])):
         return "W1 is not contiguous with 16-byte aligned rows"
-    if not _rows_ok(x) or not _rows_ok(h):
+    if not rows_ok(x) or not rows_ok(h):
         return "X or Hout is not row-major with 16-byte aligned rows"
     if block_expert.dtype != torch.int32 or not block_expert.is_contiguous():
         return "block_expert is not a contiguous int32 vector"
@@ -228,9 +228,9 @@ def _descriptors(x: torch.Tensor, w1: torch.Tensor, h: torch.Tensor, bm: int, bn
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     w = w1.view(-1, w1.shape[2])
-    return (TensorDescriptor.from_tensor(x, [bm, bk], _smem_layout((bm, bk), x.dtype)),
-            TensorDescriptor.from_tensor(w, [bn, bk], _smem_layout((bn, bk), w.dtype)),
-            TensorDescriptor.from_tensor(h, [bm, bn], _smem_layout((bm, bn), h.dtype)))
+    return (TensorDescriptor.from_tensor(x, [bm, bk], smem_layout((bm, bk), x.dtype)),
+            TensorDescriptor.from_tensor(w, [bn, bk], smem_layout((bn, bk), w.dtype)),
+            TensorDescriptor.from_tensor(h, [bm, bn], smem_layout((bm, bn), h.dtype)))
 
 
 def _consts(policy: Policy) -> dict[str, int]:
