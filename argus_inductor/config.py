@@ -1,99 +1,212 @@
-"""Argus options: torch.compile(..., options={...}) over ARGUS_* environment variables over defaults."""
+"""Every Argus setting, defined once: its ARGUS_* environment variable, its default, its one-line meaning, and for the
+backend's options the torch.compile option that sets it (torch.compile(..., options={...}) over ARGUS_* variables
+over defaults). README's configuration table is generated from SETTINGS (`python -m argus_inductor.config`), and a
+test fails when the two differ or when the source reads an ARGUS_* variable that is not here.
+
+A leaf: imports nothing of argus_inductor, so every layer may read it.
+"""
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 VERSION = "0.1.0"  # argus_inductor.__version__ (pyproject.toml says the same)
 ON_MISS = ("synthesize", "default", "fallback")
+SWAPIN = ("measure", "always", "never")
 OPS = ("gemm", "attention", "moe", "conv", "norm", "scan", "pool", "reduce", "loss", "pointwise")
 DEFAULT_OPS = "gemm,attention,moe"  # the classes opt in (ARGUS_OPS) until their tuned kernels beat the vendor's
+VLLM_OPS = ("moe", "attention", "gemm")
 
 
-def _env_bool(name: str, default: bool = False) -> bool:
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    return v.lower() not in ("0", "false", "no", "off")
+def _bool(name: str, v: str) -> bool:
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _number(kind: type, positive: bool = False) -> Callable[[str, str], Any]:
+    def parse(name: str, v: str) -> Any:
+        try:
+            n = kind(v.strip())
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {v!r}") from None
+        if n < 0 or (positive and n == 0):
+            raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {v!r}")
+        return n
+    return parse
+
+
+def _text(name: str, v: str) -> str:
+    return v.strip()
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(name: str, v: str) -> str:
+        v = v.strip()
+        if v not in options:
+            raise ValueError(f"{name} must be one of {', '.join(options)}, got {v!r}")
+        return v
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str                      # the environment variable
+    default: Any                  # its value when unset or blank
+    parse: Callable[[str, str], Any]  # (name, text) -> value; ValueError with a clear message
+    meaning: str                  # one line, for README's table and `--help`
+    group: str                    # backend | agent | llm | vllm | debug
+    option: str | None = None     # the torch.compile option / Options field it sets (backend settings)
+
+
+_CACHE = str(Path.home() / ".cache" / "argus")
+
+SETTINGS: tuple[Setting, ...] = (
+    # ---- the backend (each also a torch.compile option of the same name)
+    Setting("ARGUS_INTERPRET", False, _bool, "run Argus kernels on CPU tensors in the Triton interpreter (slow; for "
+            "machines without a GPU and for tests)", "backend", "interpret"),
+    Setting("ARGUS_REPORT", False, _bool, "print what Argus did with each subgraph after the first call", "backend",
+            "report"),
+    Setting("ARGUS_ON_MISS", "default", _choice(ON_MISS), "a signature with no cache entry: default (the nearest "
+            "solved plan or the template, recorded for `argus warmup`), synthesize (the agent now), fallback "
+            "(Inductor's op)", "backend", "on_miss"),
+    Setting("ARGUS_SWAPIN", "measure", _choice(SWAPIN), "on a GPU, whether an Argus kernel replaces what Inductor "
+            "would run: measure (time both once per signature and keep the faster), always, never", "backend",
+            "swapin"),
+    Setting("ARGUS_CACHE_DIR", _CACHE, _text, "the kernel cache (entries, misses, trails)", "backend", "cache_dir"),
+    Setting("ARGUS_OPS", DEFAULT_OPS, _text, f"the subgraph kinds Argus takes, comma-separated from {', '.join(OPS)} "
+            "(all: every kind)", "backend", "ops"),
+    Setting("ARGUS_VERIFY", True, _bool, "run the invariant checker on every kernel before it is stored or served",
+            "backend", "verify"),
+    Setting("ARGUS_OPTIMIZE", True, _bool, "rewrite traced MoE experts blocks into one argus::moe call", "backend",
+            "optimize"),
+    Setting("ARGUS_CUDAGRAPHS", True, _bool, "on a GPU, let Inductor capture the compiled graph in CUDA graphs",
+            "backend", "cudagraphs"),
+    Setting("ARGUS_CUDAGRAPH_COPY_MB", 32.0, _number(float), "no CUDA graph when a replay would copy more input "
+            "megabytes than this per Argus op", "backend", "cudagraph_copy_mb"),
+    Setting("ARGUS_GRAPH_REPLAY", True, _bool, "replay CUDA graphs with Argus's lighter replay "
+            "(runtime/cuda_graphs.py) instead of Inductor's CUDA-graph trees", "backend", "graph_replay"),
+    Setting("ARGUS_REPLAY", True, _bool, "replay an op call's recorded launches instead of running its host "
+            "function again", "backend", "replay"),
+    Setting("ARGUS_INLINE", True, _bool, "on a GPU, hand Inductor the Triton launches of each op with static shapes, "
+            "so its generated code launches them", "backend", "inline"),
+    Setting("ARGUS_PRUNE_ROWS", True, _bool, "compute only the rows a final slice keeps (a prefill's last layer on the "
+            "positions whose logits are returned)", "backend", "prune_rows"),
+    Setting("ARGUS_SPECIALIZE_FLOATS", True, _bool, "floats read from nn.Module attributes become constants of an "
+            "Argus graph, not inputs", "backend", "specialize_floats"),
+    Setting("ARGUS_TUNE_SECONDS", 20.0, _number(float), "policy search per library-op signature under "
+            "ARGUS_ON_MISS=synthesize", "backend", "tune_seconds"),
+    Setting("ARGUS_TUNE_CANDIDATES", 24, _number(int), "most policies that search times per signature", "backend",
+            "tune_candidates"),
+    Setting("ARGUS_TUNE_LOCK", "", _text, "a file locked while timing, so processes sharing a GPU take turns",
+            "backend", "tune_lock"),
+    # ---- the agent
+    Setting("ARGUS_AGENT_TRIALS", 0, _number(int), "most candidates one synthesis tries (0: the target's default)",
+            "agent"),
+    Setting("ARGUS_AGENT_SECONDS", 0.0, _number(float), "seconds one synthesis may take (0: the target's default)",
+            "agent"),
+    Setting("ARGUS_KB_DIR", "", _text, "the knowledge base folder (default: kb/ beside the package)", "agent"),
+    # ---- the LLM endpoint the agent writes kernels with (any OpenAI-compatible chat-completions server)
+    Setting("ARGUS_LLM_BASE_URL", "", _text, "e.g. http://127.0.0.1:8000/v1 (vllm serve); unset: the offline planner",
+            "llm"),
+    Setting("ARGUS_LLM_MODEL", "", _text, "the model the endpoint serves (required with a base URL)", "llm"),
+    Setting("ARGUS_LLM_API_KEY", "", _text, "the endpoint's key (\"EMPTY\" is sent when unset)", "llm"),
+    Setting("ARGUS_LLM_TIMEOUT", 120.0, _number(float, positive=True), "seconds a request may take in all, "
+            "connecting and reading included", "llm"),
+    Setting("ARGUS_LLM_MAX_RETRIES", 3, _number(int), "retries after a time-out, a connection error, HTTP 429/5xx or a "
+            "malformed reply", "llm"),
+    Setting("ARGUS_LLM_BACKOFF", 2.0, _number(float), "first wait between retries, in seconds (doubling)", "llm"),
+    Setting("ARGUS_LLM_TEMPERATURE", 0.2, _number(float), "sampling temperature of each request", "llm"),
+    Setting("ARGUS_LLM_MAX_TOKENS", 4096, _number(int, positive=True), "most tokens a reply may have", "llm"),
+    # ---- the vLLM plugin
+    Setting("ARGUS_VLLM_OPS", ",".join(VLLM_OPS), _text, "the ops the plugin takes inside vLLM, comma-separated from "
+            f"{', '.join(VLLM_OPS)} (none: stand aside)", "vllm"),
+    Setting("ARGUS_VLLM_DISABLE", "", _text, "ops to leave to vLLM, subtracted from ARGUS_VLLM_OPS", "vllm"),
+    Setting("ARGUS_VLLM_ALLOW_UNKNOWN", False, _bool, "try a vLLM version outside the tested range anyway", "vllm"),
+    # ---- debugging and tests
+    Setting("ARGUS_VERIFY_TRACE", False, _bool, "print the checker's obligations and z3 queries as it proves them",
+            "debug"),
+    Setting("ARGUS_TEST_DEVICE", "", _text, "tests: cuda runs the GPU tests (a machine with an sm_90 GPU)", "debug"),
+    Setting("ARGUS_KB_FULL", False, _bool, "benchmarks/kernelbench: the problems at full size on the CPU too (they are "
+            "on a GPU)", "debug"),
+)
+_BY_ENV = {s.env: s for s in SETTINGS}
+
+
+def setting(env: str) -> Setting:
+    """The setting of variable `env` (KeyError for a name that is not a setting)."""
+    return _BY_ENV[env]
+
+
+def env(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of setting `name` from the environment (its default when unset or blank); ValueError with the
+    variable's name when the text does not parse."""
+    s = _BY_ENV[name]
+    v = (os.environ if environ is None else environ).get(name)
+    if v is None or v.strip() == "":
+        return s.default
+    return s.parse(name, v)
 
 
 def env_number(name: str, default: Any, kind: type, positive: bool = False) -> Any:
     """The number in environment variable `name` (`default` when unset or blank); ValueError unless it parses as
-    `kind` and is >= 0 (> 0 when `positive`)."""
+    `kind` and is >= 0 (> 0 when `positive`). For settings whose default depends on the caller (a budget)."""
+    _BY_ENV[name]  # a setting of this table: KeyError otherwise
     v = os.environ.get(name)
     if v is None or v.strip() == "":
         return default
-    try:
-        n = kind(v.strip())
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {v!r}") from None
-    if n < 0 or (positive and n == 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {v!r}")
-    return n
+    return _number(kind, positive)(name, v)
+
+
+def _default(option: str) -> Any:
+    return next(s.default for s in SETTINGS if s.option == option)
 
 
 @dataclass(frozen=True)
 class Options:
-    """What the backend does. Every field has an ARGUS_<NAME> environment variable."""
+    """What the backend does: the settings of group "backend" (SETTINGS says what each means)."""
 
-    interpret: bool = False        # ARGUS_INTERPRET: run Argus kernels on CPU tensors in the Triton interpreter
-    report: bool = False           # ARGUS_REPORT: print what Argus did with each subgraph when compiled
-    on_miss: str = "default"       # ARGUS_ON_MISS: synthesize | default | fallback
-    cache_dir: str = ""            # ARGUS_CACHE_DIR (default ~/.cache/argus)
-    ops: str = DEFAULT_OPS         # ARGUS_OPS: which subgraph kinds Argus takes ("all": every kind)
-    verify: bool = True            # ARGUS_VERIFY: run the invariant checker on kernels stored in the cache
-    optimize: bool = True          # ARGUS_OPTIMIZE: replace traced MoE expert blocks by torch.ops.argus.moe
-    cudagraphs: bool = True        # ARGUS_CUDAGRAPHS: on a GPU, let Inductor capture the graph in CUDA graphs
-    cudagraph_copy_mb: float = 32.0  # ARGUS_CUDAGRAPH_COPY_MB: per Argus op in the graph; no CUDA graph when a
-    #                                   replay would copy more input bytes than that
-    graph_replay: bool = True      # ARGUS_GRAPH_REPLAY: replay those CUDA graphs with runtime/cuda_graphs.py
-    #                                 (less host work a call) instead of Inductor's CUDA-graph trees
-    tune_seconds: float = 20.0     # ARGUS_TUNE_SECONDS: policy search per library-op signature (ON_MISS=synthesize)
-    tune_candidates: int = 24      # ARGUS_TUNE_CANDIDATES: most policies that search times per signature
-    tune_lock: str = ""            # ARGUS_TUNE_LOCK: a file locked while timing (processes sharing a GPU take turns)
-    replay: bool = True            # ARGUS_REPLAY: replay an op call's recorded launches (argus_inductor.runtime.replay)
-    inline: bool = True            # ARGUS_INLINE: on a GPU, hand Inductor the Triton launches of each op with static
-    #                                 shapes, so its generated code launches them (argus_inductor.graph.inline)
-    prune_rows: bool = True        # ARGUS_PRUNE_ROWS: compute only the rows a final slice keeps (a prefill's last
-    #                                 layer on the positions whose logits are returned; graph/row_pruning.py)
-    specialize_floats: bool = True  # ARGUS_SPECIALIZE_FLOATS: floats read from nn.Module attributes become
-    #                                 constants of an Argus graph, not inputs (argus_inductor.graph.module_floats)
-    gemv_steps: bool = True        # ARGUS_GEMV_STEPS: the decode GEMV templates' short K loops over one weight as
-    #                                 static steps where K is a static dim (KSTEPS; policies.gemv_static_steps)
+    interpret: bool = _default("interpret")
+    report: bool = _default("report")
+    on_miss: str = _default("on_miss")
+    swapin: str = _default("swapin")
+    cache_dir: str = _default("cache_dir")
+    ops: str = _default("ops")
+    verify: bool = _default("verify")
+    optimize: bool = _default("optimize")
+    cudagraphs: bool = _default("cudagraphs")
+    cudagraph_copy_mb: float = _default("cudagraph_copy_mb")
+    graph_replay: bool = _default("graph_replay")
+    replay: bool = _default("replay")
+    inline: bool = _default("inline")
+    prune_rows: bool = _default("prune_rows")
+    specialize_floats: bool = _default("specialize_floats")
+    tune_seconds: float = _default("tune_seconds")
+    tune_candidates: int = _default("tune_candidates")
+    tune_lock: str = _default("tune_lock")
 
     @staticmethod
     def resolve(options: dict[str, Any] | None = None) -> Options:
-        values: dict[str, Any] = {
-            "interpret": _env_bool("ARGUS_INTERPRET"),
-            "report": _env_bool("ARGUS_REPORT"),
-            "on_miss": os.environ.get("ARGUS_ON_MISS", "default"),
-            "cache_dir": os.environ.get("ARGUS_CACHE_DIR", str(Path.home() / ".cache" / "argus")),
-            "ops": os.environ.get("ARGUS_OPS", DEFAULT_OPS),
-            "verify": _env_bool("ARGUS_VERIFY", True),
-            "optimize": _env_bool("ARGUS_OPTIMIZE", True),
-            "cudagraphs": _env_bool("ARGUS_CUDAGRAPHS", True),
-            "cudagraph_copy_mb": env_number("ARGUS_CUDAGRAPH_COPY_MB", 32.0, float),
-            "graph_replay": _env_bool("ARGUS_GRAPH_REPLAY", True),
-            "tune_seconds": env_number("ARGUS_TUNE_SECONDS", 20.0, float),
-            "tune_candidates": env_number("ARGUS_TUNE_CANDIDATES", 24, int),
-            "tune_lock": os.environ.get("ARGUS_TUNE_LOCK", ""),
-            "replay": _env_bool("ARGUS_REPLAY", True),
-            "inline": _env_bool("ARGUS_INLINE", True),
-            "prune_rows": _env_bool("ARGUS_PRUNE_ROWS", True),
-            "specialize_floats": _env_bool("ARGUS_SPECIALIZE_FLOATS", True),
-            "gemv_steps": _env_bool("ARGUS_GEMV_STEPS", True),
-        }
+        """torch.compile's `options` (names with or without an "argus_" prefix) over ARGUS_* variables over defaults;
+        ValueError naming the option or variable for anything unknown or malformed."""
+        values: dict[str, Any] = {s.option: env(s.env) for s in SETTINGS if s.option}
         names = {f.name for f in fields(Options)}
+        by_option = {s.option: s for s in SETTINGS if s.option}
         for k, v in (options or {}).items():
             key = k[len("argus_"):] if k.startswith("argus_") else k
             if key not in names:
                 raise ValueError(f"unknown Argus option {k!r}; known options: {', '.join(sorted(names))}")
+            s = by_option[key]
+            if isinstance(v, str) and not isinstance(s.default, str):
+                v = s.parse(f"option {k!r}", v)  # a number or flag given as text, as the variable would be
             values[key] = v
         opts = Options(**values)
         if opts.on_miss not in ON_MISS:
             raise ValueError(f"ARGUS_ON_MISS / on_miss must be one of {ON_MISS}, got {opts.on_miss!r}")
+        if opts.swapin not in SWAPIN:
+            raise ValueError(f"ARGUS_SWAPIN / swapin must be one of {SWAPIN}, got {opts.swapin!r}")
         unknown = set(opts.enabled_ops) - set(OPS)
         if unknown:
             raise ValueError(f"ARGUS_OPS names unknown op kinds {sorted(unknown)}; known: {', '.join(OPS)}")
@@ -103,3 +216,28 @@ class Options:
     def enabled_ops(self) -> tuple[str, ...]:
         names = tuple(o.strip() for o in self.ops.split(",") if o.strip())
         return OPS if "all" in names else names
+
+
+GROUPS = {"backend": "The backend (each also a `torch.compile(..., options={...})` key, without the ARGUS_ prefix, in "
+                     "lower case)",
+          "agent": "The agent", "llm": "The LLM endpoint", "vllm": "The vLLM plugin", "debug": "Debugging and tests"}
+
+
+def table_markdown() -> str:
+    """The configuration table README.md carries (between its config-table markers)."""
+    out = []
+    for group, title in GROUPS.items():
+        out += [f"**{title}**", "", "| variable | default | meaning |", "| --- | --- | --- |"]
+        for s in SETTINGS:
+            if s.group != group:
+                continue
+            default = s.default if s.env != "ARGUS_CACHE_DIR" else "~/.cache/argus"
+            shown = {True: "1", False: "0", "": "(unset)"}.get(default, default) if isinstance(default, (bool, str)) \
+                else default
+            out.append(f"| `{s.env}` | `{shown}` | {s.meaning} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":  # python -m argus_inductor.config: the table README carries
+    sys.stdout.write(table_markdown())

@@ -45,10 +45,8 @@ BACKENDS = ("eager", "inductor", "max-autotune", "argus")
 ARGUS_MODE = "max-autotune"  # the torch.compile mode of the argus column (Inductor's own kernels tuned as the peer's)
 # Argus variants for A/B runs (named in --backends, never run by default): Argus with Inductor's default mode for
 # the rest of the graph (no coordinate-descent tuning of Inductor's kernels); Argus computing every row of the last
-# layer (ARGUS_PRUNE_ROWS=0: the prefill's last layer on every position, not only the one whose logits it returns);
-# Argus with every decode GEMV's K loop a range loop (ARGUS_GEMV_STEPS=0: no static K steps)
-VARIANTS = {"argus-default-mode": {}, "argus-all-rows": {"options": {"mode": ARGUS_MODE, "prune_rows": False}},
-            "argus-range-loops": {"options": {"mode": ARGUS_MODE, "gemv_steps": False}}}
+# layer (ARGUS_PRUNE_ROWS=0: the prefill's last layer on every position, not only the one whose logits it returns)
+VARIANTS = {"argus-default-mode": {}, "argus-all-rows": {"options": {"mode": ARGUS_MODE, "prune_rows": False}}}
 PREFILL = ((1, 2048), (8, 512))
 DECODE = (1, 32)
 CONTEXT = 1024      # decode: tokens already in the KV cache

@@ -10,12 +10,12 @@ applicable entries into its prompt; templates and rules name the entries they im
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from .frontmatter import parse
 
 HARDWARE = ("hopper", "cdna3")
@@ -136,9 +136,9 @@ def entry_from_data(data: dict[str, Any], body: str, path: str = "") -> Entry:
 
 def kb_root() -> Path:
     """ARGUS_KB_DIR, else the kb/ folder of the source tree this package sits in."""
-    env = os.environ.get("ARGUS_KB_DIR")
-    if env:
-        return Path(env)
+    folder = config.env("ARGUS_KB_DIR")
+    if folder:
+        return Path(folder)
     return Path(__file__).resolve().parents[2] / "kb"
 
 

@@ -171,7 +171,7 @@ def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache)
 def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> Plan | None:
     """The kernels and policies `sig` runs with, or None for the aten op (ARGUS_ON_MISS=fallback on a miss)."""
     opts = active_options()
-    memo = (sig.key(), opts.on_miss, opts.cache_dir, opts.gemv_steps)  # and the options the templates read
+    memo = (sig.key(), opts.on_miss, opts.cache_dir)
     with LOCK:
         hit = _PLANS.get(memo)
     if hit is not None:

@@ -91,17 +91,18 @@ def test_default_takes_a_nearest_policy_only_from_the_same_regime(fresh_cache: P
     assert (p.const("GEMV"), p.const("BM"), p.const("BN")) == (1, 1, 1)
 
 
-def test_the_plan_memo_follows_the_options_the_templates_read(fresh_cache: Path) -> None:
-    """The in-process memo of plans is keyed by the options the templates read: one process compiling with
-    ARGUS_GEMV_STEPS on, then off, gets the decode GEMV with static K steps, then the range loop (the memo once
-    served the first compile's plan to the second: e2e.py's A/B columns ran the same kernels)."""
+def test_the_plan_memo_follows_the_options_the_plans_read(fresh_cache: Path, tmp_path: Path) -> None:
+    """The in-process memo of plans is keyed by the options a plan depends on: one process that switches from a cache
+    with an entry for a signature to an empty one gets the cached plan, then the template's (the memo once served
+    the first compile's plan to the second: e2e.py's A/B columns ran the same kernels)."""
     x, w = torch.empty(1, 4096, dtype=torch.bfloat16), torch.empty(4096, 4096, dtype=torch.bfloat16)
     sig = make_signature("gemm", "", [x, w], {"N": 4096, "K": 4096}, {"M": 1})
     try:
-        _use(gemv_steps=True)
-        assert ops.plan_for(sig, "cuda").policies["gemm_epilogue"].const("KSTEPS") == 2
-        ops.set_active_options(Options.resolve({"interpret": True, "gemv_steps": False}))
-        assert ops.plan_for(sig, "cuda").policies["gemm_epilogue"].const("KSTEPS") is None
+        _use()
+        ops.warm(sig, origin="warmup")
+        assert ops.plan_for(sig, "cuda").source == "cache"
+        ops.set_active_options(Options.resolve({"interpret": True, "cache_dir": str(tmp_path / "other")}))
+        assert ops.plan_for(sig, "cuda").source == "default"
     finally:
         _use()
 
