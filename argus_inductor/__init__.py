@@ -8,6 +8,7 @@ if _os.environ.get("ARGUS_INTERPRET", "") not in ("", "0", "false", "False"):
     # Triton picks interpreting or compiling when triton.language is first imported: decide before that.
     _os.environ["TRITON_INTERPRET"] = "1"
 
+from . import hopper  # noqa: E402,F401  (registers the Gluon lowerings with the DSL)
 from .backend import argus_backend, register  # noqa: E402
 from .config import VERSION as __version__  # noqa: E402
 from .graph.experts import optimize  # noqa: E402

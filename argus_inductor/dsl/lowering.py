@@ -610,7 +610,7 @@ def lower(ir: KernelIR, policy: Policy, target: str = "cuda",
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
     policy.validate()
     if policy.warp_specialize:
-        from ..hopper import has_lowering
+        from .lowerings import has_lowering
         if not has_lowering(ir.name):
             raise DSLError(f"warp_specialize: kernel '{ir.name}' has no warp-specialized (Gluon) lowering",
                            fix="drop warp_specialize; argus_inductor.hopper lists the kernels that have one (Triton "

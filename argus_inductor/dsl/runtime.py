@@ -22,6 +22,7 @@ from .evaluate import compile_scalar
 from .frontend import _MISSING, Frontend
 from .ir import KernelIR, ScalarParam, TensorParam
 from .lowering import LoweredSource, lower
+from .lowerings import lowering_for
 from .policy import Policy
 from .types import TensorDType
 
@@ -465,8 +466,6 @@ class Kernel:
     def _hopper(self, policy: Policy, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Policy | None:
         """Run the kernel's Gluon lowering (argus_inductor.hopper) if it takes this launch (None: it ran); else the
         policy the Triton lowering runs the launch with (the lowering's fallback for it)."""
-        from ..hopper import lowering_for
-
         lowering = lowering_for(self.name)
         if lowering is None or kwargs:
             return policy

@@ -7,47 +7,14 @@ lowering of the same kernel. The checker proves the DSL kernel under the ring di
 Gluon source that it keeps it (fill, read-after-fill, release-after-retire, release-once)."""
 from __future__ import annotations
 
-from typing import Any
+import importlib
 
-# kernel name -> the module of its lowering: launch(policy, *args) -> bool (whether it ran), fallback(policy, *args)
-# -> the Triton policy of a launch it cannot take, prove_rings(stages) -> its ring-discipline violations
-_LOWERINGS = {"attention_fwd": "attention", "gemm_epilogue": "gemm", "moe_gate_up": "moe_gate_up",
-              "moe_down": "moe_down"}
+from ..dsl.lowerings import has_lowering, lowering_for, register_lowering, ring_proof, takes
 
+# kernel name -> the module of its lowering (argus_inductor.dsl.lowerings says what such a module provides)
+LOWERINGS = {"attention_fwd": "attention", "gemm_epilogue": "gemm", "moe_gate_up": "moe_gate_up",
+             "moe_down": "moe_down"}
+for _kernel, _module in LOWERINGS.items():
+    register_lowering(_kernel, lambda m=_module: importlib.import_module(f"{__name__}.{m}"))
 
-def has_lowering(kernel_name: str) -> bool:
-    return kernel_name in _LOWERINGS
-
-
-_LOADED: dict[str, Any] = {}
-
-
-def lowering_for(kernel_name: str) -> Any:
-    """The module of `kernel_name`'s Gluon lowering, or None where it has none (or this Triton has no Gluon)."""
-    if kernel_name in _LOADED:  # the launch path asks on every call
-        return _LOADED[kernel_name]
-    module = _LOWERINGS.get(kernel_name)
-    mod = None
-    if module is not None:
-        try:
-            import importlib
-
-            mod = importlib.import_module(f"{__name__}.{module}")
-        except ImportError:  # a Triton without triton.experimental.gluon
-            mod = None
-    _LOADED[kernel_name] = mod
-    return mod
-
-
-def takes(kernel_name: str, policy: Any) -> bool:
-    """Whether `kernel_name`'s Gluon lowering runs with `policy`'s tiles and ring (its launches may still decline
-    operands); where not, a warp_specialize request runs the Triton lowering at the policy as it is."""
-    mod = lowering_for(kernel_name)
-    return mod is not None and mod.policy_fits(policy) is None
-
-
-def ring_proof(kernel_name: str, stages: int) -> list[str]:
-    """The ring-discipline violations of `kernel_name`'s Gluon lowering at `stages` slots (argus_inductor.hopper.rings),
-    as text; empty when proved, or when the kernel has no such lowering."""
-    mod = lowering_for(kernel_name)
-    return [] if mod is None else [str(v) for v in mod.prove_rings(stages)]
+__all__ = ["LOWERINGS", "has_lowering", "lowering_for", "ring_proof", "takes"]

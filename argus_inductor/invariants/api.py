@@ -77,7 +77,7 @@ def _as_run(kernel_name: str, policy: Policy) -> Policy:
     the Triton lowering at those tiles (and is proved so); one it takes is proved under the lowering's ring."""
     if not policy.warp_specialize:
         return policy
-    from ..hopper import takes
+    from ..dsl.lowerings import takes
 
     return policy if takes(kernel_name, policy) else replace(policy, warp_specialize=False)
 
@@ -150,7 +150,7 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     if pol.warp_specialize and staging is not None:
         # the policy runs a hand-written Gluon lowering (_as_run kept the request): prove from its source that it
         # keeps the ring discipline the staging hook assumed (argus_inductor.hopper.rings)
-        from ..hopper import ring_proof
+        from ..dsl.lowerings import ring_proof
 
         errors = [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
         if not errors:

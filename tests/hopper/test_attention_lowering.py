@@ -105,13 +105,13 @@ def test_launches_it_cannot_take_say_why_and_run_the_triton_lowering() -> None:
 def test_a_recording_of_a_call_that_ran_a_gluon_lowering_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launch recording (replay, inlining) sees DSL launches only: a call whose kernel ran its Gluon lowering
     must keep its op, never be replayed without that launch."""
-    import argus_inductor.hopper as hopper
+    from argus_inductor.dsl import runtime as dsl_runtime
     from argus_inductor.runtime.replay import record
 
     ran = []
     fake = types.SimpleNamespace(launch=lambda policy, *args: ran.append("attention_fwd") or True,
                                  fallback=lambda policy, *args: pytest.fail("the fake lowering took the launch"))
-    monkeypatch.setattr(hopper, "lowering_for", lambda name: fake)
+    monkeypatch.setattr(dsl_runtime, "lowering_for", lambda name: fake)
     q = torch.randn(1, 2, 128, 64)
     out = torch.empty_like(q)
     m = mask_operand(None, q, q)
