@@ -17,7 +17,7 @@ from .config import Options
 from .graph import rewrite
 from .graph.module_floats import specialize_module_floats
 from .graph.patterns import is_argus_op
-from .ops import set_active_options, target_for
+from .ops import install_agent, set_active_options, target_for
 from .runtime import reporting as _report
 from .runtime.cuda_graphs import replacing_trees
 
@@ -204,7 +204,28 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
 
 
 def register() -> None:
+    """Register backend="argus" with Dynamo (once)."""
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
     if "argus" not in _BACKENDS:
         register_backend(name="argus")(argus_backend)
+
+
+def _agent() -> Any:
+    """The agent, for the ops to reach on a miss under ARGUS_ON_MISS=synthesize (imported when first asked)."""
+    from . import agent
+
+    return agent
+
+
+def install() -> None:
+    """What loading the backend sets up, however it is loaded (import, Dynamo's entry point, the vLLM plugin):
+    backend="argus" registered, the Gluon lowerings registered with the DSL (importing hopper does it), and the
+    agent handed to the ops."""
+    from . import hopper  # noqa: F401
+
+    install_agent(_agent)
+    register()
+
+
+install()

@@ -1,14 +1,16 @@
-"""The `argus` command line.
+"""The `argus` command line: verify, warmup, cache, bench, config (`argus COMMAND --help` for each).
 
     argus verify FILE.py [--shape M=200,N=136] [--policy BM=64,BN=64,num_warps=4] [--assume "H % HK == 0"]
                          [--kernel NAME] [--json] [--no-staging] [--timeout-ms N]
 
-Exit status: 0 when every kernel is proven, 1 when a violation is found, 2 on a usage or DSL error.
+Parsing needs no torch (the package's heavy parts load when a command runs), so `--help` and usage errors come back
+at once.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +40,7 @@ def _value(v: str) -> Any:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from . import hopper  # noqa: F401  (registers the Gluon lowerings whose rings a policy may ask to prove)
     from .dsl.errors import DSLError
     from .invariants import default_staging, verify_file
 
@@ -100,6 +103,26 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config(args: argparse.Namespace) -> int:
+    from . import config
+
+    if args.markdown:
+        sys.stdout.write(config.table_markdown())
+        return 0
+    try:
+        values = {s.env: config.env(s.env) for s in config.SETTINGS}
+    except ValueError as e:
+        print(f"argus config: {e}", file=sys.stderr)
+        return 2
+    for group, title in config.GROUPS.items():
+        print(f"{title}:")
+        for s in config.SETTINGS:
+            if s.group == group:
+                where = "set" if os.environ.get(s.env, "").strip() else "default"
+                print(f"  {s.env:<26} {str(values[s.env]):<20} ({where})  {s.meaning}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="argus", description="Argus Inductor: verified tile kernels for PyTorch.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -114,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--policy", action="append", metavar="BM=..,num_warps=..",
                    help="constexpr values and launch settings (kernel defaults otherwise)")
     v.add_argument("--assume", action="append", metavar="EXPR",
-                   help="a precondition over shape symbols, constexprs or integer tensors, e.g. 'H % HK == 0'")
+                   help="a precondition over shape symbols, constexprs or integer tensors, e.g. 'H %% HK == 0'")
     v.add_argument("--kernel", action="append", metavar="NAME", help="check only these kernels")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("--no-staging", action="store_true", help="skip the pipelined-buffer obligations")
@@ -132,12 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cache)
     from .agent.cache_bench import add_bench_parser
     add_bench_parser(sub)
+    g = sub.add_parser("config", help="show every ARGUS_* setting, its value here and what it means",
+                       description="Every setting: the environment variable, its value in this environment (or its "
+                                   "default) and its meaning. Backend settings are also torch.compile options.")
+    g.add_argument("--markdown", action="store_true", help="print the table README.md carries")
+    g.set_defaults(func=_config)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `argus cache | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("argus: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Every Argus setting, defined once: its ARGUS_* environment variable, its default, its one-line meaning, and for the
 backend's options the torch.compile option that sets it (torch.compile(..., options={...}) over ARGUS_* variables
-over defaults). README's configuration table is generated from SETTINGS (`python -m argus_inductor.config`), and a
+over defaults). README's configuration table is generated from SETTINGS (`argus config --markdown`), and a
 test fails when the two differ or when the source reads an ARGUS_* variable that is not here.
 
 A leaf: imports nothing of argus_inductor, so every layer may read it.
@@ -8,7 +8,6 @@ A leaf: imports nothing of argus_inductor, so every layer may read it.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -237,7 +236,3 @@ def table_markdown() -> str:
             out.append(f"| `{s.env}` | `{shown}` | {s.meaning} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
-
-
-if __name__ == "__main__":  # python -m argus_inductor.config: the table README carries
-    sys.stdout.write(table_markdown())

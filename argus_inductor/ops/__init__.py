@@ -23,6 +23,7 @@ imports them (the agent is reached through plans.install_agent).
 """
 from __future__ import annotations
 
+from .. import hopper  # noqa: F401  (registers the Gluon lowerings the plans may ask for)
 from ..kernels.policies import fp32_precision
 from . import attention, gemm, library, moe  # noqa: F401  (register their specs and torch.ops.argus.*)
 from .attention import attention_out
