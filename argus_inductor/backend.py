@@ -77,6 +77,12 @@ def copied_input_bytes(example_inputs: list[Any]) -> int:
     return total
 
 
+def needs_gradients(example_inputs: list[Any]) -> bool:
+    """Whether the graph being compiled will be differentiated: grad mode is on and an input (a parameter, lifted by
+    Dynamo, or a user tensor) requires grad. Argus's ops have no backward, so such a graph is left to Inductor."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+
+
 def _mode_options(mode: str | None) -> dict[str, Any]:
     from torch._inductor import list_mode_options
 
@@ -118,7 +124,12 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
     # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
     accel = {d for d in devices if d.type != "cpu"} or devices
     targets = {target_for(d, opts) for d in accel}
-    if None in targets:
+    if needs_gradients(example_inputs):
+        _say_once("argus: this graph needs gradients (called outside torch.no_grad() / torch.inference_mode() with "
+                  "parameters or inputs that require grad); Argus's kernels are inference kernels with no backward, "
+                  "so Inductor compiles this graph alone. Call the model under torch.no_grad() or "
+                  "torch.inference_mode() to use them")
+    elif None in targets:
         where = ", ".join(sorted(str(d) for d in devices))
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
                   "with ARGUS_INTERPRET=1); compiling with Inductor alone")
