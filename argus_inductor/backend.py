@@ -124,7 +124,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
     # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
     accel = {d for d in devices if d.type != "cpu"} or devices
     targets = {target_for(d, opts) for d in accel}
-    if needs_gradients(example_inputs):
+    if opts.swapin == "never":
+        _say_once("argus: ARGUS_SWAPIN=never: Inductor compiles every graph alone")
+    elif needs_gradients(example_inputs):
         _say_once("argus: this graph needs gradients (called outside torch.no_grad() / torch.inference_mode() with "
                   "parameters or inputs that require grad); Argus's kernels are inference kernels with no backward, "
                   "so Inductor compiles this graph alone. Call the model under torch.no_grad() or "
@@ -138,6 +140,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
         if matches and opts.specialize_floats:
             specialize_module_floats(gm, example_inputs)  # Dynamo's restart while a module float is an input
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
+        if matches and opts.swapin == "measure":
+            from .graph.swapin import swap_in
+
+            swap_in(gm, example_inputs, next(iter(targets)))  # the interpreter: notes only
         argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:
             from .graph.inline import inline_ops

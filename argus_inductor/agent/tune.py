@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ..kernels.policies import rescaled_steps
-from .bench import time_ms, waited_s
+from ..runtime.timing import time_ms, waited_s
 from .evaluate import rel_error
 
 TILE_KNOB = re.compile(r"^B[A-Z0-9]{1,3}$")  # tile constexprs: BO, BR, BI, BM, BN, BK, BL, BC, B2, B3, ...

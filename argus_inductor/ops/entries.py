@@ -78,10 +78,11 @@ def proved_by_older_checker(entry: CacheEntry) -> bool:
 
 
 def entry_current(entry: CacheEntry | None) -> bool:
-    """Whether `entry` stands as a plan: present, not rejected by the checker, not proved only by an older one (what
-    `argus warmup` leaves alone unless --force)."""
+    """Whether `entry` stands as a solved plan: present, not rejected by the checker, not proved only by an older
+    one, not a miss's template plan kept for its swap-in verdict (origin "default"): what `argus warmup` leaves
+    alone unless --force."""
     return entry is not None and entry.verification.get("status") != "violations" and \
-        not proved_by_older_checker(entry)
+        not proved_by_older_checker(entry) and entry.origin != "default"
 
 
 def reverified(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, cache: KernelCache) -> CacheEntry:

@@ -164,8 +164,9 @@ def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache)
             return plan_from_entry(spec, sig, entry, "default", f"policy of nearest solved {entry.sig().short()}")
         except Exception as e:
             say_once(f"argus: cached entry for {entry.sig().short()} is unusable ({e}); using the template")
-    pols = spec.policies(spec.template(sig, target), sig)
-    return Plan(library_kernels(spec, pols), pols, "default", "template policy")
+    policy = spec.template(sig, target)
+    pols = spec.policies(policy, sig)
+    return Plan(library_kernels(spec, pols), pols, "default", "template policy", policy=policy)
 
 
 def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> Plan | None:

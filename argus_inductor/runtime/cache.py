@@ -38,7 +38,8 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger("argus_inductor")
 
-FORMAT = 1
+FORMAT = 2  # 2: entries carry the measured swap-in's verdicts (`swapin`); format 1 entries still read
+READABLE = (1, 2)
 ORIGINS = ("synthesized", "default", "warmup")
 _REPORTED: set[str] = set()
 _REPORTED_LOCK = threading.Lock()
@@ -60,6 +61,9 @@ class CacheEntry:
     timings: dict[str, Any] = field(default_factory=dict)   # e.g. {"ms": 0.12, "baseline_ms": 0.15}
     versions: dict[str, Any] = field(default_factory=dict)  # torch, triton, argus_inductor, ...
     origin: str = "default"        # synthesized | default | warmup
+    # the measured swap-in's verdict on this entry's plan, by device model (signature.device_model): winner
+    # ("argus" | "fallback"), argus_ms, fallback_ms, fallback (what was timed), method, measured (a time)
+    swapin: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.origin not in ORIGINS:
@@ -71,12 +75,12 @@ class CacheEntry:
     @staticmethod
     def from_json(d: dict[str, Any]) -> CacheEntry:
         names = {f.name for f in fields(CacheEntry)}
-        missing = names - set(d)
+        missing = names - set(d) - {"swapin"}  # format 1 entries have no verdicts
         if missing:
             raise ValueError(f"entry lacks {sorted(missing)}")
-        e = CacheEntry(**{k: d[k] for k in names})
+        e = CacheEntry(**{k: d[k] for k in names if k in d})
         for name, typ in (("signature", dict), ("policy", dict), ("verification", dict), ("timings", dict),
-                          ("versions", dict), ("dsl_source", str), ("triton_source", str)):
+                          ("versions", dict), ("dsl_source", str), ("triton_source", str), ("swapin", dict)):
             if not isinstance(getattr(e, name), typ):
                 raise ValueError(f"entry field {name} is not a {typ.__name__}")
         return e
@@ -158,7 +162,7 @@ class KernelCache:
             return self._bad(p, key, f"cannot be read ({e})")
         try:
             doc = json.loads(data.decode("utf-8"))
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            if not isinstance(doc, dict) or doc.get("format") not in READABLE:
                 return self._bad(p, key, f"has format {doc.get('format') if isinstance(doc, dict) else '?'}, "
                                          f"expected {FORMAT}")
             payload = doc["entry"]
@@ -177,7 +181,7 @@ class KernelCache:
             try:
                 doc = json.loads(p.read_text())
                 if isinstance(doc, dict) and doc.get("checksum") == checksum(doc.get("entry")) \
-                        and doc.get("format") == FORMAT and doc.get("key") == key:
+                        and doc.get("format") in READABLE and doc.get("key") == key:
                     return CacheEntry.from_json(doc["entry"])  # rewritten meanwhile by another process
             except (OSError, ValueError, TypeError, AttributeError, KeyError):
                 pass
@@ -233,8 +237,8 @@ class KernelCache:
                 continue
             if not signature.same_family(other) or (accept is not None and not accept(other)):
                 continue
-            if e.verification.get("status") == "violations":  # a plan the checker rejects is never lent
-                continue
+            if e.verification.get("status") == "violations" or e.origin == "default":
+                continue  # a plan the checker rejects, or a miss's template plan (kept for its swap-in verdict)
             d = signature.distance(other)
             if best is None or d < best[1]:
                 best = (e, d)
@@ -288,8 +292,9 @@ class KernelCache:
         if bad:
             _report_once(f"misses-bad:{self.misses_file}",
                          f"argus: {bad} unreadable line(s) in {self.misses_file} were skipped")
-        solved = {k for k in self.keys()  # an entry the checker rejected solves nothing
-                  if (e := self.get(k)) is not None and e.verification.get("status") != "violations"}
+        solved = {k for k in self.keys()  # an entry the checker rejected, or a miss's template plan, solves nothing
+                  if (e := self.get(k)) is not None and e.verification.get("status") != "violations"
+                  and e.origin != "default"}
         out = sorted(found.values(), key=lambda m: m["first_seen"])
         for m in out:
             m["solved"] = m["key"] in solved

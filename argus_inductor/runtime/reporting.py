@@ -75,6 +75,15 @@ def record_call(node_id: str, signature: str, source: str, ms: float | None,
                 e.notes.append(n)
 
 
+def settle(node_id: str, signature: str, source: str) -> None:
+    """Say where a matched subgraph's code comes from where no Argus op will run for it (the measured swap-in gave it
+    back to Inductor)."""
+    with _LOCK:
+        e = _ENTRIES.get(node_id)
+        if e is not None:
+            e.signature, e.source = signature, source
+
+
 def note(node_id: str, text: str) -> None:
     """Add a note to a matched subgraph's entry (one that has none yet is left alone)."""
     with _LOCK:

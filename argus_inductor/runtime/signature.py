@@ -38,6 +38,22 @@ def device_arch(device: torch.device) -> str:
     return device.type
 
 
+_MODELS: dict[Any, str] = {}
+
+
+def device_model(device: torch.device) -> str:
+    """The device model a measurement belongs to: name, multiprocessor count and memory size, e.g. "NVIDIA H200
+    132sm 140GB" (an H100 SXM, an H100 PCIe and an H200 share sm_90 and differ here); the type for a CPU."""
+    if device.type != "cuda":
+        return device.type
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    found = _MODELS.get(index)
+    if found is None:
+        p = torch.cuda.get_device_properties(index)
+        found = _MODELS[index] = f"{p.name} {p.multi_processor_count}sm {round(p.total_memory / 2**30)}GB"
+    return found
+
+
 _KEYS: dict[Any, str] = {}
 
 

@@ -185,7 +185,7 @@ def _load(path: Path) -> Any:
 def _timing_slot() -> Any:
     """With --jobs > 1 the problems compile in parallel, but only one runs GPU work at once: the ARGUS_TUNE_LOCK the
     parent names, which Argus's own policy and agent timing also take, so no measurement shares the GPU."""
-    from argus_inductor.agent.bench import exclusive
+    from argus_inductor.runtime.timing import exclusive
 
     return exclusive()
 

@@ -1,15 +1,18 @@
-"""Timing: CUDA-graph replay on the GPU (host launch overhead out of ours and the peer's numbers alike, as
-benchmarks/sweep.py times), a host clock under the interpreter (where the number only ranks plans
-relative to the template default)."""
+"""Timing, one method for every measurement Argus makes (the agent's trials, the policy search, the measured
+swap-in, `argus bench`) and the benchmarks: CUDA-graph replay on the GPU over rotated copies of the operands, so L2
+holds none of them between calls and host launch overhead is out of both sides' numbers; a host clock under the
+interpreter, where the number only ranks plans relative to each other. Processes sharing a GPU take turns through a
+file lock (exclusive)."""
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from .. import config
 
 CUDAGRAPH = "cudagraph median"
 DO_BENCH = "do_bench median"
@@ -26,15 +29,18 @@ def waited_s() -> float:
     return _WAITED[0]
 
 
-def timing_lock() -> str | None:
-    """The file that processes sharing a GPU lock while they time (ARGUS_TUNE_LOCK, or the active options')."""
-    try:
-        from .. import ops
+_LOCK_PATH: list[str] = [""]  # the active options' tune_lock (set_lock), over ARGUS_TUNE_LOCK
 
-        path = ops.active_options().tune_lock
-    except Exception:
-        path = ""
-    return path or os.environ.get("ARGUS_TUNE_LOCK") or None
+
+def set_lock(path: str) -> None:
+    """The file processes sharing a GPU lock while they time, as the backend's options name it ("" for none)."""
+    _LOCK_PATH[0] = path or ""
+
+
+def timing_lock() -> str | None:
+    """The file that processes sharing a GPU lock while they time (the active options' tune_lock, else
+    ARGUS_TUNE_LOCK), or None."""
+    return _LOCK_PATH[0] or config.env("ARGUS_TUNE_LOCK") or None
 
 
 @contextlib.contextmanager
