@@ -8,7 +8,7 @@ For attention and GEMM shapes the Gluon kernels take, on the GPU, this measures:
 - graph_ms: the same call replayed from a CUDA graph (do_bench_cudagraph): GPU time alone, what a compiled model
   with CUDA graphs (the backend's default on a GPU) pays per call.
 
-    python benchmarks/gluon_host.py [--out DIR]
+    python benchmarks/probes/gluon_host.py [--out DIR]
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from argus_inductor.kernels import attention, gemm  # noqa: E402
 from argus_inductor.kernels.policies import attention_policy, gemm_policy  # noqa: E402
@@ -55,10 +55,10 @@ def measure(ours, peer) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parents[1] / "results"))
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("benchmarks/gluon_host.py needs a CUDA GPU")
+        sys.exit("benchmarks/probes/gluon_host.py needs a CUDA GPU")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
@@ -85,7 +85,8 @@ def main() -> None:
         print(rows[-1], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, command="python benchmarks/gluon_host.py")
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                command="python benchmarks/probes/gluon_host.py")
     (out / "gluon-host-overhead.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     print("| op | shape | ours host us | peer host us | ours events ms | ours graph ms | peer events ms |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")

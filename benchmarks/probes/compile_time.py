@@ -2,7 +2,7 @@
 DSL kernels' lowering and Triton compiles, Inductor's compile and tuning, CUDA-graph capture), by cProfile over
 that first call. e2e.py reports the first call's seconds; this says what they are.
 
-    python benchmarks/compile_time_probe.py [--model llama] [--workload b=1 | 1x2048] [--backend argus] [--top 60]
+    python benchmarks/probes/compile_time.py [--model llama] [--workload b=1 | 1x2048] [--backend argus] [--top 60]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import e2e  # noqa: E402
 
@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=60)
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("benchmarks/compile_time_probe.py needs a CUDA GPU")
+        sys.exit("benchmarks/probes/compile_time.py needs a CUDA GPU")
     model, how = e2e.build(args.model, 2, "cuda")
     print(how, flush=True)
     with torch.no_grad():

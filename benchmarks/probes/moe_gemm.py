@@ -1,7 +1,7 @@
 """The MoE expert GEMMs alone, on the same routed rows: our gate-up and down kernels (the Triton template and the
 Gluon lowerings) against torch._grouped_mm (gate-up with its SiLU*up, and down).
 
-    python benchmarks/moe_gemm.py [--tokens 2048,4096] [--out benchmarks/results]
+    python benchmarks/probes/moe_gemm.py [--tokens 2048,4096] [--out benchmarks/results]
 
 Mixtral dims (HD 4096, I 14336, 8 experts, top 2), bf16, random routing. Rows are routed once (moe_align) and
 gathered once (moe_gather); each kernel reads them as it does in a MoE step. TFLOP/s count the routed pairs only
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels.moe import gather_policy, moe_align, moe_down, moe_gate_up, moe_gather  # noqa: E402
@@ -161,10 +161,10 @@ def main() -> None:
                     help="route every expert the same number of rows (no padding rows at the template's blocks)")
     ap.add_argument("--templates", action="store_true",
                     help="only the templates (Triton and Gluon), not the other depths, bands and heights")
-    ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parent / "results")))
+    ap.add_argument("--out", default=os.environ.get("OUT", str(Path(__file__).resolve().parents[1] / "results")))
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("benchmarks/moe_gemm.py needs a CUDA GPU")
+        sys.exit("benchmarks/probes/moe_gemm.py needs a CUDA GPU")
     rows: list[dict] = []
     for t in args.tokens.split(","):
         run(int(t), rows, set(args.kernels.split(",")), args.balanced, args.templates)

@@ -1,21 +1,18 @@
-"""Probe: the decode GEMV templates (gemv_policy's one-column programs) with their K loop pipelined or not, as
-static steps (KSTEPS, unrolled: every step's loads issued before the first product) or not, and with 1, 2 or 4
-columns a program. norm_fold_probe.py found a plain Triton GEMV (a weight row a program, K steps of
-2048, 8 warps: gemv_policy's tile, in Triton's default 3 stages and without masks) 1.5 us faster than the
-backend's gemm_residual (14.2 against 12.65 us) at the o projection's 4096 x 4096, and even at gate*up. The
-earlier gemv_probe.py ran its plain kernels with one stage at 12.7 us there, so the stage count may not be the
-reason: a short program's fixed work (the masks, the index arithmetic, the reduction and the residual) may be,
-which more columns a program would spread. Times gemm_residual (o, down), gemm_gate_up and gemm_epilogue (an LM
-head) at Llama-3-8B's shapes, one token, as CUDA-graph medians with the weights rotated over copies, after
-checking each against float32 torch, beside the plain Triton kernel of the same tile with K a constexpr (SASS
-compiled on the CPU: its loads all issued before the first product, where the template issues one pair a runtime
-K step). Results: benchmarks/results/gemv-stages-probe-h100-2026-11-25.log (NOTES.md, session 29: static steps pay
-where the loop is short over one weight; policies.gemv_static_steps).
+"""Probe: are the decode GEMV templates (gemv_policy's one-column programs, one token) at the speed of a plain Triton
+GEMV of the same tile? Times gemm_residual (o, down), gemm_gate_up, gemm_epilogue (q|k|v as one, an LM head) and
+gemv_cat at Llama-3-8B's shapes over their pipeline stages, static K steps or a range loop (KSTEPS) and 1, 2 or 4
+columns a program, beside the plain kernel with K a constexpr (its loads all issued before the first product).
+CUDA-graph medians with the weights rotated over copies, each variant checked against float32 torch first.
 
-    python benchmarks/gemv_stages_probe.py
+What it found (benchmarks/results/gemv-stages-probe-h100-2026-11-25{,b}.log, NOTES.md "GEMM"): static steps pay
+where the K loop is short over one weight (policies.gemv_static_steps), two columns a program pay for the 7-step down
+projection (policies.gemv_columns); the down projection stays about 1 us behind the plain kernel.
+
+    python benchmarks/probes/gemv_stages.py
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,12 +22,11 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from argus_inductor.kernels.gemm import gemm, gemv_cat  # noqa: E402
 from argus_inductor.kernels.gemm_residual import gate_up, gemm_add  # noqa: E402
 from argus_inductor.kernels.policies import gemv_cat_policy, gemv_policy  # noqa: E402
-from benchmarks.norm_fold_probe import gemv_gate_up, gemv_residual  # noqa: E402
 from benchmarks.sweep import graph_us, rel  # noqa: E402
 
 
@@ -45,10 +41,38 @@ def gemv_plain(x, w, out, K: tl.constexpr, BK: tl.constexpr):
     tl.store(out + row, tl.sum(acc, axis=0).to(tl.bfloat16))
 
 
+@triton.jit
+def gemv_residual(x, w, resid, out, K: tl.constexpr, BK: tl.constexpr):
+    """out[row] = bf16(w[row] . x) + resid[row], rounded as the backend's gemm_residual rounds."""
+    row = tl.program_id(0)
+    acc = tl.zeros([BK], tl.float32)
+    for k0 in range(0, K, BK):
+        ks = k0 + tl.arange(0, BK)
+        acc += tl.load(w + row.to(tl.int64) * K + ks).to(tl.float32) * tl.load(x + ks).to(tl.float32)
+    y = tl.sum(acc, axis=0).to(tl.bfloat16).to(tl.float32)
+    tl.store(out + row, (y + tl.load(resid + row).to(tl.float32)).to(tl.bfloat16))
+
+
+@triton.jit
+def gemv_gate_up(x, wg, wu, out, K: tl.constexpr, BK: tl.constexpr):
+    """out[row] = silu(wg[row] . x) * (wu[row] . x), both products rounded to bf16 first."""
+    row = tl.program_id(0)
+    acc_g = tl.zeros([BK], tl.float32)
+    acc_u = tl.zeros([BK], tl.float32)
+    for k0 in range(0, K, BK):
+        ks = k0 + tl.arange(0, BK)
+        xv = tl.load(x + ks).to(tl.float32)
+        acc_g += tl.load(wg + row.to(tl.int64) * K + ks).to(tl.float32) * xv
+        acc_u += tl.load(wu + row.to(tl.int64) * K + ks).to(tl.float32) * xv
+    gate = tl.sum(acc_g, axis=0).to(tl.bfloat16).to(tl.float32)
+    up = tl.sum(acc_u, axis=0).to(tl.bfloat16).to(tl.float32)
+    tl.store(out + row, (gate * tl.sigmoid(gate) * up).to(tl.bfloat16))
+
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     if not torch.cuda.is_available():
-        sys.exit("benchmarks/gemv_stages_probe.py needs a CUDA GPU")
+        sys.exit("benchmarks/probes/gemv_stages.py needs a CUDA GPU")
     bf, dev = torch.bfloat16, "cuda"
     cases: list[tuple[str, int, int, int]] = [("o + residual", 4096, 4096, 4), ("down + residual", 4096, 14336, 2),
                                               ("gate*up", 14336, 4096, 2), ("q|k|v as one (6144)", 6144, 4096, 4),
@@ -61,13 +85,12 @@ def main() -> None:
         ws = [torch.randn(n, k, device=dev, dtype=bf) * k ** -0.5 for _ in range(copies)]
         us = [torch.randn(n, k, device=dev, dtype=bf) * k ** -0.5 for _ in range(copies)] if "gate" in name else []
         base = gemv_policy(1, n, "cuda", k)
-        scratch = torch.zeros(1, device=dev)
 
         def plain(c: int) -> None:  # the plain Triton kernel of gemv_policy's tile with K a constexpr
             if "residual" in name:
-                gemv_residual[(n,)](x, ws[c], r, out, out, r, scratch, K=k, BK=2048, FOLD=False, num_warps=8)
+                gemv_residual[(n,)](x, ws[c], r, out, K=k, BK=2048, num_warps=8)
             elif "gate" in name:
-                gemv_gate_up[(n,)](x, ws[c], us[c], out, scratch, 0.0, K=k, BK=2048, FOLD=False, num_warps=8)
+                gemv_gate_up[(n,)](x, ws[c], us[c], out, K=k, BK=2048, num_warps=8)
             else:
                 gemv_plain[(n,)](x, ws[c], out, K=k, BK=2048, num_warps=8)
 

@@ -5,7 +5,7 @@ runs it. Every configuration is checked against float32 SDPA first, then timed a
 part + merge over copies of the cache in turn (each call reads its keys from memory); the host's own call
 (kernels.attention.attention with the decode template, converting the bool mask as it goes) is the first row.
 
-    python benchmarks/decode_attention_probe.py [--keys 1040,4096] [--top 8]
+    python benchmarks/probes/decode_attention.py [--keys 1040,4096] [--top 8]
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels.attention import attention, attention_decode_split, mask_operand  # noqa: E402
@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=8)
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("benchmarks/decode_attention_probe.py needs a CUDA GPU")
+        sys.exit("benchmarks/probes/decode_attention.py needs a CUDA GPU")
     rows = {int(t): probe(int(t), args.top) for t in args.keys.split(",")}
     out = Path(os.environ.get("OUT", "."))
     (out / "decode-attention-probe.json").write_text(json.dumps(dict(
