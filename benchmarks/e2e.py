@@ -54,8 +54,7 @@ DECODE_STEPS = 8    # decode: tokens timed per measurement
 TOL = 3e-2          # bf16: relative error of the logits (routing ties may flip an expert for a few tokens)
 # A phase is started only when this many seconds of the budget are left (a compile of a 2-layer 8B-dims
 # model takes tens of seconds; max-autotune benchmarks its GEMM choices and takes longer).
-NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90, "argus-default-mode": 45, "argus-all-rows": 45,
-         "argus-range-loops": 45}
+NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90, "argus-default-mode": 45, "argus-all-rows": 45}
 
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                  num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)

@@ -144,7 +144,7 @@ def _register_cpu_sdpa_flops() -> None:
     register_flop_formula(op)(formula)
 
 
-def _time(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> float:
+def time_call(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> float:
     """Median milliseconds per call."""
     import torch
 
@@ -168,7 +168,7 @@ def _time(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> floa
     return statistics.median(times)
 
 
-def _load(path: Path) -> Any:
+def load_problem(path: Path) -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"kb_problem_{path.stem}", path)
@@ -203,7 +203,7 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         device = args.device
         torch.set_grad_enabled(False)
         phase = "load"
-        mod = _load(path)
+        mod = load_problem(path)
         torch.manual_seed(args.seed)
         model = mod.Model(*mod.get_init_inputs()).to(device).eval()
         fns: dict[str, Any] = {"eager": model}
@@ -264,7 +264,7 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
             for b, fn in fns.items():
                 if results[b]["correct"]:
                     torch.manual_seed(args.seed)
-                    results[b]["ms"] = _time(fn, inputs, device, args.warmup, args.reps)
+                    results[b]["ms"] = time_call(fn, inputs, device, args.warmup, args.reps)
         row["backends"] = results
     except Exception as e:
         row.update(status="error", phase=phase, error=f"{type(e).__name__}: {e}"[:1000],
