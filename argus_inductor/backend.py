@@ -165,7 +165,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
     # A graph whose Argus ops were all inlined has no Python of Argus per call left to hide: it takes CUDA graphs
     # as Inductor does, only where `mode` asks (measured on the H100 with every op inlined, overhead.py: graphs
     # made 9 of 10 KernelBench-format problems slower, by 0.002-0.6 ms, the replay's input copies and bookkeeping
-    # costing more than the launches they save; NOTES.md, session 9).
+    # costing more than the launches they save; NOTES.md, "Compile time and host overhead").
     # The rest of the graph is Inductor's, compiled with the options `mode` gives it (max-autotune: autotuned
     # templates for what Argus left, coordinate-descent tuning of Inductor's own kernels).
     modal = _mode_options(mode)

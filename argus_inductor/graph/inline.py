@@ -14,7 +14,7 @@ generated code, with no Python of ours at run time.
 Only GPU targets are inlined (Inductor launches Triton kernels on GPU tensors only); the interpreter keeps the op.
 A node that cannot be recorded (dynamic sizes, a host function that reads values or computes with torch, the aten
 fallback) keeps the op, which works as before. On by default on GPUs; ARGUS_INLINE=0 turns it off (timings:
-benchmarks/results/NOTES.md, session 9).
+benchmarks/results/NOTES.md, "Compile time and host overhead").
 
 The compile-time run takes the graph's own inputs where it has them (a model's weights), except those the op writes
 in place (a KV cache, which gets a stand-in: the run must not write into the model's state); tensors made inside the
