@@ -136,21 +136,24 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
                   "with ARGUS_INTERPRET=1); compiling with Inductor alone")
     else:
-        matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
+        with _report.phase("graph rewrite"):
+            matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
         if matches and opts.specialize_floats:
             specialize_module_floats(gm, example_inputs)  # Dynamo's restart while a module float is an input
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
         if matches and opts.swapin == "measure":
             from .graph.swapin import swap_in
 
-            swap_in(gm, example_inputs, next(iter(targets)))  # the interpreter: notes only
+            with _report.phase("swap-in"):
+                swap_in(gm, example_inputs, next(iter(targets)))  # the interpreter: notes only
         argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:
             from .graph.inline import inline_ops
 
             original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # nodes copied, tensors shared
             original.meta = gm.meta
-            inlined = inline_ops(gm, example_inputs=example_inputs)
+            with _report.phase("inline (records each op's launches; compiles its Triton kernels)"):
+                inlined = inline_ops(gm, example_inputs=example_inputs)
             log.info("argus: %d Argus op(s) inlined as Triton launches in Inductor's code", inlined)
     # CUDA graphs: Argus ops never synchronize with the host (masks, MoE routing and split-K all stay on the
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
@@ -189,7 +192,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
 
     def compile_with(graph: torch.fx.GraphModule, config: dict[str, Any]) -> Callable[..., Any]:
         replay = opts.graph_replay and config["triton.cudagraphs"]
-        with replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache():
+        with replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache(), _report.phase("inductor"):
             return compile_fx(graph, example_inputs, config_patches=config)
 
     try:

@@ -105,22 +105,25 @@ def measure_node(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any], t
     with dispatch.unreported():
         argus_fns = [lambda a=a, k=k: target(*a, **k) for a, k in copies]
         try:
-            for f in argus_fns:
-                f()  # the first call resolves the plan and compiles its kernels
+            with report.phase("swap-in: Argus first runs (plan, checker, Triton compile)"):
+                for f in argus_fns:
+                    f()  # the first call resolves the plan and compiles its kernels
         except Exception as e:
             argus_fns = [_raises(e)]
         fallback_fns = None
         why = ""
         try:
-            compiled = compile_fallback(ref, args, kwargs)
-            fallback_fns = [lambda a=a, k=k: compiled(*_tensors((a, k))) for a, k in copies]
-            for f in fallback_fns:
-                f()
+            with report.phase("swap-in: fallback compile (Inductor)"):
+                compiled = compile_fallback(ref, args, kwargs)
+                fallback_fns = [lambda a=a, k=k: compiled(*_tensors((a, k))) for a, k in copies]
+                for f in fallback_fns:
+                    f()
         except Exception as e:
             fallback_fns = None
             why = f"the fallback failed to compile or run ({type(e).__name__}: {str(e).strip()[:200]})"
-        return decide.measure(argus_fns, fallback_fns, FALLBACKS.get(name, "Inductor"), timer,
-                              why_no_fallback=why)
+        with report.phase("swap-in: timing"):
+            return decide.measure(argus_fns, fallback_fns, FALLBACKS.get(name, "Inductor"), timer,
+                                  why_no_fallback=why)
 
 
 def _raises(e: Exception) -> Callable[[], Any]:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..dsl import Kernel, Policy
+from ..runtime import reporting as _report
 from ..runtime.cache import CacheEntry, KernelCache
 from ..runtime.signature import Signature
 from .core import OpSpec, active_options, dsl_source, kernel_cache, library_kernels, plan_from_entry, say_once, spec_for
@@ -42,6 +43,12 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
                 policies: dict[str, Policy], target: str | None = None) -> dict[str, Any]:
     """Run the invariant checker on each kernel of a plan, and on the kernels its host runs with policies of their
     own (for `target`), at the signature's shapes; a JSON summary."""
+    with _report.phase("checker"):
+        return _verify_plan(spec, sig, kernels, policies, target)
+
+
+def _verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: dict[str, Policy],
+                 target: str | None) -> dict[str, Any]:
     fn = _verifier()
     if fn is None:
         return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
