@@ -67,12 +67,19 @@ class Signature:
     dynamic_dims: tuple[tuple[str, str], ...]
     arch: str
     versions: tuple[str, str, str]
+    # the GPU model (device_model) a GPU signature is specialized for: an H100's entry is not an H200's (it is a
+    # starting point there: same_family ignores it); "" for the CPU and for signatures made before it was recorded
+    device: str = ""
 
     def key(self) -> str:
-        """The cache key: a hash of every field (computed once: every Argus call on the hot path asks for it)."""
+        """The cache key: a hash of every field (computed once: every Argus call on the hot path asks for it). A
+        signature with no device hashes as those made before the field existed, so their entries keep their keys."""
         k = _KEYS.get(self)
         if k is None:
-            k = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+            fields = asdict(self)
+            if not self.device:
+                del fields["device"]
+            k = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
             if len(_KEYS) > 65536:
                 _KEYS.clear()
             _KEYS[self] = k
@@ -88,7 +95,7 @@ class Signature:
         return Signature(str(d["op"]), str(d["epilogue"]), tuple(d["dtypes"]), tuple(d["layouts"]),
                          tuple((str(k), int(v)) for k, v in d["static_dims"]),
                          tuple((str(k), str(v)) for k, v in d["dynamic_dims"]), str(d["arch"]),
-                         tuple(d["versions"]))  # type: ignore[arg-type]
+                         tuple(d["versions"]), str(d.get("device", "")))  # type: ignore[arg-type]
 
     def dims(self) -> dict[str, int]:
         """Every dim as a number: static dims exactly, dynamic dims as the top of their bucket."""
@@ -112,14 +119,17 @@ class Signature:
     def short(self) -> str:
         dims = ",".join(f"{k}={v}" for k, v in self.static_dims + self.dynamic_dims)
         epi = f"[{self.epilogue}]" if self.epilogue else ""
-        return f"{self.op}{epi}({dims}) {'/'.join(self.dtypes)} {self.arch}"
+        return f"{self.op}{epi}({dims}) {'/'.join(self.dtypes)} {self.arch}" + \
+            (f" [{self.device}]" if self.device else "")
 
 
 def make_signature(op: str, epilogue: str, tensors: list[torch.Tensor], static: dict[str, int],
                    dynamic: dict[str, int]) -> Signature:
     import triton
 
+    dev = tensors[0].device
     return Signature(op, epilogue, tuple(str(t.dtype).replace("torch.", "") for t in tensors),
                      tuple(layout_of(t) for t in tensors), tuple(sorted(static.items())),
-                     tuple(sorted((k, bucket(v)) for k, v in dynamic.items())), device_arch(tensors[0].device),
-                     (torch.__version__.split("+")[0], triton.__version__, __version__))
+                     tuple(sorted((k, bucket(v)) for k, v in dynamic.items())), device_arch(dev),
+                     (torch.__version__.split("+")[0], triton.__version__, __version__),
+                     device_model(dev) if dev.type == "cuda" else "")
