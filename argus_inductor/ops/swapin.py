@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 TIE = 0.02           # Argus must be more than 2% faster to replace Inductor's code
-REP_MS = 20          # timing per side (about 50 ms of device time a signature with the warm-ups)
+REP_MS = 10          # timing per side (tens of ms of device time a signature with the warm-ups)
 Timer = Callable[[list[Callable[[], Any]], str, int, str | None], tuple[float, str]]
 
 
