@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from ..dsl import Kernel, Policy
 from ..runtime import reporting as _report
 from ..runtime.cache import CacheEntry, KernelCache
 from ..runtime.signature import Signature
-from .core import OpSpec, active_options, dsl_source, kernel_cache, library_kernels, plan_from_entry, say_once, spec_for
+from .core import OpSpec, active_options, dsl_source, kernel_cache, library_kernels, spec_for
 
 
 def _verifier() -> Callable[..., Any] | None:
@@ -90,17 +89,6 @@ def entry_current(entry: CacheEntry | None) -> bool:
     alone unless --force."""
     return entry is not None and entry.verification.get("status") != "violations" and \
         not proved_by_older_checker(entry) and entry.origin != "default"
-
-
-def reverified(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, cache: KernelCache) -> CacheEntry:
-    """`entry` proved again by this checker, and stored with the new verdict (once per entry, not per process)."""
-    plan = plan_from_entry(spec, sig, entry, "cache", "")
-    entry = replace(entry, verification=verify_plan(spec, sig, plan.kernels, plan.policies, target))
-    try:
-        cache.put(sig.key(), entry)
-    except OSError as e:
-        say_once(f"argus: cannot update the cache entry {cache.path(sig.key())} ({e})")
-    return entry
 
 
 def _versions(sig: Signature) -> dict[str, Any]:
