@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import DSLError, LaunchError
 from .evaluate import compile_scalar
-from .frontend import _MISSING, Frontend
+from .frontend import MISSING, Frontend
 from .ir import KernelIR, ScalarParam, TensorParam
 from .lowering import LoweredSource, lower
 from .policy import Policy
@@ -513,7 +513,7 @@ def kernel(fn: Callable[..., Any]) -> Kernel:
     def resolve(name: str) -> Any:
         if name in g:
             return g[name]
-        return getattr(_b, name, _MISSING)
+        return getattr(_b, name, MISSING)
 
     try:
         return Kernel(_parse_function(fdef, source, filename, first, resolve))
@@ -573,7 +573,7 @@ def kernels_from_source(source: str, filename: str = "<generated>") -> dict[str,
             return names[name]
         if name in ("range", "min", "max", "float", "int"):
             return getattr(_b, name)
-        return _MISSING
+        return MISSING
 
     out: dict[str, Kernel] = {}
     for node in tree.body:
@@ -596,4 +596,4 @@ class _Pkg:
 
         if name == "dsl":
             return lang
-        return _MISSING
+        return MISSING

@@ -1,0 +1,14 @@
+"""The DSL frontend: reads a kernel's Python source (never executes it) into the typed IR.
+
+core.py        the reader's state, errors, op emission, shared helpers
+statements.py  assignments, loops, ifs
+expressions.py operators, names, attributes, subscripts, calls
+operations.py  the DSL operations (load, store, mma, tag, ...)
+function.py    a kernel function: parameters and body -> KernelIR
+
+It imports only the DSL's lower modules (errors, ir, lang, types).
+"""
+from .core import MISSING, Resolver, TensorRef, ViewRef
+from .function import Frontend
+
+__all__ = ["Frontend", "MISSING", "Resolver", "TensorRef", "ViewRef"]
