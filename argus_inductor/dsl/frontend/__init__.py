@@ -5,8 +5,9 @@ statements.py  assignments, loops, ifs
 expressions.py operators, names, attributes, subscripts, calls
 operations.py  the DSL operations (load, store, mma, tag, ...)
 function.py    a kernel function: parameters and body -> KernelIR
+module.py      kernel text as a module (imports, the @kernel decorator, limits) and decorated functions
 
-It imports only the DSL's lower modules (errors, ir, lang, types).
+It imports only the DSL's lower modules (errors, ir, lang, types, evaluate, limits).
 """
 from .core import MISSING, Resolver, TensorRef, ViewRef
 from .function import Frontend
