@@ -99,10 +99,11 @@ KNOWN_VLLM: tuple[KnownVllm, ...] = (
               "FusedMoE + MoERunner call UnquantizedFusedMoEMethod.apply(layer, x, topk_weights, topk_ids, "
               "shared_experts_input); CustomOp.register_oot; MMEncoderAttention.forward_cuda(query, key, value, "
               "cu_seqlens, ...)"),
-    KnownVllm((0, 24), (0, 29), "routed-experts",
+    KnownVllm((0, 24), (0, 34), "routed-experts",
               "RoutedExperts.forward_modular calls UnquantizedFusedMoEMethod.apply(layer, x, topk_weights, "
               "topk_ids, shared_experts, shared_experts_input); CustomOp.register_oot; "
-              "MMEncoderAttention.forward_cuda(query, key, value, cu_seqlens, ...)"),
+              "MMEncoderAttention.forward_cuda(query, key, value, cu_seqlens, ...); the CPU build's "
+              "UnquantizedMoeBackend.CPU prepacks the expert weights after loading"),
 )
 
 _MOE_MODULES = ("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method",
@@ -110,6 +111,12 @@ _MOE_MODULES = ("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_meth
 _ATTENTION_MODULES = ("vllm.model_executor.layers.attention.mm_encoder_attention",
                       "vllm.attention.layers.mm_encoder_attention")
 _MOE_NAME = "UnquantizedFusedMoEMethod"
+# vLLM's unquantized MoE backends whose weights Argus reads: Triton's (the layer's own (E, 2I, H) and (E, H, I)
+# weights) and the CPU build's, which prepacks the weights in place after loading; for that one the Argus method
+# keeps the checkpoint's weights before vLLM repacks them (_REPACKING_BACKENDS).
+_MOE_BACKENDS = ("triton", "cpu")
+_REPACKING_BACKENDS = ("cpu",)
+_KEPT = "_argus_moe_weights"
 _ATTENTION_NAME = "MMEncoderAttention"
 
 
@@ -332,9 +339,14 @@ def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_
     if busy:
         return f"the call passes {', '.join(busy)} (shared experts run inside vLLM's kernel)"
     backend = getattr(method, "unquantized_backend", None)
-    if backend is not None and _name_of(getattr(backend, "name", backend)) != "triton":
+    backend_name = _name_of(getattr(backend, "name", backend)) if backend is not None else "triton"
+    if backend_name not in _MOE_BACKENDS:
         return (f"vLLM chose the {getattr(backend, 'value', backend)} MoE backend, whose weight layout Argus "
                 "does not read")
+    if backend_name in _REPACKING_BACKENDS and _kept_weights(layer) is None:
+        return (f"vLLM's {getattr(backend, 'value', backend)} MoE backend repacked the expert weights and no "
+                "copy in the checkpoint's layout was kept (the layer's weights were processed before the Argus "
+                "method was in place)")
     for flag in ("rocm_aiter_moe_enabled", "flashinfer_cutlass_moe_enabled"):
         if getattr(method, flag, False):
             return f"{flag} (a weight layout Argus does not read)"
@@ -363,7 +375,7 @@ def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_
     for knob in ("swiglu_limit", "swiglu_alpha", "swiglu_beta"):
         if getattr(layer, knob, None) is not None:
             return f"{knob} is set"
-    w13, w2 = getattr(layer, "w13_weight", None), getattr(layer, "w2_weight", None)
+    w13, w2 = _moe_weights(layer)
     if not isinstance(w13, Tensor) or not isinstance(w2, Tensor) or w13.dim() != 3 or w2.dim() != 3:
         return "the layer has no (E, 2I, H) w13_weight and (E, H, I) w2_weight"
     e, i2, h = w13.shape
@@ -380,6 +392,64 @@ def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_
     if ops.target_for(x.device) is None:
         return f"no Argus kernels for {x.device} ({_arch(x.device)})"
     return None
+
+
+def _kept_weights(layer: Any) -> tuple[Tensor, Tensor] | None:
+    kept = getattr(layer, "__dict__", {}).get(_KEPT)
+    return kept if isinstance(kept, tuple) else None
+
+
+def _moe_weights(layer: Any) -> tuple[Any, Any]:
+    """(w13, w2) in the checkpoint's layout: the copy kept before a repacking backend ran, else the layer's own."""
+    kept = _kept_weights(layer)
+    if kept is not None:
+        return kept
+    return getattr(layer, "w13_weight", None), getattr(layer, "w2_weight", None)
+
+
+def _weights_pre_processed() -> bool:
+    """vLLM's flag for weights loaded in their runtime layout (its weight-cache IPC loader), where it has one."""
+    try:
+        from vllm.model_executor.utils import is_weights_pre_processed
+    except ImportError:
+        return False
+    return bool(is_weights_pre_processed())
+
+
+def _keep_weights(method: Any, layer: Any) -> None:
+    """Before vLLM's backend repacks the expert weights (the CPU build's grouped-GEMM layout), keep a copy of them
+    as loaded, for torch.ops.argus.moe. A copy, not the tensors themselves: a weight update loads into the repacked
+    parameters and vLLM copies the repacked data back into them. Costs one more copy of the experts' weights."""
+    backend = getattr(method, "unquantized_backend", None)
+    if backend is None or _name_of(getattr(backend, "name", backend)) not in _REPACKING_BACKENDS:
+        return
+    w13, w2 = getattr(layer, "w13_weight", None), getattr(layer, "w2_weight", None)
+    layer.__dict__.pop(_KEPT, None)
+    if _weights_pre_processed():
+        return  # loaded in vLLM's runtime (repacked) layout already: nothing in the checkpoint's layout to keep
+    if not isinstance(w13, Tensor) or not isinstance(w2, Tensor) or w13.dim() != 3 or w2.dim() != 3:
+        return
+    if w13.dtype not in (torch.float16, torch.bfloat16, torch.float32) or w13.dtype != w2.dtype:
+        return  # a quantized or mixed layer: Argus refuses it anyway, no copy
+    with torch.no_grad():
+        layer.__dict__[_KEPT] = (w13.detach().clone(), w2.detach().clone())
+
+
+def _say_if_monolithic(method: Any, layer: Any) -> None:
+    """vLLM runs some MoE kernels monolithically (router and experts in one: apply_monolithic(layer, x,
+    router_logits)), and never calls apply() there: the CPU build's experts up to 0.28, FlashInfer's TRT-LLM
+    kernels. Say once that such layers stay vLLM's, and drop the weights kept for Argus."""
+    try:
+        mono = getattr(method, "is_monolithic", False) is True
+    except Exception:  # a property that needs a kernel vLLM has not set up: not known to be monolithic
+        mono = False
+    if not mono:
+        return
+    layer.__dict__.pop(_KEPT, None)
+    backend = getattr(method, "unquantized_backend", None)
+    what = getattr(backend, "value", backend) or type(getattr(method, "moe_kernel", None)).__name__
+    _once(f"moe-monolithic:{what}", logging.INFO, "argus: vLLM runs MoE layer %s with a monolithic %s kernel (the "
+          "router inside it, apply() never called): it and the layers like it stay vLLM's", _layer_name(layer), what)
 
 
 def _arch(device: torch.device) -> str:
@@ -416,7 +486,10 @@ def _argus_moe(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_id
             method.__dict__.setdefault("_argus_seen", set()).add(node_id)
             reporting.record_match(node_id, "moe", f"{name} ({type(layer).__name__}, vLLM)")
             _once(f"moe-layer:{name}", logging.DEBUG, "argus: MoE layer %s runs torch.ops.argus.moe", name)
-        return torch.ops.argus.moe(x, topk_weights, topk_ids, layer.w13_weight, layer.w2_weight, node_id)
+            _once("moe-runs", logging.INFO, "argus: torch.ops.argus.moe runs vLLM's MoE layer %s (pid %d; the other "
+                  "layers Argus covers are logged at DEBUG)", name, os.getpid())
+        w13, w2 = _moe_weights(layer)
+        return torch.ops.argus.moe(x, topk_weights, topk_ids, w13, w2, node_id)
     except Exception as e:
         _once(f"moe-error:{type(e).__name__}", logging.WARNING,
               "argus: the Argus MoE path failed (%s: %s); vLLM's kernel runs instead", type(e).__name__, e)
@@ -463,6 +536,20 @@ def make_moe_class(base: type) -> type:
             if out is not None:
                 return out
             return base.apply(self, layer, x, topk_weights, topk_ids, *args, **kwargs)
+
+    if callable(getattr(base, "process_weights_after_loading", None)):
+        def process_weights_after_loading(self: Any, layer: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                _keep_weights(self, layer)
+            except Exception as e:  # never into vLLM's loading: without the copy Argus leaves the layer to vLLM
+                _once(f"moe-keep-error:{type(e).__name__}", logging.WARNING,
+                      "argus: keeping the MoE weights of %s failed (%s: %s); vLLM runs that layer", _layer_name(layer),
+                      type(e).__name__, e)
+            out = base.process_weights_after_loading(self, layer, *args, **kwargs)
+            _say_if_monolithic(self, layer)
+            return out
+
+        ArgusMoEMethod.process_weights_after_loading = process_weights_after_loading  # type: ignore[attr-defined]
 
     ArgusMoEMethod.__name__ = ArgusMoEMethod.__qualname__ = f"Argus{base.__name__}"
     ArgusMoEMethod.__doc__ = f"Argus replacement of vLLM's {base.__name__}: routed experts through torch.ops.argus.moe."
@@ -820,5 +907,20 @@ def _register() -> PluginStatus:
     return st
 
 
-__all__ = ["register", "status", "PluginStatus", "KNOWN_VLLM", "PLUGIN_OPS", "enabled_ops", "parse_version",
-           "known_range", "make_moe_class", "make_attention_class", "ArgusGraphPass", "install_graph_pass"]
+
+def process_report(worker: Any = None) -> dict[str, Any]:
+    """What the plugin did in this process, as plain data: its status and the Argus report's rows (each op call
+    site, its signature, where its kernel came from, how many calls). For vLLM's ``LLM.collective_rpc`` (which
+    passes the worker) to read back from the process that runs the model, or for a log."""
+    from . import reporting
+
+    st = status()
+    return {"pid": os.getpid(), "vllm_version": st.vllm_version, "api": st.api, "known": st.known,
+            "replaced": dict(st.replaced), "skipped": dict(st.skipped), "message": st.message,
+            "ops": [{"graph_node": e.graph_node, "op": e.op, "signature": e.signature, "source": e.source,
+                     "calls": e.calls} for e in reporting.entries()]}
+
+
+__all__ = ["register", "status", "process_report", "PluginStatus", "KNOWN_VLLM", "PLUGIN_OPS", "enabled_ops",
+           "parse_version", "known_range", "make_moe_class", "make_attention_class", "ArgusGraphPass",
+           "install_graph_pass"]
