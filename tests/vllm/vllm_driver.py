@@ -2,7 +2,7 @@
 which starts it in a fresh process per engine: vLLM's plugins load once a process, and each run has its own
 ARGUS_VLLM_* settings).
 
-    python tests/vllm/vllm_driver.py MODEL_DIR OUT.json [--steps 16] [--dtype bfloat16]
+    python tests/vllm/vllm_driver.py MODEL_DIR OUT.json [--steps 16] [--dtype bfloat16] [--compile]
 
 Writes {"tokens": [[...] per prompt], "logprobs": [[{token: logprob} per step] per prompt],
 "workers": [argus_inductor.vllm_plugin.process_report() of each process that ran the model],
@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--logprobs", type=int, default=5)
+    ap.add_argument("--compile", action="store_true", help="let vLLM compile the model (default: enforce_eager)")
     a = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -33,7 +34,7 @@ def main() -> None:
 
     from argus_inductor import vllm_plugin
 
-    llm = LLM(model=a.model, skip_tokenizer_init=True, dtype=a.dtype, enforce_eager=True, max_model_len=128,
+    llm = LLM(model=a.model, skip_tokenizer_init=True, dtype=a.dtype, enforce_eager=not a.compile, max_model_len=128,
               max_num_seqs=len(PROMPTS), seed=0, enable_prefix_caching=False)
     t1 = time.perf_counter()
     sp = SamplingParams(temperature=0.0, max_tokens=a.steps, min_tokens=a.steps, ignore_eos=True,
