@@ -28,7 +28,12 @@ any model is built. When the installed vLLM is one this plugin knows, it
   of each vLLM process, so any other ``torch.compile(backend="inductor")`` in those processes gets the
   rewrites as well, on devices Argus has kernels for. Models vLLM runs eagerly (``--enforce-eager``,
   ``-O0``) get no graph rewrites. vLLM's own compile cache does not know about the pass: after changing
-  the ops, clear it or run once with ``VLLM_DISABLE_COMPILE_CACHE=1``.
+  the ops, clear it or run once with ``VLLM_DISABLE_COMPILE_CACHE=1``. Seen in vLLM 0.28-0.33: where vLLM
+  compiles with its own backend (compilation mode 3, the GPU default), that backend sets Inductor's
+  pre-grad pass in each compilation's config, which replaces Argus's there (the summary line says so);
+  the CPU build compiles with plain Inductor (mode 2) and runs the pass, which finds nothing to take
+  there: its linear layers are vLLM's own oneDNN op (``_C.onednn_mm``). The pass lives in
+  ``argus_inductor.vllm_graph_pass``.
 
 Kernels come from the same disk cache ``argus warmup`` fills (``ARGUS_CACHE_DIR``, default
 ``~/.cache/argus``): the Argus ops look each shape signature up there, and record the ones they do not
@@ -66,7 +71,6 @@ nothing more is), and logs one line naming what it replaced and what it left to 
 """
 from __future__ import annotations
 
-import copy
 import importlib
 import importlib.util
 import inspect
@@ -81,7 +85,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import __version__ as ARGUS_VERSION
+from .vllm_graph_pass import ArgusGraphPass, arch_text, forget_logged, install_graph_pass, pre_grad_caveat, say_once
 
 PLUGIN_OPS: tuple[str, ...] = ("moe", "attention", "gemm")
 ENV_OPS = "ARGUS_VLLM_OPS"
@@ -149,15 +153,10 @@ class PluginStatus:
 _LOCK = threading.RLock()
 _DONE = False
 _STATUS = PluginStatus()
-_SAID: set[str] = set()
 
 
 def _once(key: str, level: int, msg: str, *args: Any) -> None:
-    with _LOCK:
-        if key in _SAID:
-            return
-        _SAID.add(key)
-    log.log(level, msg, *args)
+    say_once(key, level, msg, *args)
 
 
 def status() -> PluginStatus:
@@ -170,7 +169,7 @@ def _reset_for_tests() -> None:
     with _LOCK:
         _DONE = False
         _STATUS = PluginStatus()
-        _SAID.clear()
+    forget_logged()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -512,12 +511,7 @@ def _say_if_monolithic(method: Any, layer: Any) -> None:
 
 
 def _arch(device: torch.device) -> str:
-    try:
-        from .signature import device_arch
-
-        return device_arch(device)
-    except Exception:  # pragma: no cover - diagnostics only
-        return device.type
+    return arch_text(device)
 
 
 def _shape_free(text: str) -> str:
@@ -729,138 +723,6 @@ def _probe_attention() -> type:
 
 
 # --------------------------------------------------------------------------------------------------
-# Graph rewrites in vLLM's Inductor compilation
-
-try:
-    from torch._inductor.custom_graph_pass import CustomGraphPass as _PassBase
-except ImportError:  # pragma: no cover - older torch
-    _PassBase = object  # type: ignore[assignment,misc]
-
-
-class ArgusGraphPass(_PassBase):  # type: ignore[misc,valid-type]
-    """An Inductor pre-grad custom pass: Argus's pattern matchers over a graph vLLM compiles.
-
-    It runs on the Dynamo-level graph of each piece vLLM hands to Inductor; GEMMs (and attention
-    written as SDPA or softmax(QK^T)V) become torch.ops.argus.* calls. A graph on a device Argus has
-    no kernels for is left alone; a rewrite that fails restores the graph as it was."""
-
-    def __init__(self, ops: Iterable[str]) -> None:
-        self.ops = tuple(ops)
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        from . import matchers
-        from . import ops as argus_ops
-
-        gm = graph.owning_module
-        if gm is None or not self.ops:
-            return
-        devices = set()
-        for n in graph.nodes:
-            if n.op == "placeholder":
-                v = n.meta.get("example_value", n.meta.get("val"))
-                if isinstance(v, Tensor) and v.is_floating_point():
-                    devices.add(v.device)
-        if not devices:
-            return
-        if any(argus_ops.target_for(d) is None for d in devices):
-            where = ", ".join(sorted(f"{d} ({_arch(d)})" for d in devices))
-            _once(f"graph-device:{where}", logging.INFO,
-                  "argus: vLLM compiles graphs on %s, where Argus has no kernels; Inductor keeps them", where)
-            return
-        backup = copy.deepcopy(graph)
-        try:
-            found = matchers.rewrite(gm, self.ops, moe_regions=False)
-        except Exception as e:
-            gm.graph = backup
-            gm.recompile()
-            _once(f"graph-error:{type(e).__name__}", logging.WARNING,
-                  "argus: Argus graph rewrites failed on a vLLM graph (%s: %s); it is compiled unchanged",
-                  type(e).__name__, e)
-            return
-        if found:
-            kinds = sorted({m.kind for m in found})
-            _once(f"graph-rewrote:{','.join(kinds)}", logging.INFO,
-                  "argus: rewrote subgraphs of vLLM's compiled model to Argus ops (%s)", ", ".join(kinds))
-        else:  # say what the graph holds instead (vLLM's CPU build runs its linear layers as its own ops)
-            targets = sorted({_target_name(n.target) for n in graph.nodes if n.op == "call_function"})
-            _once("graph-nothing", logging.INFO, "argus: Argus's graph rewrites (%s) found nothing to take in a graph "
-                  "vLLM compiled (%d nodes; its ops: %s)", ", ".join(self.ops), len(graph.nodes),
-                  ", ".join(targets[:24]) + (", ..." if len(targets) > 24 else ""))
-
-    def uuid(self) -> str:
-        return f"argus-inductor-{ARGUS_VERSION}-vllm-pre-grad-{','.join(self.ops)}"
-
-    def __repr__(self) -> str:
-        return f"ArgusGraphPass(ops={','.join(self.ops)}, argus={ARGUS_VERSION})"
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (ArgusGraphPass, (self.ops,))
-
-
-def _target_name(target: Any) -> str:
-    """'_C.onednn_mm' for torch.ops._C.onednn_mm, 'cat' for torch.cat, ..."""
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return str(target)
-    return str(getattr(target, "__name__", None) or target)
-
-
-class _ChainedPass(_PassBase):  # type: ignore[misc,valid-type]
-    """Runs a pre-grad pass that was already configured, then Argus's."""
-
-    def __init__(self, first: Any, second: ArgusGraphPass) -> None:
-        self.first, self.second = first, second
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        for p in (self.first if isinstance(self.first, (list, tuple)) else (self.first,)):
-            p(graph)
-        self.second(graph)
-
-    def uuid(self) -> str:
-        inner = getattr(self.first, "uuid", None)
-        return f"{inner() if callable(inner) else repr(self.first)}+{self.second.uuid()}"
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (_ChainedPass, (self.first, self.second))
-
-
-def _has_argus_pass(p: Any) -> bool:
-    if isinstance(p, ArgusGraphPass):
-        return True
-    if isinstance(p, _ChainedPass):
-        return _has_argus_pass(p.second)
-    return isinstance(p, (list, tuple)) and any(_has_argus_pass(x) for x in p)
-
-
-def _pre_grad_caveat() -> str:
-    """Where vLLM's own compile backend sets Inductor's pre-grad pass in the config of each compilation it runs
-    (VllmBackend.configure_post_pass, vLLM 0.28 to 0.33 at least), that setting replaces Argus's process-wide one
-    there: the rewrites run only where vLLM hands a graph to plain Inductor."""
-    try:
-        from vllm.compilation.backends import VllmBackend
-
-        owns = "pre_grad_custom_pass" in inspect.getsource(VllmBackend)
-    except Exception:  # no such backend, or no source to read: nothing known to say
-        return ""
-    return (" [only where vLLM compiles with plain Inductor (its CPU build; compilation mode 2): its own compile "
-            "backend (mode 3, the GPU default) sets Inductor's pre-grad pass itself]") if owns else ""
-
-
-def install_graph_pass(ops: Iterable[str]) -> ArgusGraphPass | None:
-    """Add ArgusGraphPass(ops) to Inductor's pre-grad custom passes of this process (once)."""
-    from torch._inductor import config as inductor_config
-
-    if "pre_grad_custom_pass" not in getattr(inductor_config, "_config", {}) and \
-            not hasattr(inductor_config, "pre_grad_custom_pass"):
-        raise LookupError("this torch's Inductor has no pre_grad_custom_pass hook")
-    have = getattr(inductor_config, "pre_grad_custom_pass", None)  # unset after a mock.patch deleted it
-    if _has_argus_pass(have):
-        return None
-    p = ArgusGraphPass(ops)
-    inductor_config.pre_grad_custom_pass = p if have is None else _ChainedPass(have, p)
-    return p
-
-
-# --------------------------------------------------------------------------------------------------
 # register()
 
 
@@ -993,7 +855,7 @@ def _register() -> PluginStatus:
         try:
             install_graph_pass(graph_ops)
             st.replaced["graph"] = (f"Inductor pre-grad pass -> Argus graph rewrites ({', '.join(graph_ops)})"
-                                    + _pre_grad_caveat())
+                                    + pre_grad_caveat())
         except Exception as e:
             st.skipped["graph"] = f"{type(e).__name__}: {e}"
     replaced = "; ".join(f"{v} ({k})" for k, v in st.replaced.items()) or "nothing"
