@@ -2,15 +2,15 @@
 interpreter (ARGUS_INTERPRET=1). scripts/test-vllm.sh sets up .venv-vllm and runs this file there; in an
 environment without vLLM (the project's main .venv) the whole module is skipped, with that reason.
 
-- Two tiny checkpoints written here with transformers' save_pretrained (random weights, 2 layers, hidden 64,
-  4 experts, top-2): a Mixtral and a Qwen3-MoE. Each runs in a real `vllm.LLM` (float32, enforce_eager but below, prompt
-  token ids with skip_tokenizer_init) twice, in fresh processes: with the plugin, and with the plugin told to
-  take nothing (the control: ARGUS_VLLM_OPS=none for the Mixtral, ARGUS_VLLM_DISABLE=moe for the Qwen3-MoE, so
-  both toggles are exercised inside an engine). Greedy tokens must be identical for 16 steps, and the logprobs
-  of the top tokens agree within LOGPROB_TOL. float32, because a random model's logits in bfloat16 tie or sit
-  one bfloat16 step apart (measured: a top-1 margin of 0.0000 on the Qwen3-MoE, 0.0156 on the Mixtral, against
-  differences of 0.016 between two correct MoE kernels), so which of two tokens greedy picks would be decided by
-  rounding; the bfloat16 path runs in the `vllm serve` test.
+- Two tiny checkpoints written here with transformers' save_pretrained (random weights, 2 layers, hidden 64, 4
+  experts, top-2): a Mixtral and a Qwen3-MoE. Each runs in a real `vllm.LLM` (float32, enforce_eager but see below,
+  prompt token ids with skip_tokenizer_init) twice, in fresh processes: with the plugin, and with the plugin told to
+  take nothing (the control: ARGUS_VLLM_OPS=none for the Mixtral, ARGUS_VLLM_DISABLE=moe for the Qwen3-MoE, so both
+  toggles are exercised inside an engine). Greedy tokens must be identical for 16 steps, and the logprobs of the top
+  tokens agree within LOGPROB_TOL. float32, because a random model's logits in bfloat16 tie or sit one bfloat16 step
+  apart (measured: a top-1 margin of 0.0000 on the Qwen3-MoE, 0.0156 on the Mixtral, against differences of 0.016
+  between two correct MoE kernels), so which of two tokens greedy picks would be decided by rounding; the bfloat16
+  path runs in the `vllm serve` test.
 - vLLM loads the plugin through the `vllm.general_plugins` entry point in every process it starts; the model
   runs in vLLM's worker process (not the one that made the LLM), and what the plugin did there is read back
   from that process with LLM.collective_rpc(vllm_plugin.process_report): the MoE layers ran
@@ -21,10 +21,10 @@ environment without vLLM (the project's main .venv) the whole module is skipped,
   because the CPU build's linear layers are its own oneDNN op (_C.onednn_mm), which the plugin's log line names.
 - `vllm serve` of the tiny Mixtral (with a byte-level BPE tokenizer and a chat template written here, bfloat16,
   enforce_eager) on 127.0.0.1 with the plugin answers /v1/completions and /v1/chat/completions; then the agent's
-  OpenAI-compatible
-  client is pointed at it (ARGUS_LLM_BASE_URL) for one synthesis: the random model's replies are nonsense, the
-  agent rejects each one saying why, gives the LLM policy up after three, and its offline policy finishes the
-  search within the budget.
+  OpenAI-compatible client is pointed at it (ARGUS_LLM_BASE_URL) for one synthesis: the random model's replies are
+  nonsense, the agent rejects each one saying why, gives the LLM policy up after three, and its offline policy
+  finishes the search within the budget. With the agent's default reply budget (4096 tokens, more than the
+  server's context) vLLM refuses the request (HTTP 400) and the agent falls back at once, with vLLM's reason.
 - a vLLM version outside the plugin's range: register() leaves vLLM unchanged with one log line.
 
 Every request goes to 127.0.0.1 only and every wait is bounded. vLLM's usage statistics are turned off.
@@ -439,3 +439,27 @@ def test_the_agent_rejects_the_random_models_replies_and_falls_back_offline(serv
     assert res.verification["ok"] and res.origin == "template", res.verification
     assert elapsed < budget.seconds, elapsed
     print(f"agent against vllm serve: {len(steps)} trials in {elapsed:.1f} s; notes: {res.notes}")
+
+
+def test_the_agent_falls_back_at_once_when_vllm_serve_refuses_its_request(server, monkeypatch, tmp_path):
+    """The agent's default reply budget (ARGUS_LLM_MAX_TOKENS=4096) against a server whose context is 512 tokens:
+    vLLM answers HTTP 400, which retrying cannot fix; the client does not retry, the LLM policy is given up on the
+    first error with vLLM's message, and the offline policy does the search."""
+    from argus_inductor.agent import Budget, Problem, synthesize
+
+    base, _ = server
+    for var in ("ARGUS_LLM_MAX_TOKENS", "ARGUS_LLM_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ARGUS_LLM_BASE_URL", f"{base}/v1")
+    monkeypatch.setenv("ARGUS_LLM_MODEL", SERVED)
+    monkeypatch.setenv("ARGUS_LLM_TIMEOUT", "60")
+    t0 = time.perf_counter()
+    res = synthesize(Problem("gemm", "", {"N": 24, "K": 40, "M": 20}, "float32"), policy="auto",
+                     budget=Budget(trials=2, seconds=300.0, repair_rounds=1, test_trials=1, patience=0),
+                     cache_root=tmp_path, seed=3)
+    elapsed = time.perf_counter() - t0
+    (note,) = [n for n in res.notes if n.startswith("llm policy unavailable")]
+    assert "HTTP 400" in note and "max_tokens" in note, note
+    assert [s["policy"] for s in res.trail] == ["baseline", "offline", "offline"], res.trail
+    assert res.verification["ok"] and elapsed < 300, elapsed
+    print(note)
