@@ -69,12 +69,17 @@ def test_a_verdict_round_trips_and_a_damaged_one_is_measured_again() -> None:
 
 
 def _mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    return F.linear(F.gelu(F.linear(x, w1)), w2)
+    h = F.gelu(F.linear(x, w1))
+    return F.linear(h, w2) + h.sum(-1, keepdim=True)  # h has two readers: each GEMM is decided on its own
 
 
-def _graph() -> tuple[torch.fx.GraphModule, list]:
+def _chain(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    return F.linear(F.gelu(F.linear(x, w1)), w2)  # the first GEMM feeds only the second: decided together
+
+
+def _graph(fn=_mlp) -> tuple[torch.fx.GraphModule, list]:
     x, w1, w2 = torch.randn(8, 32), torch.randn(48, 32), torch.randn(16, 48)
-    gm, inputs = capture(_mlp, x, w1, w2)
+    gm, inputs = capture(fn, x, w1, w2)
     assert rewrite(gm, ("gemm",))
     return gm, inputs
 
@@ -98,8 +103,8 @@ def test_swap_in_applies_the_verdict_and_stores_it(fresh_cache: Path, argus_ms, 
     left = _argus_nodes(gm)
     refs = [n for n in gm.graph.nodes if n.target is references.linear]
     assert (len(left), len(refs)) == ((2, 0) if winner == "argus" else (0, 2))
-    torch.testing.assert_close(gm(*inputs)[0] if isinstance(gm(*inputs), tuple) else gm(*inputs),
-                               _mlp(*inputs), rtol=1e-4, atol=1e-4)
+    got = gm(*inputs)
+    torch.testing.assert_close(got[0] if isinstance(got, tuple) else got, _mlp(*inputs), rtol=1e-4, atol=1e-4)
     cache = ops.kernel_cache()
     entries = cache.entries()
     assert len(entries) == 2 and all(e.origin == "default" and e.verification["status"] == "verified"
@@ -120,6 +125,30 @@ def test_a_stored_verdict_decides_without_timing(fresh_cache: Path) -> None:
     assert not _argus_nodes(gm2)
     # the verdict's miss is still a miss for `argus warmup` (a default entry solves nothing)
     assert all(not m["solved"] for m in ops.kernel_cache().misses())
+
+
+@pytest.mark.parametrize("argus_ms, fallback_ms, winner", [(1.0, 2.0, "argus"), (2.0, 1.0, "fallback")])
+def test_ops_that_feed_only_each_other_are_decided_together(fresh_cache: Path, argus_ms, fallback_ms,
+                                                            winner) -> None:
+    """Inductor fuses across the boundary of two ops it runs both of, so such a pair is timed as a whole: the Argus
+    ops in turn against the two references compiled together; one verdict for both, kept in the last one's entry
+    (the first gets its entry too), read back without timing."""
+    gm, inputs = _graph(_chain)
+    assert len(_argus_nodes(gm)) == 2
+    clock = Clock(argus_ms, fallback_ms)
+    decided = swap_in(gm, inputs, "interpret", timer=clock, devices=("cpu",))  # the fallback compiled by Inductor
+    assert len(clock.calls) == 2 and len(decided) == 2 and {v.winner for _, v in decided} == {winner}
+    assert decided[0][1].fallback.startswith("Inductor across the group")
+    got = gm(*inputs)
+    torch.testing.assert_close(got[0] if isinstance(got, tuple) else got, _chain(*inputs), rtol=1e-4, atol=1e-4)
+    entries = ops.kernel_cache().entries()
+    assert len(entries) == 2
+    slots = [s for e in entries for s in e.swapin]
+    assert len(slots) == 1 and slots[0].startswith("cpu | group ")
+    gm2, inputs2 = _graph(_chain)
+    clock2 = Clock(RuntimeError("must not time"), RuntimeError("must not time"))
+    assert {v.winner for _, v in swap_in(gm2, inputs2, "interpret", timer=clock2, devices=("cpu",))} == {winner}
+    assert clock2.calls == []
 
 
 def test_an_old_format_entry_is_read_and_measured(fresh_cache: Path) -> None:
