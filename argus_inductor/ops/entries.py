@@ -9,9 +9,9 @@ from typing import Any
 
 from ..dsl import Kernel, Policy
 from ..runtime import reporting as _report
-from ..runtime.cache import CacheEntry, KernelCache
+from ..runtime.cache import CacheEntry, KernelCache, checksum
 from ..runtime.signature import Signature
-from .core import OpSpec, active_options, dsl_source, kernel_cache, library_kernels, spec_for
+from .core import LOCK, OpSpec, active_options, dsl_source, kernel_cache, library_kernels, spec_for
 
 
 def _verifier() -> Callable[..., Any] | None:
@@ -83,6 +83,25 @@ def proved_by_older_checker(entry: CacheEntry) -> bool:
     return v.get("status") in ("verified", "undecided") and (not isinstance(version, int) or version < CHECKER_VERSION)
 
 
+_PROVED: set[tuple[str, str]] = set()  # (key, what was proved) of the entries this process proved itself
+
+
+def _proof_stamp(sig: Signature, entry: CacheEntry) -> tuple[str, str]:
+    """What a proof of `entry` is about: its signature, kernels and policy (not its timings or swap-in verdicts)."""
+    return sig.key(), checksum({"dsl": entry.dsl_source, "policy": entry.policy})
+
+
+def mark_proved(sig: Signature, entry: CacheEntry) -> None:
+    """Note that this process proved `entry`'s kernels itself (they are not proved again when read back)."""
+    with LOCK:
+        _PROVED.add(_proof_stamp(sig, entry))
+
+
+def proved_here(sig: Signature, entry: CacheEntry) -> bool:
+    """Whether this process proved `entry`'s kernels and policy itself."""
+    return _proof_stamp(sig, entry) in _PROVED
+
+
 def entry_current(entry: CacheEntry | None) -> bool:
     """Whether `entry` stands as a solved plan: present, not rejected by the checker, not proved only by an older
     one, not a miss's template plan kept for its swap-in verdict (origin "default"): what `argus warmup` leaves
@@ -113,13 +132,17 @@ def make_entry(sig: Signature, policy: dict[str, Any] | None = None, origin: str
             tri.append(f"# ---- {name} ({pols[name].key()})\n{k.triton_source(pols[name], target)}")
         except Exception as e:
             tri.append(f"# ---- {name}: lowering failed: {type(e).__name__}: {e}")
+    proved = verification is None and (active_options().verify if verify is None else verify)
     if verification is None:
         do = active_options().verify if verify is None else verify
         verification = verify_plan(spec, sig, kernels, pols, target) if do else {"status": "not verified",
                                                                           "reason": "ARGUS_VERIFY=0"}
-    return CacheEntry(signature=sig.as_dict(), dsl_source=dsl_source(list(kernels.values())),
-                      triton_source="\n\n".join(tri), policy=policy, verification=verification,
-                      timings=dict(timings or {}), versions=_versions(sig), origin=origin)
+    entry = CacheEntry(signature=sig.as_dict(), dsl_source=dsl_source(list(kernels.values())),
+                       triton_source="\n\n".join(tri), policy=policy, verification=verification,
+                       timings=dict(timings or {}), versions=_versions(sig), origin=origin)
+    if proved:  # this process's checker proved it just now
+        mark_proved(sig, entry)
+    return entry
 
 
 def warm(sig: Signature, policy: dict[str, Any] | None = None, origin: str = "warmup",

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..dsl import Policy
-from ..runtime.cache import CacheEntry, KernelCache, checksum
+from ..runtime.cache import CacheEntry, KernelCache
 from ..runtime.signature import Signature
 from . import entries
 from .core import (
@@ -171,9 +171,6 @@ def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache)
     return Plan(library_kernels(spec, pols), pols, "default", "template policy", policy=policy)
 
 
-_PROVED: set[tuple[str, str]] = set()  # (key, contents) of the entries this process proved itself
-
-
 def _proved_again(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, cache: KernelCache
                   ) -> CacheEntry | None:
     """`entry` proved again by this process's checker before it is believed (once a process per contents): the cache
@@ -181,8 +178,7 @@ def _proved_again(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, 
     entry cannot be read as a plan, or fails the checker while saying this checker passed it: set aside, a miss,
     rebuilt by `argus warmup`. An entry an older checker proved keeps this checker's verdict (stored once; one it
     now rejects runs as a miss and is made again by `argus warmup`)."""
-    stamp = (sig.key(), checksum(entry.to_json()))
-    if stamp in _PROVED or not active_options().verify:
+    if entries.proved_here(sig, entry) or not active_options().verify:
         return entry
     try:
         plan = plan_from_entry(spec, sig, entry, "cache", "")
@@ -201,8 +197,7 @@ def _proved_again(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, 
             cache.put(sig.key(), entry)
         except (OSError, ValueError) as e:
             say_once(f"argus: cannot update the cache entry {cache.path(sig.key())} ({e})")
-    with LOCK:
-        _PROVED.add((sig.key(), checksum(entry.to_json())))
+    entries.mark_proved(sig, entry)
     return entry
 
 
