@@ -20,6 +20,7 @@ class Job:
     source: str                            # misses | config | shapes | preset
     signature: dict[str, Any] | None = None  # a recorded signature (misses): used as is
     label: str = ""
+    rekeyed_from: str = ""                 # a recorded signature moved to this environment's versions: the old ones
 
     def signature_on(self, arch: str) -> Signature:
         if self.signature is not None:
@@ -32,23 +33,27 @@ class Job:
         p = self.problem
         return {"problem": {"op": p.op, "epilogue": p.epilogue, "dims": p.dims, "dtype": p.dtype,
                             "layouts": list(p.layouts)}, "source": self.source, "signature": self.signature,
-                "label": self.label}
+                "label": self.label, "rekeyed_from": self.rekeyed_from}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Job:
         p = d["problem"]
         return Job(Problem(p["op"], p["epilogue"], dict(p["dims"]), p["dtype"], tuple(p.get("layouts", ()))),
-                   d["source"], d.get("signature"), d.get("label", ""))
+                   d["source"], d.get("signature"), d.get("label", ""), d.get("rekeyed_from", ""))
 
 
 class ShapesError(ValueError):
     pass
 
 
+ENTRY_KEYS = ("op", "epilogue", "dtype", "layouts", "label", "causal")
+
+
 def problem_from_entry(e: dict[str, Any], dtype: str = "bfloat16") -> Problem:
     """One shapes-file entry: {"op": "gemm", "M": 1, "N": 4096, "K": 4096} (epilogue "bias+silu" optional),
     {"op": "attention", "Z":.., "H":.., "HK":.., "S":.., "T":.., "D":.., "causal": true},
-    {"op": "moe", "T":.., "HD":.., "I":.., "E":.., "TOPK":..}, {"op": "rmsnorm", "R":.., "C":..}; "dtype" optional."""
+    {"op": "moe", "T":.., "HD":.., "I":.., "E":.., "TOPK":..}, {"op": "rmsnorm", "R":.., "C":..}; "dtype" optional.
+    The format is documented for users in `argus warmup --help` (agent/cli.py SHAPES_FORMAT)."""
     if not isinstance(e, dict) or "op" not in e:
         raise ShapesError(f"a shapes entry must be an object with an 'op': {e!r}")
     op = str(e["op"])
@@ -58,7 +63,14 @@ def problem_from_entry(e: dict[str, Any], dtype: str = "bfloat16") -> Problem:
     names = (*spec.static, *spec.dynamic)
     missing = [n for n in names if n not in e]
     if missing:
-        raise ShapesError(f"{op} entry {e!r} lacks {missing} (needs {', '.join(names)})")
+        raise ShapesError(f"{op} entry {e!r} lacks {', '.join(missing)} (a {op} takes {', '.join(names)})")
+    unknown = [k for k in e if k not in names and k not in ENTRY_KEYS]
+    if unknown:
+        raise ShapesError(f"{op} entry {e!r}: unknown key(s) {', '.join(map(str, unknown))} (a {op} takes "
+                          f"{', '.join(names)}, and optionally {', '.join(ENTRY_KEYS[1:])})")
+    bad = [n for n in names if isinstance(e[n], bool) or not isinstance(e[n], int)]
+    if bad:
+        raise ShapesError(f"{op} entry {e!r}: {', '.join(f'{n}={e[n]!r}' for n in bad)} must be integers")
     dims = {n: int(e[n]) for n in names}
     if any(v < 1 for v in dims.values()):
         raise ShapesError(f"dims must be >= 1: {e!r}")
@@ -74,14 +86,21 @@ def problem_from_entry(e: dict[str, Any], dtype: str = "bfloat16") -> Problem:
 
 
 def from_shapes_file(path: Path | str, dtype: str = "bfloat16") -> list[Job]:
+    """The jobs of a shapes file (the format: `argus warmup --help`); a ShapesError names the file and the entry."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ShapesError(f"cannot read shapes file {path}: {e}") from None
     if not isinstance(data, list):
-        raise ShapesError(f"{path}: expected a JSON list of shape objects")
-    return [Job(problem_from_entry(e, dtype), "shapes", label=e.get("label", "") if isinstance(e, dict) else "")
-            for e in data]
+        raise ShapesError(f"{path}: expected a JSON list of shape objects (see `argus warmup --help`)")
+    jobs = []
+    for i, e in enumerate(data, 1):
+        try:
+            jobs.append(Job(problem_from_entry(e, dtype), "shapes",
+                            label=e.get("label", "") if isinstance(e, dict) else ""))
+        except ShapesError as err:
+            raise ShapesError(f"{path}, entry {i}: {err}") from None
+    return jobs
 
 
 def from_misses(misses: list[dict[str, Any]]) -> list[Job]:
@@ -195,6 +214,7 @@ class Preset:
     name: str
     doc: str
     entries: list[dict[str, Any]] = field(default_factory=list)
+    gpu: bool = False  # sized for a GPU: `argus warmup` refuses it on a machine without one unless --force
 
 
 def _fast_kernels() -> Preset:
@@ -210,7 +230,7 @@ def _fast_kernels() -> Preset:
                 for z, h, hk, s, t, d, c in attn]
     entries += [{"op": "moe", "T": t, "HD": hd, "I": i, "E": e, "TOPK": k}
                 for hd, i, e, k in ((4096, 14336, 8, 2), (2048, 768, 128, 8)) for t in (1, 64, 4096)]
-    return Preset("fast-kernels", "the Fast kernels benchmark shapes (GEMM, attention, MoE; bf16)", entries)
+    return Preset("fast-kernels", "the Fast kernels benchmark shapes (GEMM, attention, MoE; bf16)", entries, gpu=True)
 
 
 PRESETS = {"fast-kernels": _fast_kernels}

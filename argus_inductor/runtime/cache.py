@@ -85,6 +85,19 @@ class CacheEntry:
         return Signature.from_dict(self.signature)
 
 
+def versions_contradiction(entry: CacheEntry) -> str | None:
+    """Why `entry` cannot be stored under its signature's key: the versions it says it was made under (torch,
+    Triton, Argus) are not the ones its signature, hence its key, records (a miss recorded under another Triton
+    and solved under this one belongs under this one's key). None when they agree or the entry names none."""
+    try:
+        recorded = dict(zip(("torch", "triton", "argus_inductor"), Signature.from_dict(entry.signature).versions))
+    except (KeyError, TypeError, ValueError):
+        return None
+    made = {k: str(v).split("+")[0] if k == "torch" else str(v) for k, v in entry.versions.items() if k in recorded}
+    wrong = [f"{k} {made[k]} (key: {recorded[k]})" for k in made if made[k] != recorded[k]]
+    return f"made under {', '.join(wrong)}" if wrong else None
+
+
 def checksum(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -186,8 +199,12 @@ class KernelCache:
         return None
 
     def put(self, key: str, entry: CacheEntry) -> None:
-        """Store `entry` under `key` atomically (the last of several writers wins, whole)."""
+        """Store `entry` under `key` atomically (the last of several writers wins, whole). An entry whose versions
+        contradict its signature's is refused (ValueError): a later lookup under those versions would trust it."""
         p = self.path(key)
+        why = versions_contradiction(entry)
+        if why is not None:
+            raise ValueError(f"argus cache: not storing the entry for {entry.sig().short()} under {key}: {why}")
         payload = entry.to_json()
         doc = {"format": FORMAT, "key": key, "checksum": checksum(payload), "written": time.time(),
                "entry": payload}
