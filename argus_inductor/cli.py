@@ -306,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if why is not None:
                 print(f"argus {args.command}: {why}", file=sys.stderr)
                 return 2
+            # what importing the package sets up for a program (the agent handed to the ops, which tunes library
+            # ops' misses; the Gluon lowerings), after the interpreter is decided: the root loads it only with torch
+            from . import backend  # noqa: F401
         return int(args.func(args))
     except BrokenPipeError:  # `argus cache | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

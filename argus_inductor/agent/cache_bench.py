@@ -13,9 +13,10 @@ PyTorch peer of the op (cuBLAS, SDPA's backends, grouped_mm, ...) on the same in
 graph median, operands rotated so that each call reads them from memory), and the ratio printed. Entries for
 another device are skipped and counted. On a machine without a GPU the CPU entries run under the Triton
 interpreter, which `argus bench` turns on for itself as `argus warmup` does (ARGUS_INTERPRET=1 for the run): their
-results are checked, their times (the interpreter's wall clock) only rank plans, and no peer is timed. An entry of an op this command cannot build inputs for is listed as skipped. Exit status: 0 when every
-entry it ran matched its reference, 1 when one did not or failed to run, 2 on a usage error (an unreadable cache
-folder, nothing to benchmark).
+results are checked, their times (the interpreter's wall clock) only rank plans, and no peer is timed. An entry of
+an op this command cannot build inputs for is listed as skipped. Exit status: 0 when every entry it ran matched
+its reference, 1 when one did not or failed to run, 2 on a usage error (an unreadable cache folder, nothing to
+benchmark).
 """
 from __future__ import annotations
 

@@ -141,6 +141,18 @@ def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
 CPU_PRESET_LIMIT_S = 600.0  # a GPU-sized preset forced onto the CPU without --time-limit stops here
 
 
+def _agent_problem(sig: Any) -> bool:
+    """Whether the agent synthesizes `sig` (shapes.from_misses takes it): an op of specs.SPECS with its dims. A
+    library op of the same name (softmax) records its operands' shapes instead, and is tuned here."""
+    from ..specs import problem_from_signature
+
+    try:
+        problem_from_signature(sig)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
 def _library_todo(args: argparse.Namespace, cache_root: Path, here: tuple[str, str, str]) -> list[Any]:
     """Recorded misses (and traced signatures) of the general op classes (conv, reductions, norms, ...:
     argus_inductor.ops.library), which the agent does not search: each one's signature, re-keyed to this
@@ -156,8 +168,8 @@ def _library_todo(args: argparse.Namespace, cache_root: Path, here: tuple[str, s
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     todo = []
     if args.misses or not (args.config or args.shapes or args.preset):
-        todo = [Signature.from_dict(m["signature"]) for m in cache.misses()
-                if not m.get("solved") and m["signature"].get("op") in LIBRARY]
+        todo = [s for m in cache.misses() if not m.get("solved") and m["signature"].get("op") in LIBRARY
+                and not _agent_problem(s := Signature.from_dict(m["signature"]))]
     # a traced model's (arch "meta"): of this machine's device, not yet cached (or all of them with --force)
     for sig in getattr(args, "traced_library", []):
         sig = replace(sig, arch=device_arch(device))
@@ -377,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(f"argus warmup: {why}", file=sys.stderr)
         return 2
+    import importlib
+
+    from .. import ops
+
+    ops.install_agent(lambda: importlib.import_module("argus_inductor.agent"))  # the library ops' policy search
     return int(args.func(args))
 
 
