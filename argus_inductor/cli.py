@@ -262,8 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="prove the data-flow invariants of every kernel in a DSL source file",
                        description="Read FILE.py with the DSL frontend (the file is never executed) and prove "
                                    "each kernel's tag assertions and kernel-wide obligations with z3. Exit status: "
-                                   "0 proved, 1 a violation (with its counterexample), 2 unreadable input, 3 no "
-                                   "violation found but something left undecided (not proved).")
+                                   "0 proved, 1 a violation (with its counterexample), 2 a usage error (a file that "
+                                   "cannot be read, or a --kernel, --shape, --policy or --assume name no selected "
+                                   "kernel declares: the message lists what they do declare), 3 no violation found "
+                                   "but something left undecided (not proved).")
     v.add_argument("file", metavar="FILE.py")
     v.add_argument("--shape", action="append", metavar="M=..,N=..",
                    help="concrete shape symbols (others stay symbolic, >= 1)")
@@ -300,15 +302,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in ("bench", "warmup"):
-            from .agent.cli import interpreter_without_gpu
+            from .agent.cli import interpreter_without_gpu, set_up
 
             why = interpreter_without_gpu(args.command)
             if why is not None:
                 print(f"argus {args.command}: {why}", file=sys.stderr)
                 return 2
-            # what importing the package sets up for a program (the agent handed to the ops, which tunes library
-            # ops' misses; the Gluon lowerings), after the interpreter is decided: the root loads it only with torch
-            from . import backend  # noqa: F401
+            set_up()
         return int(args.func(args))
     except BrokenPipeError:  # `argus cache | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
