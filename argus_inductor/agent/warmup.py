@@ -204,6 +204,7 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
     import torch
 
     from . import handset
+    from .loop import arch_of
 
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
@@ -214,8 +215,9 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
             return
         index, job_json = item
         job = Job.from_json(job_json)
+        arch = "cpu" if device == "cpu" else arch_of(device)
         if time_left(deadline) <= 0:
-            results.put({**_not_started(job), "index": index})
+            results.put({**_not_started(job, arch), "index": index})
             continue
         try:
             remaining = jobs.qsize() + 1
@@ -225,17 +227,21 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
             with hard_deadline(deadline):
                 row = run_one(job, device, opts, deadline, remaining, workers, table)
         except TimeLimit:  # fired between the job's end and the timer's reset
-            row = {**_not_started(job), "source": STOPPED}
+            row = {**_not_started(job, arch), "source": STOPPED}
         results.put({**row, "index": index})
 
 
-def _not_started(job: Job) -> dict[str, Any]:
+def _not_started(job: Job, arch: str | None = None) -> dict[str, Any]:
+    """The row of a job the time limit left undone: its signature on `arch` (the recorded one without it)."""
     row = {"signature": job.problem.short(), "source": NOT_STARTED, "job": job.source, "label": job.label}
-    if job.signature is not None:
-        from ..runtime.signature import Signature
-
-        sig = Signature.from_dict(job.signature)
+    if job.signature is not None or arch is not None:
+        try:
+            sig = job.signature_on(arch or "cpu")
+        except (ValueError, KeyError):
+            return row
         row.update(signature=sig.short(), key=sig.key(), sig=sig.as_dict())
+    if job.rekeyed_from:
+        row["rekeyed_from"] = job.rekeyed_from
     return row
 
 
@@ -384,15 +390,15 @@ def run_planned(todo: list[Job], opts: WarmupOptions, progress: Progress) -> lis
             for i, job in enumerate(todo):
                 if time_left(deadline) <= 0:
                     break
-                what = job.signature_on(arch).short() if job.signature is not None else job.problem.short()
-                progress.start(what, _budget(opts, target, deadline, len(todo) - i, 1).seconds)
+                budget = _budget(opts, target, deadline, len(todo) - i, 1).seconds
+                progress.start(_not_started(job, arch)["signature"], budget)
                 row = run_one(job, device, opts, deadline, len(todo) - i, 1, table)
                 done.append(row)
                 progress.step(row)
     except TimeLimit:  # between two jobs, or as one ended
         pass
     for job in todo[len(done):]:
-        row = _not_started(job)
+        row = _not_started(job, arch)
         done.append(row)
         progress.step(row)
     return done
@@ -447,7 +453,7 @@ def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadl
     rows = []
     for i, job in enumerate(todo):
         if i not in got:
-            row = _not_started(job)
+            row = _not_started(job, arch)
             row.update(source=NOT_FINISHED) if time_left(deadline) <= 0 else row.update(source="failed",
                                                                                        error="worker died")
             progress.step(row)
