@@ -108,7 +108,11 @@ def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
     ops = {o.strip() for o in args.ops.split(",")} if args.ops else None
     args.traced_library = []
     if args.config:
-        tokens = [int(t) for t in str(args.tokens).split(",") if t.strip()]
+        try:
+            tokens = [int(t) for t in str(args.tokens).split(",") if t.strip()]
+        except ValueError:
+            raise ValueError(f"--tokens takes token counts separated by commas (e.g. 1,16,2048), got "
+                             f"{args.tokens!r}") from None
         if not tokens or min(tokens) < 1 or args.context < 1 or args.batch < 1:
             raise ValueError("--tokens, --context and --batch take positive numbers")
         cfg = shapes.read_config(args.config)
@@ -277,6 +281,17 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     for ref in args.reference:
         if not Path(ref).is_file():
             return f"no reference file {ref}"
+    from ..ops.library import LIBRARY
+    from ..specs import SPECS
+    from ..specs.base import DTYPES
+
+    if args.dtype not in DTYPES:
+        return f"--dtype {args.dtype}: not one of {', '.join(DTYPES)}"
+    if args.ops:
+        unknown = [o.strip() for o in args.ops.split(",") if o.strip() not in SPECS and o.strip() not in LIBRARY]
+        if unknown:
+            return (f"--ops {', '.join(unknown)}: no such op; the agent's: {', '.join(SPECS)}; the library's: "
+                    f"{', '.join(sorted(LIBRARY))}")
     return None
 
 

@@ -12,6 +12,7 @@ from ..kernels.gemm import cat_epilogue
 from ..kernels.policies import GEMV_CAT_MAX_M
 from ..runtime.signature import Signature
 from ..specs import SPECS, Problem, attention_epilogue, moe_epilogue, problem_from_signature, signature_for
+from ..specs.base import DTYPES
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,15 @@ def problem_from_entry(e: dict[str, Any], dtype: str = "bfloat16") -> Problem:
     if op == "moe" and "epilogue" not in e:
         epilogue = moe_epilogue(dims["TOPK"])
     layouts = tuple(e.get("layouts", ()))
-    return Problem(op, epilogue, dims, str(e.get("dtype", dtype)), layouts)
+    dt = str(e.get("dtype", dtype))
+    if dt not in DTYPES:
+        raise ShapesError(f"{op} entry {e!r}: dtype {dt!r} is not one of {', '.join(DTYPES)}")
+    problem = Problem(op, epilogue, dims, dt, layouts)
+    try:
+        signature_for(problem, "cpu")  # the epilogue and layouts as the op reads them
+    except (ValueError, KeyError, IndexError) as err:
+        raise ShapesError(f"{op} entry {e!r}: {err}") from None
+    return problem
 
 
 def from_shapes_file(path: Path | str, dtype: str = "bfloat16") -> list[Job]:

@@ -70,12 +70,32 @@ def _write(text: str) -> Path:
     ({"op": "gemm", "M": 1, "N": 8, "K": 8, "epilog": "relu"}, ["entry 2", "unknown key(s) epilog"]),
     ({"op": "gemm", "M": 1, "N": "8", "K": 8}, ["entry 2", "N='8' must be integers"]),
     ({"op": "gemv", "M": 1}, ["entry 2", "unknown op 'gemv'"]),
+    ({"op": "gemm", "M": 1, "N": 8, "K": 8, "epilogue": "bias+swish"}, ["entry 2", "unknown GEMM epilogue"]),
+    ({"op": "gemm", "M": 1, "N": 8, "K": 8, "dtype": "float8"}, ["entry 2", "dtype 'float8' is not one of"]),
 ])
 def test_a_wrong_shapes_entry_is_named(tmp_path: Path, entry: dict[str, Any], words: list[str], capsys) -> None:
     sf = _shapes(tmp_path, [SMALL[0], entry])
     assert cli.main(["--shapes", str(sf), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(sf) in err
+    for w in words:
+        assert w in err, (w, err)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--config", "c.json", "--tokens", "1,abc"], ["--tokens", "'1,abc'"]),
+    (["--ops", "gemmm"], ["--ops gemmm: no such op", "gemm, bmm"]),
+    (["--dtype", "float8"], ["--dtype float8", "bfloat16"]),
+    (["--time-limit", "0"], ["--time-limit takes a positive number"]),
+    (["--trials", "-1"], ["--trials"]),
+    (["--reference", "nowhere.json"], ["no reference file nowhere.json"]),
+])
+def test_usage_mistakes_are_said_before_any_work(tmp_path: Path, argv: list[str], words: list[str], capsys) -> None:
+    (tmp_path / "c.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4}))
+    argv = [str(tmp_path / a) if a == "c.json" else a for a in argv]
+    assert cli.main(["--shapes", str(_shapes(tmp_path, SMALL[:1])), "--cache-dir", str(tmp_path / "c"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and not (tmp_path / "c" / "kernels").exists()
     for w in words:
         assert w in err, (w, err)
 
