@@ -193,11 +193,13 @@ def _library_todo(args: argparse.Namespace, cache_root: Path, here: tuple[str, s
     return out
 
 
-def _warm_library(todo: list[Any], cache_root: Path, progress: Any, deadline: float | None) -> list[dict[str, Any]]:
+def _warm_library(todo: list[Any], cache_root: Path, progress: Any, deadline: float | None,
+                  rows: list[dict[str, Any]]) -> None:
     """Warm the library signatures: where this machine has the signature's device (or ARGUS_INTERPRET=1 for a CPU
     signature), each is tuned by the policy search on random operands of its shapes (ops.tune_library); otherwise,
     or when tuning finds nothing, it is stored with its template policy. Either way the entry carries the invariant
-    checker's verdict, so the next run is a cache hit with a proven kernel. One table row each."""
+    checker's verdict, so the next run is a cache hit with a proven kernel. One table row each, appended to `rows`
+    as it ends (so a run the time limit ends keeps them)."""
     import torch
 
     from .. import ops
@@ -211,39 +213,35 @@ def _warm_library(todo: list[Any], cache_root: Path, progress: Any, deadline: fl
     from ..runtime.signature import device_arch
 
     target = ops.target_for(device)
-    rows = []
     for sig, recorded in todo:
         row: dict[str, Any] = {"signature": sig.short(), "key": sig.key(), "sig": sig.as_dict(), "job": "misses"}
         if recorded != sig.versions:
             row["rekeyed_from"] = version_text(recorded, sig.versions)
-        if time_left(deadline) <= 0:
-            rows.append({**row, "source": NOT_STARTED})
-            progress.step(rows[-1])
-            continue
-        progress.start(sig.short())
         t0 = time.time()
         try:
-            how, entry = "template policy", None
-            if target is not None and sig.arch == device_arch(device):
-                try:
-                    run_plan, reference = launcher(sig, *example_operands(sig, device))
-                    entry, how = ops.tune_library(ops.spec_for(sig), sig, target, run_plan, reference, cache)
-                except Exception as e:  # operands this signature cannot be built from: the template still serves
-                    how = f"not tuned ({type(e).__name__}: {e})"
+            if time_left(deadline) <= 0:
+                row["source"] = NOT_STARTED
+            else:
+                progress.start(sig.short())
+                how, entry = "template policy", None
+                if target is not None and sig.arch == device_arch(device):
+                    try:
+                        run_plan, reference = launcher(sig, *example_operands(sig, device))
+                        entry, how = ops.tune_library(ops.spec_for(sig), sig, target, run_plan, reference, cache)
+                    except Exception as e:  # operands this signature cannot be built from: the template serves
+                        how = f"not tuned ({type(e).__name__}: {e})"
+                    if entry is None:
+                        how = f"template policy ({how})"
                 if entry is None:
-                    how = f"template policy ({how})"
-            if entry is None:
-                entry = ops.warm(sig, cache=cache)
-            row.update(source=f"library: {how}, {entry.verification.get('status', 'not verified')}",
-                       ms=entry.timings.get("ms"))
+                    entry = ops.warm(sig, cache=cache)
+                row.update(source=f"library: {how}, {entry.verification.get('status', 'not verified')}",
+                           ms=entry.timings.get("ms"), seconds=round(time.time() - t0, 1))
         except TimeLimit:
-            row.update(source=STOPPED)
+            row.update(source=STOPPED, seconds=round(time.time() - t0, 1))
         except Exception as e:  # one signature that cannot be warmed must not end the run
-            row.update(source="failed", error=f"{type(e).__name__}: {e}")
-        row["seconds"] = round(time.time() - t0, 1)
+            row.update(source="failed", error=f"{type(e).__name__}: {e}", seconds=round(time.time() - t0, 1))
         rows.append(row)
         progress.step(row)
-    return rows
 
 
 def _gpu_preset_refused(args: argparse.Namespace, arch: str) -> bool:
@@ -309,6 +307,7 @@ def run_warmup(args: argparse.Namespace) -> int:
         WarmupOptions,
         arch_here,
         hard_deadline,
+        not_started,
         plan,
         rekey,
         run_planned,
@@ -332,6 +331,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     deadline = opts.deadline()
     here = current_versions()
     rows: list[dict[str, Any]] = []
+    todo: list[Any] = []
     try:
         with hard_deadline(deadline):
             try:
@@ -355,11 +355,14 @@ def run_warmup(args: argparse.Namespace) -> int:
                   f"{root}" + (f"; time limit {args.time_limit:g} s for the whole run" if args.time_limit else ""),
                   file=sys.stderr)
             progress = Progress(len(library) + len(todo), sys.stderr)
-            rows += _warm_library(library, root, progress, deadline)
+            _warm_library(library, root, progress, deadline, rows)
             rows += run_planned(todo, opts, progress)
-    except TimeLimit:
-        print("argus warmup: the time limit passed before any job could start", file=sys.stderr)
-        return 1
+    except TimeLimit:  # between two steps: whatever is not in the table was not done
+        if not rows:
+            print("argus warmup: the time limit passed before any job could start", file=sys.stderr)
+            return 1
+        listed = {r.get("key") for r in rows}
+        rows += [r for r in (not_started(j, arch) for j in todo) if r.get("key") not in listed]
     except KeyboardInterrupt:
         print("\nargus warmup: interrupted; finished signatures are cached, a new run resumes", file=sys.stderr)
         return 130

@@ -217,7 +217,7 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
         job = Job.from_json(job_json)
         arch = "cpu" if device == "cpu" else arch_of(device)
         if time_left(deadline) <= 0:
-            results.put({**_not_started(job, arch), "index": index})
+            results.put({**not_started(job, arch), "index": index})
             continue
         try:
             remaining = jobs.qsize() + 1
@@ -227,11 +227,11 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
             with hard_deadline(deadline):
                 row = run_one(job, device, opts, deadline, remaining, workers, table)
         except TimeLimit:  # fired between the job's end and the timer's reset
-            row = {**_not_started(job, arch), "source": STOPPED}
+            row = {**not_started(job, arch), "source": STOPPED}
         results.put({**row, "index": index})
 
 
-def _not_started(job: Job, arch: str | None = None) -> dict[str, Any]:
+def not_started(job: Job, arch: str | None = None) -> dict[str, Any]:
     """The row of a job the time limit left undone: its signature on `arch` (the recorded one without it)."""
     row = {"signature": job.problem.short(), "source": NOT_STARTED, "job": job.source, "label": job.label}
     if job.signature is not None or arch is not None:
@@ -391,14 +391,14 @@ def run_planned(todo: list[Job], opts: WarmupOptions, progress: Progress) -> lis
                 if time_left(deadline) <= 0:
                     break
                 budget = _budget(opts, target, deadline, len(todo) - i, 1).seconds
-                progress.start(_not_started(job, arch)["signature"], budget)
+                progress.start(not_started(job, arch)["signature"], budget)
                 row = run_one(job, device, opts, deadline, len(todo) - i, 1, table)
                 done.append(row)
                 progress.step(row)
     except TimeLimit:  # between two jobs, or as one ended
         pass
     for job in todo[len(done):]:
-        row = _not_started(job, arch)
+        row = not_started(job, arch)
         done.append(row)
         progress.step(row)
     return done
@@ -453,7 +453,7 @@ def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadl
     rows = []
     for i, job in enumerate(todo):
         if i not in got:
-            row = _not_started(job, arch)
+            row = not_started(job, arch)
             row.update(source=NOT_FINISHED) if time_left(deadline) <= 0 else row.update(source="failed",
                                                                                        error="worker died")
             progress.step(row)
