@@ -3,9 +3,10 @@
     import argus_inductor                       # registers backend="argus" with Dynamo
     compiled = torch.compile(model, backend="argus")
 
-Importing the package registers the backend (the `torch_dynamo_backends` entry point does the same without the
-import), the Gluon lowerings with the DSL, and the agent with the ops. Where torch is not imported yet (the `argus`
-command), that waits until the package's API is first used, so `argus --help` needs no torch.
+Importing the package registers the Gluon lowerings with the DSL, the backend with Dynamo (the
+`torch_dynamo_backends` entry point does that without the import) and the agent with the ops. Where torch is not
+imported yet (the `argus` command), the last two wait until the package's API is first used, so `argus --help` needs
+no torch.
 """
 import os as _os
 import sys as _sys
@@ -14,6 +15,7 @@ if _os.environ.get("ARGUS_INTERPRET", "") not in ("", "0", "false", "False"):
     # Triton picks interpreting or compiling when triton.language is first imported: decide before that.
     _os.environ["TRITON_INTERPRET"] = "1"
 
+from . import hopper  # noqa: E402,F401  (registers the Gluon lowerings with the DSL: cheap, no torch)
 from .config import VERSION as __version__  # noqa: E402
 
 _API = ("argus_backend", "optimize", "register", "report")

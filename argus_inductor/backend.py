@@ -77,6 +77,12 @@ def copied_input_bytes(example_inputs: list[Any]) -> int:
     return total
 
 
+def needs_gradients(example_inputs: list[Any]) -> bool:
+    """Whether the graph being compiled will be differentiated: grad mode is on and an input (a parameter, lifted by
+    Dynamo, or a user tensor) requires grad. Argus's ops have no backward, so such a graph is left to Inductor."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+
+
 def _mode_options(mode: str | None) -> dict[str, Any]:
     from torch._inductor import list_mode_options
 
@@ -118,22 +124,36 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
     # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
     accel = {d for d in devices if d.type != "cpu"} or devices
     targets = {target_for(d, opts) for d in accel}
-    if None in targets:
+    if opts.swapin == "never":
+        _say_once("argus: ARGUS_SWAPIN=never: Inductor compiles every graph alone")
+    elif needs_gradients(example_inputs):
+        _say_once("argus: this graph needs gradients (called outside torch.no_grad() / torch.inference_mode() with "
+                  "parameters or inputs that require grad); Argus's kernels are inference kernels with no backward, "
+                  "so Inductor compiles this graph alone. Call the model under torch.no_grad() or "
+                  "torch.inference_mode() to use them")
+    elif None in targets:
         where = ", ".join(sorted(str(d) for d in devices))
         _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
                   "with ARGUS_INTERPRET=1); compiling with Inductor alone")
     else:
-        matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
+        with _report.phase("graph rewrite"):
+            matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
         if matches and opts.specialize_floats:
             specialize_module_floats(gm, example_inputs)  # Dynamo's restart while a module float is an input
         log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
+        if matches and opts.swapin == "measure":
+            from .graph.swapin import swap_in
+
+            with _report.phase("swap-in"):
+                swap_in(gm, example_inputs, next(iter(targets)))  # the interpreter: notes only
         argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
         if matches and opts.inline and targets <= INLINE_TARGETS:
             from .graph.inline import inline_ops
 
             original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # nodes copied, tensors shared
             original.meta = gm.meta
-            inlined = inline_ops(gm, example_inputs=example_inputs)
+            with _report.phase("inline (records each op's launches; compiles its Triton kernels)"):
+                inlined = inline_ops(gm, example_inputs=example_inputs)
             log.info("argus: %d Argus op(s) inlined as Triton launches in Inductor's code", inlined)
     # CUDA graphs: Argus ops never synchronize with the host (masks, MoE routing and split-K all stay on the
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
@@ -148,7 +168,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
     # A graph whose Argus ops were all inlined has no Python of Argus per call left to hide: it takes CUDA graphs
     # as Inductor does, only where `mode` asks (measured on the H100 with every op inlined, overhead.py: graphs
     # made 9 of 10 KernelBench-format problems slower, by 0.002-0.6 ms, the replay's input copies and bookkeeping
-    # costing more than the launches they save; NOTES.md, session 9).
+    # costing more than the launches they save; NOTES.md, "Compile time and host overhead").
     # The rest of the graph is Inductor's, compiled with the options `mode` gives it (max-autotune: autotuned
     # templates for what Argus left, coordinate-descent tuning of Inductor's own kernels).
     modal = _mode_options(mode)
@@ -172,7 +192,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
 
     def compile_with(graph: torch.fx.GraphModule, config: dict[str, Any]) -> Callable[..., Any]:
         replay = opts.graph_replay and config["triton.cudagraphs"]
-        with replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache():
+        with replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache(), _report.phase("inductor"):
             return compile_fx(graph, example_inputs, config_patches=config)
 
     try:

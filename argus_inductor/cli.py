@@ -176,7 +176,7 @@ def _cache(args: argparse.Namespace) -> int:
     import dataclasses
     import shutil
 
-    from .runtime.cache import KernelCache, versions_contradiction
+    from .runtime.cache import KernelCache
     from .runtime.signature import Signature, current_versions, labels, version_text
 
     cache = KernelCache(args.cache_dir)
@@ -225,9 +225,6 @@ def _cache(args: argparse.Namespace) -> int:
             t += "*"
             cpu = True
         status = e.verification.get("status", "verified" if e.verification.get("ok") else "?")
-        wrong = versions_contradiction(e)
-        if wrong:  # written before the cache refused such entries: its key is not what it was made under
-            label += f" [contradicts its key: {wrong}]"
         lines.append([e.origin, status, t, label])
     print("\n".join(_columns(lines)))
     if cpu:

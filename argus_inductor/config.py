@@ -128,6 +128,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ARGUS_VERIFY_TRACE", False, _bool, "print the checker's obligations and z3 queries as it proves them",
             "debug"),
     Setting("ARGUS_TEST_DEVICE", "", _text, "tests: cuda runs the GPU tests (a machine with an sm_90 GPU)", "debug"),
+    Setting("ARGUS_VLLM_REAL_REQUIRED", False, _bool, "tests: the real-vLLM tests fail, not skip, where vLLM does not "
+            "import (scripts/test-vllm.sh sets it)", "debug"),
     Setting("ARGUS_KB_FULL", False, _bool, "benchmarks/kernelbench: the problems at full size on the CPU too (they are "
             "on a GPU)", "debug"),
 )

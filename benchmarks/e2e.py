@@ -54,16 +54,28 @@ DECODE_STEPS = 8    # decode: tokens timed per measurement
 TOL = 3e-2          # bf16: relative error of the logits (routing ties may flip an expert for a few tokens)
 # A phase is started only when this many seconds of the budget are left (a compile of a 2-layer 8B-dims
 # model takes tens of seconds; max-autotune benchmarks its GEMM choices and takes longer).
-NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90, "argus-default-mode": 45, "argus-all-rows": 45,
-         "argus-range-loops": 45}
+NEEDS = {"eager": 10, "inductor": 45, "argus": 45, "max-autotune": 90, "argus-default-mode": 45, "argus-all-rows": 45}
 
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                  num_key_value_heads=8, rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)
 MIXTRAL_8X7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                     num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, rope_theta=1e6,
                     max_position_embeddings=8192, rms_norm_eps=1e-5)
+# a Qwen3-MoE-style model (128 experts, top-8, head_dim 128, 4 key/value heads) and a dense model with q/k/v bias
+# (Qwen2.5-7B's dims)
+QWEN3_MOE = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                 num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+                 norm_topk_prob=True, rope_theta=1e6, max_position_embeddings=8192, rms_norm_eps=1e-6)
+QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
+                 num_key_value_heads=4, rope_theta=1e6, max_position_embeddings=8192, rms_norm_eps=1e-6)
+MODELS = ("llama", "mixtral", "qwen3_moe", "qwen2")
 if SMOKE:
     PREFILL, DECODE, CONTEXT, DECODE_STEPS = ((1, 16), (2, 8)), (1, 2), 16, 2
+    QWEN3_MOE = {**QWEN3_MOE, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+                 "moe_intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                 "num_experts": 8, "num_experts_per_tok": 2}
+    QWEN25_7B = {**QWEN25_7B, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
+                 "num_attention_heads": 4, "num_key_value_heads": 2}
     LLAMA3_8B = {**LLAMA3_8B, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
                  "num_attention_heads": 4, "num_key_value_heads": 2}
     MIXTRAL_8X7B = {**MIXTRAL_8X7B, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
@@ -94,11 +106,17 @@ def build(name: str, layers: int, device: str) -> tuple[torch.nn.Module, str]:
     if name == "llama":
         cfg = transformers.LlamaConfig(num_hidden_layers=layers, **LLAMA3_8B)
         cls = transformers.LlamaForCausalLM
+    elif name == "qwen3_moe":
+        cfg = transformers.Qwen3MoeConfig(num_hidden_layers=layers, **QWEN3_MOE)
+        cls = transformers.Qwen3MoeForCausalLM
+    elif name == "qwen2":  # Qwen2's attention has q/k/v biases
+        cfg = transformers.Qwen2Config(num_hidden_layers=layers, **QWEN25_7B)
+        cls = transformers.Qwen2ForCausalLM
     else:
         cfg = transformers.MixtralConfig(num_hidden_layers=layers, **MIXTRAL_8X7B)
         cls = transformers.MixtralForCausalLM
     cfg._attn_implementation = "sdpa"
-    if name == "mixtral" and device == "cuda" and hasattr(torch, "_grouped_mm"):
+    if name in ("mixtral", "qwen3_moe") and device == "cuda" and hasattr(torch, "_grouped_mm"):
         # torch's grouped GEMM for the experts: the peer, and a block Dynamo traces whole (the eager loop
         # breaks the graph for every compiler)
         cfg._experts_implementation = "grouped_mm"
@@ -370,8 +388,9 @@ def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int,
         lines.append(f"### {r['model']} ({r['layers']} layers, {r.get('params_b', '?')}B parameters; "
                      f"{r.get('built_with', '')})\n")
         head = "| workload | " + " | ".join(f"{b} ms" for b in backends) + \
-               " | argus vs eager | argus vs max-autotune | argus rel. err |"
-        lines += [head, "|" + "---|" * (len(backends) + 4)]
+               " | argus vs eager | argus vs max-autotune | argus rel. err | first call s (" + \
+               " / ".join(b for b in backends if b != "eager") + ") |"
+        lines += [head, "|" + "---|" * (len(backends) + 5)]
         keys = [f"prefill {b}x{s}" for b, s in PREFILL] + [f"decode b={b}" for b in decode] + \
             [f"decode b={b} synced" for b in decode]
         for key in keys:
@@ -392,9 +411,14 @@ def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int,
             eager = r["results"].get("eager", {}).get(key)
             ma = r["results"].get("max-autotune", {}).get(key)
             err = f"{arg['rel_err']:.1e}" if arg and "rel_err" in arg else "-"
+            firsts = []
+            for b in backends:
+                c = r["results"].get(b, {}).get(key)
+                if b != "eager":
+                    firsts.append(f"{c['first_call_s']:.1f}" if isinstance(c, dict) and "first_call_s" in c else "-")
             lines.append(f"| {key}{' (per token)' if key.startswith('decode') else ''} | " + " | ".join(cells) +
                          f" | {ratio(arg, eager if isinstance(eager, dict) else None)} | "
-                         f"{ratio(arg, ma if isinstance(ma, dict) else None)} | {err} |")
+                         f"{ratio(arg, ma if isinstance(ma, dict) else None)} | {err} | {' / '.join(firsts)} |")
         for b in backends:
             row = r["results"].get(b, {})
             if "error" in row:
@@ -419,7 +443,7 @@ def versions() -> dict[str, str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="llama,mixtral")
+    ap.add_argument("--models", default="llama,mixtral", help=f"comma-separated from {', '.join(MODELS)}")
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for the whole run")
@@ -445,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     bad = [b for b in backends if b not in BACKENDS and b not in VARIANTS]
-    bad += [m for m in models if m not in ("llama", "mixtral")]
+    bad += [m for m in models if m not in MODELS]
     phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
     bad += [p for p in phases if p not in ("prefill", "decode")]
     if bad or not phases:

@@ -5,7 +5,7 @@ under torch.profiler, for the models and workloads of benchmarks/e2e.py.
                                      [--workloads "decode b=1,decode b=32,prefill 1x2048"] [--top 20]
 
 A backend is one of e2e.py's (eager, inductor, max-autotune, argus, or an Argus variant such as
-argus-range-loops) or BACKEND/MODE, which compiles with that
+argus-all-rows) or BACKEND/MODE, which compiles with that
 torch.compile mode (argus/reduce-overhead: Argus with CUDA graphs whatever its inlining). Argus's log lines
 (what it rewrote, inlined, and whether a graph took CUDA graphs) are printed as they come.
 

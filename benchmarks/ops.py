@@ -35,6 +35,12 @@ ATTN = [  # (batch, q heads, kv heads, seq q, seq kv, head dim, causal)
 ]
 ATTN_ROUNDS = 3  # attention: ours and the peers timed in turn this many times, median each
 MOE = [(t, *cfg) for cfg in ((4096, 14336, 8, 2), (2048, 768, 128, 8)) for t in (1, 64, 4096)]
+# --regimes: shapes nobody tuned for (issue 39): a column GEMV (N = 1), K far larger than M and N (split-K), tiny and
+# odd sizes, a batched matmul; attention at head dims 64/256 and with few query rows; MoE at 1 token an expert
+GEMM_REGIMES = [(2048, 1, 262144), (256, 256, 524288), (7, 13, 17), (127, 255, 513), (1000, 1000, 1000),
+                (1, 128256, 4096)]
+ATTN_REGIMES = [(16, 32, 32, 1024, 1024, 64, True), (8, 16, 16, 512, 512, 256, True), (32, 32, 8, 4, 4096, 128, False)]
+MOE_REGIMES = [(8, 4096, 14336, 8, 2), (16, 2048, 768, 128, 8)]
 
 
 L2_BYTES = 50 * 2**20
@@ -75,10 +81,35 @@ def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
 
 
-def run_gemm(rows: list[dict], quick: bool) -> None:
+def ceilings() -> dict[str, float]:
+    """This card's two ceilings, measured in this run: a device-to-device copy's TB/s (bytes read plus written) and
+    a bf16 8192^3 torch.mm's TFLOP/s on random data."""
+    src = torch.randn(2**29, device="cuda", dtype=torch.bfloat16)  # 1 GiB
+    dst = torch.empty_like(src)
+    copy_ms = bench(lambda: dst.copy_(src))
+    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    mm_ms = bench(lambda: torch.mm(a, b))
+    return {"copy_tbps": round(2 * 2**30 / copy_ms / 1e9, 3), "bf16_tflops": round(2 * 8192**3 / mm_ms / 1e9, 1)}
+
+
+def roofline(rows: list[dict], ceil: dict[str, float]) -> None:
+    """Each row's distance to the roofline: the bound time (its bytes at the copy rate, or its FLOPs at the bf16
+    rate, whichever is longer) over our time."""
+    for r in rows:
+        if "flops" not in r or "bytes" not in r:
+            continue
+        bound = max(r["bytes"] / (ceil["copy_tbps"] * 1e9), r["flops"] / (ceil["bf16_tflops"] * 1e9))
+        r["roof_frac"] = bound / r["ours_ms"]
+        r["bound"] = "bytes" if r["bytes"] / ceil["copy_tbps"] > r["flops"] / (ceil["bf16_tflops"] * 1e3) else \
+            "tensor cores"
+
+
+def run_gemm(rows: list[dict], quick: bool, regimes: bool = False) -> None:
     shapes = [(m, n, k) for m in GEMM_M for n, k in GEMM_NK] + [(8192, 8192, 8192)]
     if quick:
         shapes = shapes[::3]
+    if regimes:
+        shapes = GEMM_REGIMES
     for m, n, k in shapes:
         pol = gemm_policy(m, n, k, "cuda", gluon=True)  # as the backend's bf16 template: ops.gemm._gemm_template
         byts = 2 * (m * k + n * k + m * n)
@@ -103,16 +134,16 @@ def run_gemm(rows: list[dict], quick: bool) -> None:
         ours = bench(lambda: gemm(a, b, out=out, policy=pol), byts, ours_call)
         peer = bench(lambda: torch.matmul(a, b), byts, peer_call)
         flops = 2 * m * n * k
-        rows.append(dict(op="gemm", shape=f"M={m} N={n} K={k}", ours_ms=ours, peer="cuBLAS", peer_ms=peer,
-                         ratio=peer / ours, tflops=flops / ours / 1e9, tbps=byts / ours / 1e9, rel_err=err,
-                         policy=pol.key()))
+        rows.append(dict(op="gemm-regime" if regimes else "gemm", shape=f"M={m} N={n} K={k}", ours_ms=ours,
+                         peer="cuBLAS", peer_ms=peer, ratio=peer / ours, tflops=flops / ours / 1e9,
+                         tbps=byts / ours / 1e9, rel_err=err, policy=pol.key(), flops=flops, bytes=byts))
         print(rows[-1], flush=True)
 
 
-def run_attention(rows: list[dict], quick: bool) -> None:
+def run_attention(rows: list[dict], quick: bool, regimes: bool = False) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    shapes = ATTN[::2] if quick else ATTN
+    shapes = ATTN_REGIMES if regimes else ATTN[::2] if quick else ATTN
     for z, h, hk, s, t, d, causal in shapes:
         q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(z, hk, t, d, device="cuda", dtype=torch.bfloat16)
@@ -151,15 +182,16 @@ def run_attention(rows: list[dict], quick: bool) -> None:
         best = min(peers, key=peers.get) if peers else None
         flops = 4 * z * h * s * t * d * (0.5 if causal and s == t else 1.0)
         byts = 2 * (2 * z * h * s * d + 2 * z * hk * t * d)
-        rows.append(dict(op="attention", shape=f"Z={z} H={h}/{hk} S={s} T={t} D={d}{' causal' if causal else ''}",
+        rows.append(dict(op="attention-regime" if regimes else "attention",
+                         shape=f"Z={z} H={h}/{hk} S={s} T={t} D={d}{' causal' if causal else ''}",
                          ours_ms=ours, peer=f"SDPA {best}" if best else "none", peer_ms=peers.get(best, math.nan),
                          ratio=peers.get(best, math.nan) / ours, tflops=flops / ours / 1e9, tbps=byts / ours / 1e9,
-                         rel_err=err, policy=pol.key(), peers=peers))
+                         rel_err=err, policy=pol.key(), peers=peers, flops=flops, bytes=byts))
         print(rows[-1], flush=True)
 
 
-def run_moe(rows: list[dict], quick: bool) -> None:
-    shapes = MOE[::2] if quick else MOE
+def run_moe(rows: list[dict], quick: bool, regimes: bool = False) -> None:
+    shapes = MOE_REGIMES if regimes else MOE[::2] if quick else MOE
     for t, hd, inter, e, topk in shapes:
         x = torch.randn(t, hd, device="cuda", dtype=torch.bfloat16)
         w1 = torch.randn(e, 2 * inter, hd, device="cuda", dtype=torch.bfloat16) * hd**-0.5
@@ -181,9 +213,14 @@ def run_moe(rows: list[dict], quick: bool) -> None:
                 print(f"  grouped_mm unavailable: {str(ex).splitlines()[0]}")
         best = "grouped_mm" if "grouped_mm" in peers else "eager loop"
         flops = 2 * t * topk * (2 * inter * hd + hd * inter)
-        rows.append(dict(op="moe", shape=f"T={t} H={hd} I={inter} E={e} k={topk}", ours_ms=ours, peer=best,
-                         peer_ms=peers[best], ratio=peers[best] / ours, tflops=flops / ours / 1e9,
-                         tbps=math.nan, rel_err=err, policy=f"up {up.key()}; down {down.key()}", peers=peers))
+        # the bytes bound: each expert a token picks reads its weights once (at 1-64 tokens, the selected experts')
+        picked = int(torch.unique(ti).numel())
+        byts = picked * 3 * inter * hd * 2 + 2 * 2 * t * hd
+        rows.append(dict(op="moe-regime" if regimes else "moe", shape=f"T={t} H={hd} I={inter} E={e} k={topk}",
+                         ours_ms=ours, peer=best, peer_ms=peers[best], ratio=peers[best] / ours,
+                         tflops=flops / ours / 1e9, tbps=byts / ours / 1e9, rel_err=err,
+                         policy=f"up {up.key()}; down {down.key()}", peers=peers, flops=flops, bytes=byts,
+                         experts_read=picked))
         print(rows[-1], flush=True)
 
 
@@ -219,11 +256,12 @@ def grouped_moe(x, w1, w2, tw, ti):
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| op | shape | ours ms | peer | peer ms | ours/peer speed | TFLOP/s | TB/s | rel err |",
-           "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    out = ["| op | shape | ours ms | peer | peer ms | ours/peer speed | TFLOP/s | TB/s | of roofline | rel err |",
+           "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
+        roof = f"{r['roof_frac']:.0%} ({r['bound']})" if "roof_frac" in r else "-"
         out.append(f"| {r['op']} | {r['shape']} | {r['ours_ms']:.4f} | {r['peer']} | {r['peer_ms']:.4f} | "
-                   f"{r['ratio']:.2f}x | {r['tflops']:.1f} | {r['tbps']:.2f} | {r['rel_err']:.1e} |")
+                   f"{r['ratio']:.2f}x | {r['tflops']:.1f} | {r['tbps']:.2f} | {roof} | {r['rel_err']:.1e} |")
     for op in dict.fromkeys(r["op"] for r in rows):
         rs = [r["ratio"] for r in rows if r["op"] == op and r["ratio"] == r["ratio"]]
         if rs:
@@ -236,6 +274,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="gemm,attention,moe", help="comma-separated subset of gemm,attention,moe")
     ap.add_argument("--quick", action="store_true", help="a third of the shapes")
+    ap.add_argument("--regimes", action="store_true",
+                    help="also the shapes nobody tuned for: column GEMV, huge K, tiny and odd sizes, head dims 64/256, "
+                         "few query rows, MoE at 1 token an expert")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).resolve().parent / "results"),
                     help="output folder (default: $OUT if set, else benchmarks/results)")
     args = ap.parse_args()
@@ -247,11 +288,16 @@ def main() -> None:
         sys.exit(f"unknown op(s): {', '.join(sorted(bad))}")
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
     rows: list[dict] = []
+    ceil = ceilings()
+    print(f"ceilings measured: {ceil}", flush=True)
     for op in ops:
         {"gemm": run_gemm, "attention": run_attention, "moe": run_moe}[op](rows, args.quick)
+        if args.regimes:
+            {"gemm": run_gemm, "attention": run_attention, "moe": run_moe}[op](rows, args.quick, regimes=True)
+    roofline(rows, ceil)
     import triton
 
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+    meta = dict(device=torch.cuda.get_device_name(), **ceil, torch=torch.__version__, triton=triton.__version__,
                 python=platform.python_version(), date=datetime.datetime.now().isoformat(timespec="seconds"),
                 command=" ".join(["python", "benchmarks/ops.py", *sys.argv[1:]]))
     outdir = Path(args.out)

@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.kernelbench.run import _load, _time  # noqa: E402  (the runner's loading and timing, as it reports)
+from benchmarks.kernelbench.run import load_problem, time_call  # noqa: E402  (the runner's loading and timing, as it reports)
 
 
 def _gpu_ms(fn: Any, inputs: list[Any]) -> float | None:
@@ -36,7 +36,7 @@ def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int =
             profiled: str = "argus") -> dict[str, Any]:
     import torch
 
-    mod = _load(path)
+    mod = load_problem(path)
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs()).cuda().eval()
     inputs = [t.cuda() if isinstance(t, torch.Tensor) else t for t in mod.get_inputs()]
@@ -55,7 +55,7 @@ def measure(path: Path, reps: int, argus_options: dict[str, Any], profile: int =
             out = fn(*inputs)  # a CUDA graph records on the second call
             err = float((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)) \
                 if out.is_floating_point() else float((out != ref).any())
-            call = _time(fn, inputs, "cuda", 10, reps)
+            call = time_call(fn, inputs, "cuda", 10, reps)
             gpu = _gpu_ms(fn, inputs) if not name.endswith("+graphs") else None
             row[name] = {"call_ms": call, "gpu_ms": gpu, "host_ms": None if gpu is None else max(0.0, call - gpu),
                          "rel_err": err}

@@ -100,7 +100,7 @@ def _bench_library(entry: Any, sig: Any, device: str, target: str, rep_ms: int, 
 
     from .. import ops
     from ..ops.library import example_operands, launcher
-    from . import bench
+    from ..runtime import timing as bench
     from .evaluate import rel_error
     from .tune import agrees, tolerance
 

@@ -167,6 +167,7 @@ def _library_todo(args: argparse.Namespace, cache_root: Path, here: tuple[str, s
     from ..ops.library import LIBRARY
     from ..runtime.cache import KernelCache
     from ..runtime.signature import Signature, device_arch
+    from .shapes import model_of
 
     cache = KernelCache(cache_root)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -176,7 +177,7 @@ def _library_todo(args: argparse.Namespace, cache_root: Path, here: tuple[str, s
                 and not _agent_problem(s := Signature.from_dict(m["signature"]))]
     # a traced model's (arch "meta"): of this machine's device, not yet cached (or all of them with --force)
     for sig in getattr(args, "traced_library", []):
-        sig = replace(sig, arch=device_arch(device))
+        sig = replace(sig, arch=device_arch(device), device=model_of(device_arch(device)))
         if sig.op in LIBRARY and (args.force or not ops.entry_current(cache.get(replace(sig, versions=here).key()))):
             todo.append(sig)
     wanted = {o.strip() for o in args.ops.split(",")} if args.ops else None

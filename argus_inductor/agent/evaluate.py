@@ -11,10 +11,12 @@ from typing import Any
 import torch
 
 from ..dsl import DSLError, Kernel, LaunchError, Policy
+from ..runtime import timing as bench
+from ..runtime.checks import rel_error
 from ..specs import OpSpec, Problem
 from ..specs.base import Inputs, generator
 from ..specs.plan import Plan
-from . import bench, verifier
+from . import verifier
 
 OK = "ok"
 FAILED = ("rejected", "invalid_plan", "dsl_error", "verify_failed", "launch_error", "wrong", "error")
@@ -57,24 +59,6 @@ class Outcome:
         return {"status": self.status, "message": self.message, "counterexample": self.counterexample,
                 "ms": self.ms, "method": self.method, "rel_err": self.rel_err,
                 "verified": bool(self.verification.get("ok", False)), "seconds": self.seconds, "seed": self.seed}
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
-    """Relative Frobenius error, and where the largest difference is (for feedback)."""
-    o, r = out.detach().double(), ref.detach().double()
-    if o.shape != r.shape:
-        return float("inf"), f"output shape {tuple(o.shape)}, expected {tuple(r.shape)}"
-    bad = ~torch.isfinite(o)
-    if bad.any():
-        idx = tuple(int(i) for i in bad.nonzero()[0])
-        return float("inf"), f"{int(bad.sum())} output element(s) are NaN/inf (never written?), first at {idx}"
-    diff = (o - r).abs()
-    err = float((o - r).norm() / r.norm().clamp_min(1e-30))
-    if diff.numel():
-        flat = int(diff.argmax())
-        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape))
-        return err, f"largest difference at {idx}: got {float(o[idx]):.6g}, expected {float(r[idx]):.6g}"
-    return err, ""
 
 
 class Evaluator:

@@ -30,7 +30,7 @@ class LLMPolicy:
         msgs = prompts.messages(ctx, history, self.reward_source)
         self.prompts.append(msgs)
         try:
-            reply = self.client.chat(msgs)
+            reply = self.client.chat(msgs, deadline=ctx.deadline)  # a request in flight is cut at the budget
         except LLMError as e:
             self.endpoint_errors += 1
             if self.endpoint_errors >= self.max_endpoint_errors:

@@ -213,7 +213,9 @@ def _synthesize(signature: Signature | Problem, policy: str | PlanPolicy | list[
     peer = ev.peer()
     reward = Reward(f"peer:{peer[0]}", peer[1]) if peer else Reward("template-default")
     pols, notes = _policies(policy, llm, reward.source, seed)
-    ctx = PlanningContext(sig, op, problem, space, hardware, target, warm, budget.repair_rounds)
+    # the search's end as a time.monotonic() value, for the LLM policy: a request in flight is cut there
+    deadline = time.monotonic() + budget.seconds - (time.perf_counter() - t_start)
+    ctx = PlanningContext(sig, op, problem, space, hardware, target, warm, budget.repair_rounds, deadline)
     planner = Planner(ctx, pols, reward)
     trail.write("start", {"signature": sig.as_dict(), "problem": problem.short(), "target": target,
                           "policies": [p.name for p in pols], "reward_source": reward.source,
@@ -246,6 +248,9 @@ def _synthesize(signature: Signature | Problem, policy: str | PlanPolicy | list[
         t0 = time.perf_counter()
         got = planner.propose()
         if got is None:
+            break
+        if time.perf_counter() - t_start >= budget.seconds:  # the proposal took the rest (an LLM request cut there)
+            notes.append("the budget ran out while the next trial was proposed")
             break
         pol, prop = got
         step = _trial(ctx, ev, planner, pol.name, prop, len(planner.history), sources)

@@ -41,6 +41,7 @@ class PlanningContext:
     target: str
     warm: list[tuple[Plan, float]] = field(default_factory=list)  # plans of the nearest solved signatures, distance
     repair_rounds: int = 3
+    deadline: float | None = None   # time.monotonic() when the search's budget ends: no request may run past it
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from ..dsl import lang
+from ..dsl.limits import MAX_UNROLL
 from ..specs import templates
 from ..specs.base import signature_text
 from .planner import PlanningContext, Step
@@ -16,8 +17,10 @@ SYSTEM = """You write GPU kernels in the Argus tile DSL, a small Python-syntax l
 executed) into an IR, checked by an invariant prover, and lowered to Triton.
 
 Reply with exactly two fenced blocks:
-1. ```python: the kernel module. Only `from argus_inductor.dsl import *` and `@kernel` functions; no other \
-imports or statements (anything else is rejected).
+1. ```python: the kernel module. Only `from argus_inductor.dsl import *` and functions decorated with exactly \
+`@kernel`; no other imports, statements, decorators or helper functions, no aliases (anything else is rejected). \
+Static loops (static_range, unrolled_range) unroll at most {max_unroll} loop bodies in all: write longer loops with \
+range(...).
 2. ```json: the plan, {"techniques": [knowledge-base ids], "knobs": {"<kernel name>": {"<knob>": value, ...}}}. \
 Knobs are the kernel's constexpr parameters and the launch fields num_warps, num_stages, grid_order \
 ("row"|"grouped"), group_m, persistent, programs_per_sm.
@@ -36,7 +39,7 @@ def dsl_reference() -> str:
 
 
 def system_prompt() -> str:
-    return SYSTEM.replace("{ops}", dsl_reference())
+    return SYSTEM.replace("{ops}", dsl_reference()).replace("{max_unroll}", f"{MAX_UNROLL:,}")
 
 
 def _history(history: list[Step]) -> str:

@@ -27,7 +27,7 @@ class Job:
         if self.signature is not None:
             sig = Signature.from_dict(self.signature)
             # a recorded miss is of the device it ran on; a traced signature (arch "meta") is of the worker's
-            return replace(sig, arch=arch) if self.source == "traced" else sig
+            return replace(sig, arch=arch, device=model_of(arch)) if self.source == "traced" else sig
         return signature_for(self.problem, arch)
 
     def to_json(self) -> dict[str, Any]:
@@ -41,6 +41,18 @@ class Job:
         p = d["problem"]
         return Job(Problem(p["op"], p["epilogue"], dict(p["dims"]), p["dtype"], tuple(p.get("layouts", ()))),
                    d["source"], d.get("signature"), d.get("label", ""), d.get("rekeyed_from", ""))
+
+
+def model_of(arch: str) -> str:
+    """The GPU model a signature of `arch` made on this machine names (runtime.signature.device_model): the visible
+    GPU's where it is of `arch`, else none (the CPU, or a signature for another machine), as specs.signature_for."""
+    import torch
+
+    from ..runtime.signature import device_arch, device_model
+
+    if arch != "cpu" and torch.cuda.is_available() and arch == device_arch(torch.device("cuda")):
+        return device_model(torch.device("cuda"))
+    return ""
 
 
 class ShapesError(ValueError):

@@ -2,9 +2,10 @@
 
 Offline: the plan picks a template variant of the kernel library (or kb/templates/), instantiated with the
 plan's knobs. LLM: the reply's DSL source is read by the DSL frontend only (kernels_from_source parses it and
-never executes it; an import of anything but argus_inductor.dsl, or any other top-level statement, is
-rejected with a message the next prompt carries). The kernels must keep the template's parameter lists
-(the contract the host code launches them with)."""
+never executes it; an import of anything but argus_inductor.dsl, any other top-level statement, a function not
+decorated with the DSL's @kernel alone, and text past the bounds of dsl/limits.py are rejected with a message the
+next prompt carries, so such text never becomes a candidate, nor the cache's dsl_source). The kernels must keep the
+template's parameter lists (the contract the host code launches them with)."""
 from __future__ import annotations
 
 import json

@@ -24,16 +24,14 @@ from typing import Any
 import torch
 
 from ..kernels.policies import rescaled_steps
-from .bench import time_ms, waited_s
-from .evaluate import rel_error
+from ..runtime.checks import agrees, rel_error, tolerance
+from ..runtime.timing import time_ms, waited_s
 
 TILE_KNOB = re.compile(r"^B[A-Z0-9]{1,3}$")  # tile constexprs: BO, BR, BI, BM, BN, BK, BL, BC, B2, B3, ...
 MAX_TILE = 8192
 GROWTH = 4                                 # a kernel's tiles may hold at most this many times the template's elements
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4)
-TOLERANCE = {torch.float32: 2e-3, torch.float64: 1e-9}  # relative error against torch's output, at least
-LOW_PRECISION_TOLERANCE = 2e-2                          # bf16 / fp16 outputs
 
 
 @dataclass
@@ -107,23 +105,6 @@ def neighbours(policy: dict[str, dict[str, Any]],
 
 def key(policy: dict[str, dict[str, Any]]) -> str:
     return repr(sorted((n, sorted(p.items())) for n, p in policy.items()))
-
-
-def tolerance(out: torch.Tensor) -> float:
-    return TOLERANCE.get(out.dtype, LOW_PRECISION_TOLERANCE)
-
-
-def agrees(out: Any, ref: Any, tol: float) -> tuple[bool, str]:
-    if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor):
-        return False, f"output is {type(out).__name__}, expected a tensor"
-    if out.shape != ref.shape or out.dtype != ref.dtype:
-        return False, f"output {tuple(out.shape)} {out.dtype}, expected {tuple(ref.shape)} {ref.dtype}"
-    if not out.is_floating_point():
-        same = bool(torch.equal(out, ref))
-        return same, "" if same else "integer output differs from the reference"
-    err, where = rel_error(out, ref)
-    ok = err <= tol
-    return ok, "" if ok else f"relative error {err:.3g} > {tol:.3g} against the reference ({where})"
 
 
 def _poisoned(reference: Any) -> None:

@@ -11,6 +11,7 @@ from .errors import DSLError, LaunchError
 from .evaluate import eval_scalar
 from .ir import Block, KernelIR, Op, ScalarParam, TensorParam, Value
 from .lang import ACTIVATION_KINDS
+from .limits import check_unrolling
 from .policy import Policy
 from .types import AnyDType, TensorDType, TileType, float32
 
@@ -44,7 +45,8 @@ _ANY = 1 << 30
 
 
 def resolve_consts(ir: KernelIR, policy: Policy) -> dict[str, Any]:
-    """Constexpr values from the policy or the kernel's defaults; every one must be known."""
+    """Constexpr values from the policy or the kernel's defaults; every one must be known, every tile extent a power of
+    two, and the static loops within limits.MAX_UNROLL (the checker and the lowering both start here)."""
     given = dict(policy.consts)
     out: dict[str, Any] = {}
     names = {p.name for p in ir.constexprs}
@@ -62,6 +64,7 @@ def resolve_consts(ir: KernelIR, policy: Policy) -> dict[str, Any]:
             raise DSLError(f"constexpr '{p.name}' has no value", fix=f"set it in the policy: {p.name}=...",
                            filename=ir.filename, line=ir.first_line, kernel=ir.name)
     _check_extents(ir, out)
+    check_unrolling(ir, out)
     return out
 
 

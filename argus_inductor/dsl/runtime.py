@@ -2,15 +2,12 @@
 binding tensor arguments to shape symbols, computing the grid, launching."""
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.util
-import inspect
 import math
 import os
 import sys
 import tempfile
-import textwrap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -19,7 +16,7 @@ from typing import Any
 
 from .errors import DSLError, LaunchError
 from .evaluate import compile_scalar
-from .frontend import _MISSING, Frontend
+from .frontend.module import read_function, read_module
 from .ir import KernelIR, ScalarParam, TensorParam
 from .lowering import LoweredSource, lower
 from .lowerings import lowering_for
@@ -477,45 +474,10 @@ class Kernel:
         return None
 
 
-def _parse_function(tree: ast.FunctionDef, source: str, filename: str, first_line: int,
-                    resolve: Callable[[str], Any]) -> KernelIR:
-    fe = Frontend(tree, source=source, filename=filename, first_line=first_line, resolve=resolve)
-    try:
-        return fe.build()
-    except DSLError:
-        raise
-    except RecursionError:
-        raise fe.err("the kernel is nested too deeply to read", "split long expressions into named steps",
-                     None) from None
-    except Exception as e:  # an internal fault must still point at the user's line
-        raise fe.err(f"internal compiler error ({type(e).__name__}: {e})",
-                     "please report this kernel; as a workaround rewrite the statement at this line",
-                     None) from e
-
-
 def kernel(fn: Callable[..., Any]) -> Kernel:
     """Decorator: read `fn`'s source into the DSL's IR (the body is never executed)."""
     try:
-        lines, first = inspect.getsourcelines(fn)
-    except (OSError, TypeError) as e:
-        raise DSLError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}",
-                       fix="define kernels in a .py file (not in an interactive prompt or exec)") from e
-    source = textwrap.dedent("".join(lines))
-    tree = ast.parse(source)
-    fdef = tree.body[0]
-    if not isinstance(fdef, ast.FunctionDef):
-        raise DSLError("@kernel decorates a plain `def` function", fix="write `@kernel` above `def name(...):`")
-    filename = inspect.getsourcefile(fn) or "<unknown>"
-    g = fn.__globals__
-    import builtins as _b
-
-    def resolve(name: str) -> Any:
-        if name in g:
-            return g[name]
-        return getattr(_b, name, _MISSING)
-
-    try:
-        return Kernel(_parse_function(fdef, source, filename, first, resolve))
+        return Kernel(read_function(fn))
     except DSLError as e:
         raise e.with_traceback(None) from None
 
@@ -523,76 +485,9 @@ def kernel(fn: Callable[..., Any]) -> Kernel:
 def kernels_from_source(source: str, filename: str = "<generated>") -> dict[str, Kernel]:
     """Read every @kernel function of a module's source text without executing any of it.
 
-    Only imports from argus_inductor.dsl are honoured (they bind names for the frontend); any other
-    top-level statement is rejected, so text from an LLM can never run as ordinary Python.
+    Only imports from argus_inductor.dsl are honoured (they bind names for the frontend); any other top-level
+    statement, a function not decorated with the DSL's @kernel alone, and text past the bounds of dsl/limits.py are
+    rejected with a DSLError (dsl/frontend/module.py), so text from an LLM or a cache file never runs as ordinary
+    Python, and reading it never fails otherwise.
     """
-    from . import lang
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        raise DSLError(f"syntax error: {e.msg}", fix="fix the Python syntax", line=e.lineno,
-                       filename=filename, source_line=e.text) from None
-    names: dict[str, Any] = {}
-    dsl_modules = ("argus_inductor.dsl", "argus_inductor.dsl.lang")
-    import builtins as _b
-
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module in dsl_modules:
-            for a in node.names:
-                if a.name == "*":
-                    names.update({k: getattr(lang, k) for k in lang.__all__})
-                elif hasattr(lang, a.name) or a.name == "kernel":
-                    names[a.asname or a.name] = getattr(lang, a.name, "kernel")
-                else:
-                    raise DSLError(f"argus_inductor.dsl has no name '{a.name}'", fix="import DSL names only",
-                                   line=node.lineno, filename=filename)
-        elif isinstance(node, ast.Import) and all(a.name in dsl_modules for a in node.names):
-            for a in node.names:
-                names[a.asname or a.name.split(".")[0]] = lang if a.asname else _Pkg()
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
-            if mod == "__future__":
-                continue
-            raise DSLError(f"import of '{mod}' is not allowed in kernel source",
-                           fix="kernel source may import only from argus_inductor.dsl", line=node.lineno,
-                           filename=filename)
-        elif isinstance(node, ast.FunctionDef):
-            continue
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue
-        else:
-            raise DSLError(f"top-level '{type(node).__name__}' statement in kernel source",
-                           fix="kernel source holds DSL imports and @kernel functions only", line=node.lineno,
-                           filename=filename)
-    src_lines = source.splitlines()
-
-    def resolve(name: str) -> Any:
-        if name in names:
-            return names[name]
-        if name in ("range", "min", "max", "float", "int"):
-            return getattr(_b, name)
-        return _MISSING
-
-    out: dict[str, Kernel] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            text = "\n".join(src_lines[first - 1: node.end_lineno])
-            sub = ast.parse(text).body[0]
-            assert isinstance(sub, ast.FunctionDef)
-            out[node.name] = Kernel(_parse_function(sub, text, filename, first, resolve))
-    if not out:
-        raise DSLError("no kernel function found", fix="define one `@kernel def name(...):`", filename=filename)
-    return out
-
-
-class _Pkg:
-    """`import argus_inductor.dsl` binds `argus_inductor`; attribute access reaches the DSL."""
-
-    def __getattr__(self, name: str) -> Any:
-        from . import lang
-
-        if name == "dsl":
-            return lang
-        return _MISSING
+    return {name: Kernel(ir) for name, ir in read_module(source, filename).items()}

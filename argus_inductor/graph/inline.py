@@ -14,7 +14,7 @@ generated code, with no Python of ours at run time.
 Only GPU targets are inlined (Inductor launches Triton kernels on GPU tensors only); the interpreter keeps the op.
 A node that cannot be recorded (dynamic sizes, a host function that reads values or computes with torch, the aten
 fallback) keeps the op, which works as before. On by default on GPUs; ARGUS_INLINE=0 turns it off (timings:
-benchmarks/results/NOTES.md, session 9).
+benchmarks/results/NOTES.md, "Compile time and host overhead").
 
 The compile-time run takes the graph's own inputs where it has them (a model's weights), except those the op writes
 in place (a KV cache, which gets a stand-in: the run must not write into the model's state); tensors made inside the
@@ -33,6 +33,7 @@ from torch import fx
 
 from ..runtime import reporting as _report
 from ..runtime.replay import Launch, Recording, run_host_step, view_of
+from .operands import real_arguments, static_operands
 from .patterns import is_argus_op
 
 log = logging.getLogger("argus_inductor")
@@ -74,62 +75,6 @@ def _pointer(src: tuple, inputs: Sequence[torch.Tensor], bufs: list[torch.Tensor
     return base.as_strided((max(extent - off, 1),), (1,), base.storage_offset() + off)
 
 
-def _value(arg: Any) -> Any:
-    """What a node argument holds at compile time: a fake tensor (or real, for an attribute), or a constant."""
-    if isinstance(arg, fx.Node):
-        if arg.op == "get_attr":
-            obj = arg.graph.owning_module
-            for part in str(arg.target).split("."):
-                obj = getattr(obj, part)
-            return obj
-        v = arg.meta.get("example_value", arg.meta.get("val"))
-        if v is None and arg.op in ("call_function", "call_method"):
-            # a node a matcher added (a transpose of a weight) has no example value: work it out from its inputs
-            args = fx.node.map_aggregate(arg.args, _value)
-            kwargs = {k: fx.node.map_aggregate(a, _value) for k, a in arg.kwargs.items()}
-            fn = arg.target if arg.op == "call_function" else getattr(args[0], str(arg.target))
-            v = fn(*args, **kwargs) if arg.op == "call_function" else fn(*args[1:], **kwargs)
-            arg.meta["example_value"] = v
-        return v
-    return arg
-
-
-def _static(t: torch.Tensor) -> bool:
-    return all(type(n) is int for n in (*t.shape, *t.stride(), t.storage_offset()))
-
-
-def _random_like(t: torch.Tensor) -> torch.Tensor:
-    """A real tensor with `t`'s shape, strides, storage offset, dtype and device: random normals for floating
-    point, zeros otherwise."""
-    span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) if t.numel() else 0
-    base = torch.empty(t.storage_offset() + span, dtype=t.dtype, device=t.device)
-    if t.is_floating_point():
-        base.normal_()
-    else:
-        base.zero_()
-    return base.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
-
-
-def _operands(node: fx.Node, devices: tuple[str, ...]) -> list[tuple[fx.Node, torch.Tensor]] | None:
-    """Each tensor operand node of `node` with its compile-time value, or None where one is not a static tensor
-    on one of `devices` (or an argument is neither a tensor node nor a constant)."""
-    found: list[tuple[fx.Node, torch.Tensor]] = []
-    leaves = [*fx.node.map_aggregate(node.args, lambda a: a), *node.kwargs.values()]
-
-    def visit(a: Any) -> bool:
-        if isinstance(a, (list, tuple)):
-            return all(visit(v) for v in a)
-        if not isinstance(a, fx.Node):
-            return True
-        v = _value(a)
-        if not isinstance(v, torch.Tensor) or v.device.type not in devices or not _static(v):
-            return False
-        found.append((a, v))
-        return True
-
-    return found if all(visit(a) for a in leaves) else None
-
-
 def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
                 known: dict[fx.Node, torch.Tensor] | None = None) -> tuple[Recording, list[fx.Node]] | None:
     """Run argus op `node` once on operands of its compile-time metadata, recording its launches: the
@@ -137,21 +82,12 @@ def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
     static tensors on `devices`). `known`: real tensors for some nodes (the graph's inputs: weights need no copy)."""
     from ..ops import capturing_recordings
 
-    operands = _operands(node, devices)
-    if operands is None:
+    found = static_operands(node, devices)
+    if found is None:
         log.debug("argus: %s keeps its op: an operand is not a static tensor on %s", node.name, "/".join(devices))
         return None
-    known = known or {}
-    written = _written_operands(node)  # the recording run writes these: never into the graph's real inputs
-    real = {id(n): known[n] if n not in written and _same_meta(known.get(n), v) else _random_like(v)
-            for n, v in operands}
-    nodes = {id(real[id(n)]): n for n, _ in operands}
-
-    def to_real(a: Any) -> Any:
-        return real[id(a)] if isinstance(a, fx.Node) else a
-
-    args = fx.node.map_aggregate(node.args, to_real)
-    kwargs = {k: fx.node.map_aggregate(v, to_real) for k, v in node.kwargs.items()}
+    args, kwargs, real = real_arguments(node, found, known or {})
+    nodes = {id(real[id(n)]): n for n, _ in found}
     with capturing_recordings() as captured:
         node.target(*args, **kwargs)
     if len(captured) != 1:
@@ -170,26 +106,6 @@ def record_node(node: fx.Node, devices: tuple[str, ...] = GPUS,
         log.debug("argus: %s keeps its op: its host function launches on a tensor made from its operands", node.name)
         return None
     return rec, sources  # type: ignore[return-value]
-
-
-def _written_operands(node: fx.Node) -> set[fx.Node]:
-    """The operand nodes `node`'s op writes in place (its schema's mutable arguments: a KV cache)."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return set()
-    out = set()
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-        if isinstance(value, fx.Node):
-            out.add(value)
-    return out
-
-
-def _same_meta(t: Any, like: torch.Tensor) -> bool:
-    return isinstance(t, torch.Tensor) and t.shape == like.shape and t.stride() == like.stride() and \
-        t.dtype == like.dtype and t.device == like.device and t.storage_offset() == like.storage_offset()
 
 
 def inline_ops(gm: fx.GraphModule, devices: tuple[str, ...] | None = None,

@@ -14,7 +14,7 @@ Programs walk the row blocks fastest, so the programs that share a B tile run to
 Why it exists: at M = 64-128 a GEMM has 64-224 output tiles for 132 SMs, one partial wave, and Triton's
 tile-level lowering reached 0.88-1.01x cuBLAS there (benchmarks/results/ops-2026-11-23b.md); a tile width
 chosen so the tiles fill one wave, with the loader running ahead of the tensor cores, is what the Gluon probe
-measured faster (benchmarks/gluon_gemm_probe.py, 1.07x over the four M=128 shapes).
+measured faster (the removed gluon_gemm probe, 9f188d6: 1.07x over the four M=128 shapes).
 
 The policy (`policy_fits`): BM 64 or 128 with num_warps = BM // 16, BN a power of two from 16 to 256 (a TMA box's
 sides are powers of two), BK 32, 64 or 128, 2-8 slots, the ring and the C tile within shared memory. Preconditions

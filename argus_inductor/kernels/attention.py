@@ -247,7 +247,7 @@ def decode_split_chunks(z: int, hk: int, t: int) -> int:
     """How many chunks of the KV cache split-KV decode runs for Z x HK programs over T keys: 1 (no split) where the
     programs fill the GPU already or no chunk count divides T into chunks of SPLIT_MIN_KEYS or more. The smallest
     count that brings the programs to SPLIT_TARGET_PROGRAMS: more chunks of fewer key blocks each measured slower
-    (Llama's 8 key/value heads on the H100, benchmarks/decode_attention_probe.py: 4096 keys in 16 chunks 11.6 us,
+    (Llama's 8 key/value heads on the H100, benchmarks/probes/decode_attention.py: 4096 keys in 16 chunks 11.6 us,
     in 32 of one block each 14.9; 1040 keys flat at 7.5-8.1 us over 10-16 chunks)."""
     want = -(-SPLIT_TARGET_PROGRAMS // (z * hk))
     if want < 2:

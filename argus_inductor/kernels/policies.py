@@ -22,7 +22,8 @@ def gemm_policy(m: int, n: int, k: int, target: str, gluon: bool = False, split:
             return ws
     if n <= 16 and m > 16:  # matrix-vector shapes (x @ a vector): narrow N tiles and enough programs to stream A
         # (a MoE router's x @ W^T, N = 8: 9.9 us at 2048 rows and 14.3 at 4096 with K steps of 256, against 12.3 and
-        # 15.6 with 128 and cuBLAS's 11.0 and 17.0; benchmarks/gemm_fewtiles.py, gemm-fewtiles-h100-2026-11-24.json)
+        # 15.6 with 128 and cuBLAS's 11.0 and 17.0; the removed gemm_fewtiles probe (a64f9be),
+        # gemm-fewtiles-h100-2026-11-24.json)
         return Policy.make(BM=32, BN=16, BK=256, num_warps=4, num_stages=4)
     if m <= 16:  # decode: skinny tiles, many programs, deep K pipeline (memory-bound)
         # wide N (>= 8192 columns: 14336 measured) runs 3.5-4% faster with 3 stages than 5, in both H100 sweeps of
@@ -106,7 +107,7 @@ GEMV_MAX_STATIC_STEPS = 4  # the longest K loop gemv_static_steps unrolls
 
 def gemv_static_steps(k: int, bk: int, bn: int, weights: int = 1) -> int:
     """KSTEPS for a GEMV program's K loop of ceil(k / bk) steps (its loads all issued before the first product), or
-    0 for the range loop. H100, CUDA-graph medians with the weights cold (`benchmarks/gemv_stages_probe.py`,
+    0 for the range loop. H100, CUDA-graph medians with the weights cold (`benchmarks/probes/gemv_stages.py`,
     gemv-stages-probe-h100-2026-11-25.log; one column a program, steps of 2048): static steps pay where the loop is
     short and the program streams one weight: o + residual 4096 x 4096 (2 steps) 14.32 -> 13.05 us, q|k|v as one
     6144 x 4096 18.79 -> 17.92, an LM head 32000 x 4096 85.22 -> 83.97, gemv_cat's q|k|v (4 steps of 1024) 18.91 ->
@@ -119,7 +120,7 @@ def gemv_static_steps(k: int, bk: int, bn: int, weights: int = 1) -> int:
 def gemv_columns(k: int, bk: int, weights: int = 1) -> int:
     """Columns a GEMV program computes (BN) for a K loop of ceil(k / bk) steps: 2 where the program streams one weight
     over a loop longer than static steps take (GEMV_MAX_STATIC_STEPS), else 1. H100, CUDA-graph medians with the
-    weights cold (`benchmarks/gemv_stages_probe.py`): down + residual 4096 x 14336 (7 steps of 2048) 41.23 -> 40.74
+    weights cold (`benchmarks/probes/gemv_stages.py`): down + residual 4096 x 14336 (7 steps of 2048) 41.23 -> 40.74
     us (gemv-stages-probe-h100-2026-11-25b.log), 41.06 -> 40.62 (gemv-stages-probe-h100-2026-11-25.log), 41.3 ->
     40.8 (sweep-gemv-h100-2026-11-24.log). Two columns lose where the loop is short (o + residual 4096 x 4096 with
     static steps 13.06 against 13.67) and with two weights a step (gate*up 14336 x 4096: 75.94 against 86.03)."""
@@ -288,7 +289,7 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
         # ms at 2048 tokens and 5.318 -> 4.967 ms at 4096 for the whole expert step (Mixtral dims, gate-up alone
         # changed; `sweep.py --ops moe --gluon --moe-experts 8 --moe-tokens 2048,4096`, sweep-moe-gluon-2026-11-24
         # .json; grouped_mm 3.128 and 5.653). The lowering runs one program an SM (the template is persistent):
-        # 1-1.4% faster than one a tile (benchmarks/moe_gemm.py, moe-gemm-persistent-h100-2026-11-24.json). The
+        # 1-1.4% faster than one a tile (benchmarks/probes/moe_gemm.py, moe-gemm-persistent-h100-2026-11-24.json). The
         # down GEMM's lowering (for plans that ask for it) measured no faster than the Triton down's.
         up = replace(up, num_stages=MOE_GATE_UP_GLUON_STAGES, warp_specialize=True)
     down = Policy.make(BN=256, BK=64, num_warps=8, num_stages=MOE_DOWN_STAGES, grid_order="grouped",
@@ -297,7 +298,7 @@ def moe_policies(tokens: int, topk: int, experts: int, target: str, gluon: bool 
         # the Gluon down (argus_inductor.hopper.moe_down): one program an SM, full waves of tiles, then the tiles
         # left over cut along K into parts of one wave (its atomics already combine them). Its tiles are 224 K
         # blocks long, so whole waves cost the most here: at 2048 Mixtral tokens 592 tiles are 4.48 waves of 132,
-        # paid as 5 (benchmarks/moe_gemm.py: the down 0.92 ms on random routing, 0.76 on a balanced one of 512
+        # paid as 5 (benchmarks/probes/moe_gemm.py: the down 0.92 ms on random routing, 0.76 on a balanced one of 512
         # tiles, 3.9 waves; moe-gemm-random-h100-2026-11-24.json, moe-gemm-balanced-h100-2026-11-24.json). The
         # template's three slots (MOE_DOWN_STAGES) leave room for its epilogue's staging (128-bit atomics). H100,
         # random routing: 0.871 ms at 2048 tokens and 1.600 at 4096 against the Triton down's 0.926 and 1.624

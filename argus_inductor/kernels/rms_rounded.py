@@ -3,7 +3,7 @@
 
 Between two Argus GEMVs of a decode step Inductor compiles this into a one-program reduction whose tile its
 coordinate-descent tuning picks per compile: 2 to 8 us a norm on the H100 for one 4096-element row, as chance has
-it (benchmarks/results/NOTES.md, sessions 20 and 21). Here the library's rmsnorm_kernel (kernels/norms.py) at
+it (benchmarks/results/NOTES.md, "End to end"). Here the library's rmsnorm_kernel (kernels/norms.py) at
 ROUND=1, one program a row: it reads the row in chunks of BC, sums its squares in float32 and writes it normalized,
 rounded to Y's dtype before the weight multiplies it (the model's order, so the result is eager's). eps is the
 kernel's scalar argument: under dynamic=True it is a SymFloat of the graph (a float module attribute Dynamo passes

@@ -14,7 +14,7 @@ scaling and dtype cast stay after it, in Inductor's kernels.
 A decode step of one position (`rope_cache`) rotates q and k (`x * cos + rotate_half(x) * sin`) and writes the
 rotated k and the v into the layer's static cache at the step's position (transformers' `keys.index_copy_(2,
 position, k)` and the values' alike). Inductor makes three launches of it, about 2.7, 2.4 and 1.0 us a layer on
-the H100 at Llama-3-8B's heads (benchmarks/results/NOTES.md, session 24): the q rotation, the k rotation with its
+the H100 at Llama-3-8B's heads (benchmarks/results/NOTES.md, "End to end"): the q rotation, the k rotation with its
 write, the v write. One launch does all three here, a program a head.
 """
 from __future__ import annotations

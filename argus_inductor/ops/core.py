@@ -20,6 +20,7 @@ from ..config import Options
 from ..dsl import Kernel, Policy, kernels_from_source
 from ..kernels.gemm import TF32_SPLIT_POLICY, tf32_split, tf32x3_split_pays
 from ..kernels.policies import fit_shared_memory, fp32_precision
+from ..runtime import timing
 from ..runtime.cache import CacheEntry, KernelCache
 from ..runtime.signature import Signature, device_arch
 
@@ -55,6 +56,7 @@ def set_active_options(opts: Options) -> None:
     if opts != _ACTIVE:
         forget_memos()  # plans were resolved under the old options (cache dir, on-miss, interpret)
     _ACTIVE = opts
+    timing.set_lock(opts.tune_lock)
 
 
 def active_options() -> Options:
@@ -217,6 +219,7 @@ class Plan:
     source: str                    # cache | synthesized | default
     detail: str = ""
     notes: list[str] = field(default_factory=list)
+    policy: dict[str, Any] = field(default_factory=dict)  # the policy dict it was made from (CacheEntry.policy)
 
     def label(self) -> str:
         return f"{self.source} ({self.detail})" if self.detail else self.source
@@ -261,6 +264,6 @@ def verification_summary(v: dict[str, Any]) -> str:
 
 def plan_from_entry(spec: OpSpec, sig: Signature, entry: CacheEntry, source: str, detail: str) -> Plan:
     pols = spec.policies(entry.policy, sig)
-    return Plan(_kernels_of(spec, entry.dsl_source, pols), pols, source, detail)
+    return Plan(_kernels_of(spec, entry.dsl_source, pols), pols, source, detail, policy=dict(entry.policy))
 
 

@@ -16,10 +16,11 @@ from torch import Tensor
 
 from ..dsl import Policy
 from ..kernels.gemm import split_operands
+from ..runtime import checks
 from ..runtime import reporting as _report
 from ..runtime.signature import Signature, device_arch
-from .core import DTYPES, FORGET, LOCK, Plan, active_options, say_once, target_for
-from .plans import plan_for
+from .core import DTYPES, FORGET, LOCK, Plan, active_options, kernel_cache, say_once, target_for
+from .plans import forget_plan, plan_for
 
 log = logging.getLogger("argus_inductor")
 
@@ -79,6 +80,24 @@ def tensor_key(t: Tensor) -> tuple:
     return (t.shape, t.stride(), t.dtype, t.device)
 
 
+_UNREPORTED = threading.local()  # .on: calls made to be timed (the measured swap-in), not the model's
+
+
+@contextlib.contextmanager
+def unreported() -> Iterator[None]:
+    """Inside: op calls run as usual but are not recorded in the report (the swap-in's timing runs)."""
+    prev = getattr(_UNREPORTED, "on", False)
+    _UNREPORTED.on = True
+    try:
+        yield
+    finally:
+        _UNREPORTED.on = prev
+
+
+def unreported_now() -> bool:
+    return getattr(_UNREPORTED, "on", False)
+
+
 _RECORDING = threading.local()  # .seen: the signatures of the Argus op calls made inside recording_signatures()
 
 
@@ -113,15 +132,16 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         out = replay_hot(key, node_id, tensors, tensors if inputs is None else inputs)
         if out is not None:
             return out
+    seen = getattr(_RECORDING, "seen", None)
+    if seen is not None:  # recording_signatures(): the call's signature, nothing run
+        seen.append(_memo_sig(key, sig_fn))
+        raise SignatureRecorded(node_id)
     hit = _RESOLVED.get(key)  # this call site with these shapes was resolved before
+    first = hit is None
     if hit is not None:
         sig, short, plan, target, reason = hit
     else:  # a call site met for the first time (a graph's node ids are its own: a traced one's are fresh)
         sig = _memo_sig(key, sig_fn)
-        seen = getattr(_RECORDING, "seen", None)
-        if seen is not None:
-            seen.append(sig)
-            raise SignatureRecorded(node_id)
         target = target_for(tensors[0].device)
         reason = None
         plan = None
@@ -146,6 +166,18 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
             out = _launch(key, plan, target, kernel_fn, tensors if inputs is None else inputs)  # type: ignore
             source = plan.label()
             ran = True
+            if first and plan.source == "cache" and not _capturing(tensors[0]):
+                why = _first_use_failure(out, fallback_fn)
+                if why:  # the cache is not believed: a plan that disagrees with torch is set aside, never used
+                    kernel_cache().set_aside(sig.key(), f"disagrees with the reference at its first use ({why})")
+                    reason = "fallback (the cached kernel failed its first-use test)"
+                    with LOCK:
+                        _RESOLVED[key] = (sig, short, None, target, reason)
+                        _REPLAYS.pop(key, None)
+                    if _CAPTURED:  # inline recorded the plan's launches: they must not be inlined
+                        _CAPTURED.pop()
+                    forget_plan(sig)
+                    out, ran, plan = None, False, None
         except Exception as e:
             say_once(f"argus: the {plan.source} kernel for {sig.short()} failed ({type(e).__name__}: {e}); "
                       "using the aten op")
@@ -160,7 +192,8 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
             n = _FLOPS[key] = flops(out)
     else:
         n = flops
-    _report.record_call(node_id, short, source, ms, plan.notes if plan is not None else None, n)
+    if not unreported_now():
+        _report.record_call(node_id, short, source, ms, plan.notes if plan is not None else None, n)
     rec = _REPLAYS.get(key)
     if ran and rec is not None and rec.result[0] == "buf":
         with LOCK:
@@ -179,7 +212,8 @@ def replay_hot(key: tuple, node_id: str, tensors: list[Tensor], inputs: list[Ten
     aligned differently, replay turned off, a launch that raised): the caller goes the full way (run_op), which
     says what went wrong."""
     hot = _HOT.get(key)
-    if hot is None or not active_options().replay or _CAPTURED is not None:
+    if hot is None or not active_options().replay or _CAPTURED is not None or getattr(_RECORDING, "seen", None) \
+            is not None:
         return None
     rec, short, source, flops = hot
     t0 = _clock_start(tensors[0])
@@ -189,8 +223,23 @@ def replay_hot(key: tuple, node_id: str, tensors: list[Tensor], inputs: list[Ten
         return None
     if out is None:
         return None
-    _report.record_call(node_id, short, source, _clock_ms(tensors[0], t0), None, flops)
+    if not unreported_now():
+        _report.record_call(node_id, short, source, _clock_ms(tensors[0], t0), None, flops)
     return out
+
+
+def _capturing(t: Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _first_use_failure(out: Any, fallback_fn: Callable[[], Tensor]) -> str:
+    """Why a cached plan's first output is not the reference's ("" where it agrees): the reference computed on the
+    same operands, compared as every candidate is (runtime/checks.py)."""
+    ref = fallback_fn()
+    if not isinstance(out, Tensor) or not isinstance(ref, Tensor):
+        return ""
+    ok, why = checks.agrees(out, ref, checks.tolerance(ref))
+    return "" if ok else why
 
 
 def _clock_start(t: Tensor) -> float | None:

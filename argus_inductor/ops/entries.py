@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from ..dsl import Kernel, Policy
+from ..runtime import reporting as _report
 from ..runtime.cache import CacheEntry, KernelCache
 from ..runtime.signature import Signature
-from .core import OpSpec, active_options, dsl_source, kernel_cache, library_kernels, plan_from_entry, say_once, spec_for
+from .core import OpSpec, active_options, dsl_source, kernel_cache, library_kernels, spec_for
 
 
 def _verifier() -> Callable[..., Any] | None:
@@ -42,6 +42,12 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
                 policies: dict[str, Policy], target: str | None = None) -> dict[str, Any]:
     """Run the invariant checker on each kernel of a plan, and on the kernels its host runs with policies of their
     own (for `target`), at the signature's shapes; a JSON summary."""
+    with _report.phase("checker"):
+        return _verify_plan(spec, sig, kernels, policies, target)
+
+
+def _verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: dict[str, Policy],
+                 target: str | None) -> dict[str, Any]:
     fn = _verifier()
     if fn is None:
         return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
@@ -78,21 +84,11 @@ def proved_by_older_checker(entry: CacheEntry) -> bool:
 
 
 def entry_current(entry: CacheEntry | None) -> bool:
-    """Whether `entry` stands as a plan: present, not rejected by the checker, not proved only by an older one (what
-    `argus warmup` leaves alone unless --force)."""
+    """Whether `entry` stands as a solved plan: present, not rejected by the checker, not proved only by an older
+    one, not a miss's template plan kept for its swap-in verdict (origin "default"): what `argus warmup` leaves
+    alone unless --force."""
     return entry is not None and entry.verification.get("status") != "violations" and \
-        not proved_by_older_checker(entry)
-
-
-def reverified(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, cache: KernelCache) -> CacheEntry:
-    """`entry` proved again by this checker, and stored with the new verdict (once per entry, not per process)."""
-    plan = plan_from_entry(spec, sig, entry, "cache", "")
-    entry = replace(entry, verification=verify_plan(spec, sig, plan.kernels, plan.policies, target))
-    try:
-        cache.put(sig.key(), entry)
-    except OSError as e:
-        say_once(f"argus: cannot update the cache entry {cache.path(sig.key())} ({e})")
-    return entry
+        not proved_by_older_checker(entry) and entry.origin != "default"
 
 
 def _versions(sig: Signature) -> dict[str, Any]:

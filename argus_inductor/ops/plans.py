@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..dsl import Policy
-from ..runtime.cache import CacheEntry, KernelCache
+from ..runtime.cache import CacheEntry, KernelCache, checksum
 from ..runtime.signature import Signature
+from . import entries
 from .core import (
     LOCK,
     OpSpec,
@@ -30,7 +32,7 @@ from .core import (
     spec_for,
     verification_summary,
 )
-from .entries import make_entry, proved_by_older_checker, reverified
+from .entries import make_entry, proved_by_older_checker
 
 _PLANS: dict[tuple[str, str, str, bool], Plan] = {}
 # () -> the agent (argus_inductor.agent): what ARGUS_ON_MISS=synthesize asks to synthesize a signature
@@ -164,8 +166,44 @@ def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache)
             return plan_from_entry(spec, sig, entry, "default", f"policy of nearest solved {entry.sig().short()}")
         except Exception as e:
             say_once(f"argus: cached entry for {entry.sig().short()} is unusable ({e}); using the template")
-    pols = spec.policies(spec.template(sig, target), sig)
-    return Plan(library_kernels(spec, pols), pols, "default", "template policy")
+    policy = spec.template(sig, target)
+    pols = spec.policies(policy, sig)
+    return Plan(library_kernels(spec, pols), pols, "default", "template policy", policy=policy)
+
+
+_PROVED: set[tuple[str, str]] = set()  # (key, contents) of the entries this process proved itself
+
+
+def _proved_again(spec: OpSpec, sig: Signature, entry: CacheEntry, target: str, cache: KernelCache
+                  ) -> CacheEntry | None:
+    """`entry` proved again by this process's checker before it is believed (once a process per contents): the cache
+    may be shared, and anyone who can write its folder can write an entry whose checksum matches. None where the
+    entry cannot be read as a plan, or fails the checker while saying this checker passed it: set aside, a miss,
+    rebuilt by `argus warmup`. An entry an older checker proved keeps this checker's verdict (stored once; one it
+    now rejects runs as a miss and is made again by `argus warmup`)."""
+    stamp = (sig.key(), checksum(entry.to_json()))
+    if stamp in _PROVED or not active_options().verify:
+        return entry
+    try:
+        plan = plan_from_entry(spec, sig, entry, "cache", "")
+        verdict = entries.verify_plan(spec, sig, plan.kernels, plan.policies, target)
+    except Exception as e:  # text that is not the DSL, a policy no kernel takes (BM=3, num_warps=0), ...
+        cache.set_aside(sig.key(), f"cannot be read as a plan ({type(e).__name__}: {str(e)[:300]})")
+        return None
+    if verdict.get("status") == "violations" and entry.verification.get("status") != "violations" \
+            and not proved_by_older_checker(entry):  # an older checker's proof is stale, this one's is false
+        cache.set_aside(sig.key(), f"says {verification_summary(entry.verification)} but this checker finds "
+                                   f"{verification_summary(verdict)}")
+        return None
+    if verdict.get("status") != entry.verification.get("status") or proved_by_older_checker(entry):
+        entry = replace(entry, verification=verdict)
+        try:
+            cache.put(sig.key(), entry)
+        except (OSError, ValueError) as e:
+            say_once(f"argus: cannot update the cache entry {cache.path(sig.key())} ({e})")
+    with LOCK:
+        _PROVED.add((sig.key(), checksum(entry.to_json())))
+    return entry
 
 
 def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> Plan | None:
@@ -180,12 +218,8 @@ def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> 
     cache = kernel_cache(opts)
     plan: Plan | None = None
     entry = cache.get(sig.key())
-    if entry is not None and proved_by_older_checker(entry):
-        try:
-            entry = reverified(spec, sig, entry, target, cache)
-        except Exception as e:  # an entry whose kernels cannot even be read is handled below
-            say_once(f"argus: cache entry {cache.path(sig.key())} could not be proved again ({type(e).__name__}: "
-                      f"{e})")
+    if entry is not None:
+        entry = _proved_again(spec, sig, entry, target, cache)
     if entry is not None and entry.verification.get("status") == "violations":
         say_once(f"argus: cache entry {cache.path(sig.key())} fails the invariant checker "
                   f"({verification_summary(entry.verification)}); treating it as a miss")
@@ -214,6 +248,13 @@ def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> 
     with LOCK:
         _PLANS[memo] = plan
     return plan
+
+
+def forget_plan(sig: Signature) -> None:
+    """Drop `sig`'s remembered plan (its next call reads the cache again)."""
+    with LOCK:
+        for memo in [m for m in _PLANS if m[0] == sig.key()]:
+            del _PLANS[memo]
 
 
 def forget_plans() -> None:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -38,7 +39,9 @@ except ImportError:  # pragma: no cover - Windows
 
 log = logging.getLogger("argus_inductor")
 
-FORMAT = 1
+FORMAT = 2  # 2: entries carry the measured swap-in's verdicts (`swapin`); format 1 entries still read
+READABLE = (1, 2)
+MAX_ENTRY_BYTES = 32 * 2**20  # an entry is a few hundred KB at most; anything larger is not one
 ORIGINS = ("synthesized", "default", "warmup")
 _REPORTED: set[str] = set()
 _REPORTED_LOCK = threading.Lock()
@@ -60,6 +63,9 @@ class CacheEntry:
     timings: dict[str, Any] = field(default_factory=dict)   # e.g. {"ms": 0.12, "baseline_ms": 0.15}
     versions: dict[str, Any] = field(default_factory=dict)  # torch, triton, argus_inductor, ...
     origin: str = "default"        # synthesized | default | warmup
+    # the measured swap-in's verdict on this entry's plan, by device model (signature.device_model): winner
+    # ("argus" | "fallback"), argus_ms, fallback_ms, fallback (what was timed), method, measured (a time)
+    swapin: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.origin not in ORIGINS:
@@ -71,12 +77,12 @@ class CacheEntry:
     @staticmethod
     def from_json(d: dict[str, Any]) -> CacheEntry:
         names = {f.name for f in fields(CacheEntry)}
-        missing = names - set(d)
+        missing = names - set(d) - {"swapin"}  # format 1 entries have no verdicts
         if missing:
             raise ValueError(f"entry lacks {sorted(missing)}")
-        e = CacheEntry(**{k: d[k] for k in names})
+        e = CacheEntry(**{k: d[k] for k in names if k in d})
         for name, typ in (("signature", dict), ("policy", dict), ("verification", dict), ("timings", dict),
-                          ("versions", dict), ("dsl_source", str), ("triton_source", str)):
+                          ("versions", dict), ("dsl_source", str), ("triton_source", str), ("swapin", dict)):
             if not isinstance(getattr(e, name), typ):
                 raise ValueError(f"entry field {name} is not a {typ.__name__}")
         return e
@@ -85,17 +91,41 @@ class CacheEntry:
         return Signature.from_dict(self.signature)
 
 
-def versions_contradiction(entry: CacheEntry) -> str | None:
-    """Why `entry` cannot be stored under its signature's key: the versions it says it was made under (torch,
-    Triton, Argus) are not the ones its signature, hence its key, records (a miss recorded under another Triton
-    and solved under this one belongs under this one's key). None when they agree or the entry names none."""
+def contradiction(key: str, entry: CacheEntry) -> str:
+    """Why `entry` cannot be the entry of `key` ("" when it can): its signature field hashes to another key (it names
+    another op, shape or device), or its versions are not the ones its signature was made under."""
+    sig = entry.sig()
+    if sig.key() != key:
+        return f"names another signature ({sig.short()})"
+    for name, want in zip(("torch", "triton", "argus_inductor"), sig.versions):
+        have = entry.versions.get(name)
+        if have is not None and str(have).split("+")[0] != str(want).split("+")[0]:  # torch's local build aside
+            return f"says it was made with {name} {have}, but its signature says {want}"
+    return ""
+
+
+def read_bounded(p: Path, limit: int = MAX_ENTRY_BYTES) -> bytes:
+    """The bytes of regular file `p`, in bounded time: never blocks on a named pipe or a device, refuses more than
+    `limit` bytes (ValueError), FileNotFoundError where there is none."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
     try:
-        recorded = dict(zip(("torch", "triton", "argus_inductor"), Signature.from_dict(entry.signature).versions))
-    except (KeyError, TypeError, ValueError):
-        return None
-    made = {k: str(v).split("+")[0] if k == "torch" else str(v) for k, v in entry.versions.items() if k in recorded}
-    wrong = [f"{k} {made[k]} (key: {recorded[k]})" for k in made if made[k] != recorded[k]]
-    return f"made under {', '.join(wrong)}" if wrong else None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("it is not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"it is {st.st_size} bytes, more than an entry's {limit}")
+        chunks, total = [], 0
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            total += len(b)
+            if total > limit:
+                raise ValueError(f"it is more than an entry's {limit} bytes")
+            chunks.append(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def checksum(payload: dict[str, Any]) -> str:
@@ -164,14 +194,14 @@ class KernelCache:
         """The entry for `key`, or None when there is none or it cannot be trusted (reported once)."""
         p = self.path(key)
         try:
-            data = p.read_bytes()
+            data = read_bounded(p)
         except FileNotFoundError:
             return None
-        except OSError as e:
+        except (OSError, ValueError) as e:
             return self._bad(p, key, f"cannot be read ({e})")
         try:
             doc = json.loads(data.decode("utf-8"))
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            if not isinstance(doc, dict) or doc.get("format") not in READABLE:
                 return self._bad(p, key, f"has format {doc.get('format') if isinstance(doc, dict) else '?'}, "
                                          f"expected {FORMAT}")
             payload = doc["entry"]
@@ -179,32 +209,46 @@ class KernelCache:
                 return self._bad(p, key, f"belongs to key {doc.get('key')!r}")
             if doc.get("checksum") != checksum(payload):
                 return self._bad(p, key, "does not match its checksum (changed after it was written)")
-            return CacheEntry.from_json(payload)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            return self._bad(p, key, f"is not a valid entry ({type(e).__name__}: {e})")
+            entry = CacheEntry.from_json(payload)
+            why = contradiction(key, entry)
+            if why:
+                return self._bad(p, key, why)
+            return entry
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            return self._bad(p, key, f"is not a valid entry ({type(e).__name__}: {str(e)[:200]})")
 
     def _bad(self, p: Path, key: str, why: str) -> CacheEntry | None:
         _report_once(f"{p}", f"argus: cache entry {p} {why}; ignoring it, and it will be rebuilt")
         with self._lock(key):
             # Move it aside (kept for a person to look at) unless another process already replaced it.
             try:
-                doc = json.loads(p.read_text())
+                doc = json.loads(read_bounded(p).decode("utf-8"))
                 if isinstance(doc, dict) and doc.get("checksum") == checksum(doc.get("entry")) \
-                        and doc.get("format") == FORMAT and doc.get("key") == key:
-                    return CacheEntry.from_json(doc["entry"])  # rewritten meanwhile by another process
-            except (OSError, ValueError, TypeError, AttributeError, KeyError):
+                        and doc.get("format") in READABLE and doc.get("key") == key:
+                    entry = CacheEntry.from_json(doc["entry"])  # rewritten meanwhile by another process
+                    if not contradiction(key, entry):
+                        return entry
+            except (OSError, ValueError, TypeError, AttributeError, KeyError, RecursionError):
                 pass
             with contextlib.suppress(OSError):
                 os.replace(p, p.with_name(f"{p.name}.bad-{int(time.time())}-{os.getpid()}"))
         return None
 
-    def put(self, key: str, entry: CacheEntry) -> None:
-        """Store `entry` under `key` atomically (the last of several writers wins, whole). An entry whose versions
-        contradict its signature's is refused (ValueError): a later lookup under those versions would trust it."""
+    def set_aside(self, key: str, why: str) -> None:
+        """Move `key`'s entry aside (kept beside it for a person to look at), saying why once: a miss from now on,
+        rebuilt by `argus warmup`."""
         p = self.path(key)
-        why = versions_contradiction(entry)
-        if why is not None:
-            raise ValueError(f"argus cache: not storing the entry for {entry.sig().short()} under {key}: {why}")
+        _report_once(f"aside:{p}", f"argus: cache entry {p} {why}; set aside, and it will be rebuilt")
+        with self._lock(key), contextlib.suppress(OSError):
+            os.replace(p, p.with_name(f"{p.name}.bad-{int(time.time())}-{os.getpid()}"))
+
+    def put(self, key: str, entry: CacheEntry) -> None:
+        """Store `entry` under `key` atomically (the last of several writers wins, whole). ValueError where the
+        entry's own signature or versions say it belongs under another key."""
+        why = contradiction(key, entry)
+        if why:
+            raise ValueError(f"argus cache: not storing an entry under {key}: it {why}")
+        p = self.path(key)
         payload = entry.to_json()
         doc = {"format": FORMAT, "key": key, "checksum": checksum(payload), "written": time.time(),
                "entry": payload}
@@ -250,8 +294,8 @@ class KernelCache:
                 continue
             if not signature.same_family(other) or (accept is not None and not accept(other)):
                 continue
-            if e.verification.get("status") == "violations":  # a plan the checker rejects is never lent
-                continue
+            if e.verification.get("status") == "violations" or e.origin == "default":
+                continue  # a plan the checker rejects, or a miss's template plan (kept for its swap-in verdict)
             d = signature.distance(other)
             if best is None or d < best[1]:
                 best = (e, d)
@@ -282,10 +326,10 @@ class KernelCache:
         first_seen, last_seen and solved (whether the cache now has an entry for it that the checker did not
         reject); oldest first."""
         try:
-            lines = self.misses_file.read_text().splitlines()
+            lines = read_bounded(self.misses_file, 256 * 2**20).decode("utf-8", "replace").splitlines()
         except FileNotFoundError:
             return []
-        except OSError as e:
+        except (OSError, ValueError) as e:
             _report_once(f"misses-read:{self.root}", f"argus: cannot read {self.misses_file} ({e})")
             return []
         found: dict[str, dict[str, Any]] = {}
@@ -295,7 +339,7 @@ class KernelCache:
                 d = json.loads(ln)
                 key, sig, t = str(d["key"]), dict(d["signature"]), float(d["time"])
                 Signature.from_dict(sig)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 bad += 1
                 continue
             m = found.setdefault(key, {"key": key, "signature": sig, "count": 0, "first_seen": t, "last_seen": t})
@@ -305,8 +349,9 @@ class KernelCache:
         if bad:
             _report_once(f"misses-bad:{self.misses_file}",
                          f"argus: {bad} unreadable line(s) in {self.misses_file} were skipped")
-        solved = {k for k in self.keys()  # an entry the checker rejected solves nothing
-                  if (e := self.get(k)) is not None and e.verification.get("status") != "violations"}
+        solved = {k for k in self.keys()  # an entry the checker rejected, or a miss's template plan, solves nothing
+                  if (e := self.get(k)) is not None and e.verification.get("status") != "violations"
+                  and e.origin != "default"}
         out = sorted(found.values(), key=lambda m: m["first_seen"])
         for m in out:
             m["solved"] = m["key"] in solved

@@ -1,11 +1,38 @@
 """What Argus did with each matched subgraph: its signature, where its kernel came from, its time."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 _LOCK = threading.Lock()
+_PHASES: dict[str, float] = {}  # where compile time went: phase -> seconds, in this process
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Count the time inside under `name` (graph rewrite, swap-in, checker, inline, Inductor): phases() says where a
+    first call's time went."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _PHASES[name] = _PHASES.get(name, 0.0) + time.perf_counter() - t0
+
+
+def phases() -> dict[str, float]:
+    """Seconds spent in each phase so far in this process (see phase)."""
+    with _LOCK:
+        return {k: round(v, 3) for k, v in _PHASES.items()}
+
+
+def clear_phases() -> None:
+    with _LOCK:
+        _PHASES.clear()
 
 
 @dataclass
@@ -76,6 +103,15 @@ def record_call(node_id: str, signature: str, source: str, ms: float | None,
                 e.notes.append(n)
 
 
+def settle(node_id: str, signature: str, source: str) -> None:
+    """Say where a matched subgraph's code comes from where no Argus op will run for it (the measured swap-in gave it
+    back to Inductor)."""
+    with _LOCK:
+        e = _ENTRIES.get(node_id)
+        if e is not None:
+            e.signature, e.source = signature, source
+
+
 def note(node_id: str, text: str) -> None:
     """Add a note to a matched subgraph's entry (one that has none yet is left alone)."""
     with _LOCK:
@@ -117,6 +153,9 @@ def report(file=None) -> str:
         lines.append(f"      signature: {e.signature or '(not run yet)'}")
         lines.append(f"      kernel:    {e.source}; {e.calls} call(s), {t}")
         lines.extend(f"      note:      {n}" for n in e.notes)
+    spent = phases()
+    if spent:
+        lines.append("  compile time: " + ", ".join(f"{k} {v:.2f} s" for k, v in spent.items()))
     from .cuda_graphs import summary
 
     graphs = summary()

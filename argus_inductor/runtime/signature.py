@@ -40,6 +40,22 @@ def device_arch(device: torch.device) -> str:
     return device.type
 
 
+_MODELS: dict[Any, str] = {}
+
+
+def device_model(device: torch.device) -> str:
+    """The device model a measurement belongs to: name, multiprocessor count and memory size, e.g. "NVIDIA H200
+    132sm 140GB" (an H100 SXM, an H100 PCIe and an H200 share sm_90 and differ here); the type for a CPU."""
+    if device.type != "cuda":
+        return device.type
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    found = _MODELS.get(index)
+    if found is None:
+        p = torch.cuda.get_device_properties(index)
+        found = _MODELS[index] = f"{p.name} {p.multi_processor_count}sm {round(p.total_memory / 2**30)}GB"
+    return found
+
+
 _KEYS: dict[Any, str] = {}
 
 
@@ -53,12 +69,19 @@ class Signature:
     dynamic_dims: tuple[tuple[str, str], ...]
     arch: str
     versions: tuple[str, str, str]
+    # the GPU model (device_model) a GPU signature is specialized for: an H100's entry is not an H200's (it is a
+    # starting point there: same_family ignores it); "" for the CPU and for signatures made before it was recorded
+    device: str = ""
 
     def key(self) -> str:
-        """The cache key: a hash of every field (computed once: every Argus call on the hot path asks for it)."""
+        """The cache key: a hash of every field (computed once: every Argus call on the hot path asks for it). A
+        signature with no device hashes as those made before the field existed, so their entries keep their keys."""
         k = _KEYS.get(self)
         if k is None:
-            k = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+            fields = asdict(self)
+            if not self.device:
+                del fields["device"]
+            k = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
             if len(_KEYS) > 65536:
                 _KEYS.clear()
             _KEYS[self] = k
@@ -74,7 +97,7 @@ class Signature:
         return Signature(str(d["op"]), str(d["epilogue"]), tuple(d["dtypes"]), tuple(d["layouts"]),
                          tuple((str(k), int(v)) for k, v in d["static_dims"]),
                          tuple((str(k), str(v)) for k, v in d["dynamic_dims"]), str(d["arch"]),
-                         tuple(d["versions"]))  # type: ignore[arg-type]
+                         tuple(d["versions"]), str(d.get("device", "")))  # type: ignore[arg-type]
 
     def dims(self) -> dict[str, int]:
         """Every dim as a number: static dims exactly, dynamic dims as the top of their bucket."""
@@ -105,7 +128,8 @@ class Signature:
             return lib
         dims = ",".join(f"{k}={v}" for k, v in self.static_dims + self.dynamic_dims)
         epi = f"[{self.epilogue}]" if self.epilogue else ""
-        return f"{self.op}{epi}({dims}) {'/'.join(self.dtypes)} {self.arch}"
+        return f"{self.op}{epi}({dims}) {'/'.join(self.dtypes)} {self.arch}" + \
+            (f" [{self.device}]" if self.device else "")
 
 
 _OPERAND_DIM = re.compile(r"t(\d+)d(\d+)")
@@ -139,7 +163,8 @@ def _library_text(sig: Signature) -> str | None:
         operands.append("[" + ",".join(str(dims[j]) for j in sorted(dims)) + "]")
     arg_text = ", ".join(f"{k}={_arg(v)}" for k, v in sorted(args.items()))
     dtypes = sig.dtypes[0] if len(set(sig.dtypes)) == 1 else "/".join(sig.dtypes)
-    return f"{sig.op}({' '.join(operands)}{'; ' + arg_text if arg_text else ''}) {dtypes} {sig.arch}"
+    return f"{sig.op}({' '.join(operands)}{'; ' + arg_text if arg_text else ''}) {dtypes} {sig.arch}" + \
+        (f" [{sig.device}]" if sig.device else "")
 
 
 def _arg(v: Any) -> str:
@@ -187,7 +212,8 @@ def labels(sigs: Sequence[Signature], here: Sequence[str] | None = None) -> list
 
 def make_signature(op: str, epilogue: str, tensors: list[torch.Tensor], static: dict[str, int],
                    dynamic: dict[str, int]) -> Signature:
+    dev = tensors[0].device
     return Signature(op, epilogue, tuple(str(t.dtype).replace("torch.", "") for t in tensors),
                      tuple(layout_of(t) for t in tensors), tuple(sorted(static.items())),
-                     tuple(sorted((k, bucket(v)) for k, v in dynamic.items())), device_arch(tensors[0].device),
-                     current_versions())
+                     tuple(sorted((k, bucket(v)) for k, v in dynamic.items())), device_arch(dev),
+                     current_versions(), device_model(dev) if dev.type == "cuda" else "")

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..dsl.policy import LAUNCH_FIELDS
-from ..runtime.signature import Signature, make_signature
+from ..runtime.signature import Signature, device_arch, device_model, make_signature
 from .attention import AttentionSpec
 from .base import DTYPES, OpSpec, Problem, next_pow2
 from .gemm import BmmSpec, GemmSpec, parse_epilogue
@@ -59,8 +59,9 @@ def _view(layout: str, rank: int) -> torch.Tensor:
     return t.transpose(-1, -2) if layout == "col" else t
 
 
-def signature_for(problem: Problem, arch: str) -> Signature:
-    """The signature argus_inductor.ops computes for tensors of this problem on a device of `arch`."""
+def signature_for(problem: Problem, arch: str, device: str | None = None) -> Signature:
+    """The signature argus_inductor.ops computes for tensors of this problem on a device of `arch`; `device`: its GPU
+    model (runtime.signature.device_model; default: the visible GPU's where it is of `arch`, else none)."""
     s = spec(problem.op)
     d = problem.dims
     ranks = {"gemm": (2, 2), "bmm": (3, 3), "attention": (4, 4, 4), "moe": (2, 3, 3), "softmax": (2,),
@@ -76,7 +77,11 @@ def signature_for(problem: Problem, arch: str) -> Signature:
     tensors = [_view(lay, r).to(dt) if lay != "vec" else torch.empty(2, dtype=dt) for lay, r in zip(layouts, ranks)]
     sig = make_signature(problem.op, problem.epilogue, tensors, {k: d[k] for k in s.static},
                          {k: d[k] for k in s.dynamic})
-    return replace(sig, arch=arch)
+    if device is None:
+        device = ""
+        if torch.cuda.is_available() and arch == device_arch(torch.device("cuda")):
+            device = device_model(torch.device("cuda"))
+    return replace(sig, arch=arch, device=device)
 
 
 def attention_epilogue(h: int, hk: int, causal: bool) -> str:

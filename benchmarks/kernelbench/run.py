@@ -65,6 +65,78 @@ COVERAGE_NOTE = (
 # ---------------------------------------------------------------------------------------------- worker
 
 
+def _bytes(xs: Any) -> int:
+    import torch
+
+    total = 0
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            total += x.numel() * x.element_size()
+    return total
+
+
+def memory_need(model: Any, inputs: list[Any], backends: int) -> int:
+    """What a problem's GPU phase holds at once, estimated from its CPU model and inputs: the weights, two sets of
+    inputs (a trial's and the timing's) and an output per backend plus a workspace, each as large as the inputs
+    or the weights, whichever is larger (a GEMM's output is about its inputs; a conv's activations too)."""
+    weights = _bytes(model.parameters()) + _bytes(model.buffers())
+    acts = _bytes(inputs)
+    return weights + 2 * acts + (backends + 1) * max(acts, weights // 4)
+
+
+@contextlib.contextmanager
+def gpu_memory(pool: str | None, budget: int, need: int) -> Any:
+    """Admit this job's GPU phase when the jobs already admitted leave `need` bytes of `budget` (the pool file, shared
+    by the parent's jobs, lists them by pid); a job needing more than the budget runs alone. No pool: admitted."""
+    if not pool:
+        yield
+        return
+    import fcntl
+
+    me = str(os.getpid())
+    while True:
+        with open(pool + ".lock", "a") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            try:
+                held = json.loads(Path(pool).read_text()) if Path(pool).exists() else {}
+            except ValueError:
+                held = {}
+            held = {p: n for p, n in held.items() if _alive(int(p))}  # a job that died leaves nothing held
+            if not held or sum(held.values()) + need <= budget:
+                held[me] = need
+                Path(pool).write_text(json.dumps(held))
+                break
+            fcntl.flock(lk, fcntl.LOCK_UN)
+        time.sleep(0.5)
+    try:
+        yield
+    finally:
+        with open(pool + ".lock", "a") as lk:
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            try:
+                held = json.loads(Path(pool).read_text())
+            except (OSError, ValueError):
+                held = {}
+            held.pop(me, None)
+            Path(pool).write_text(json.dumps(held))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
 def _flatten(out: Any) -> list[Any]:
     import torch
 
@@ -144,7 +216,7 @@ def _register_cpu_sdpa_flops() -> None:
     register_flop_formula(op)(formula)
 
 
-def _time(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> float:
+def time_call(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> float:
     """Median milliseconds per call."""
     import torch
 
@@ -168,7 +240,7 @@ def _time(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> floa
     return statistics.median(times)
 
 
-def _load(path: Path) -> Any:
+def load_problem(path: Path) -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"kb_problem_{path.stem}", path)
@@ -185,7 +257,7 @@ def _load(path: Path) -> Any:
 def _timing_slot() -> Any:
     """With --jobs > 1 the problems compile in parallel, but only one runs GPU work at once: the ARGUS_TUNE_LOCK the
     parent names, which Argus's own policy and agent timing also take, so no measurement shares the GPU."""
-    from argus_inductor.agent.bench import exclusive
+    from argus_inductor.runtime.timing import exclusive
 
     return exclusive()
 
@@ -203,9 +275,28 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         device = args.device
         torch.set_grad_enabled(False)
         phase = "load"
-        mod = _load(path)
+        mod = load_problem(path)
         torch.manual_seed(args.seed)
-        model = mod.Model(*mod.get_init_inputs()).to(device).eval()
+        model = mod.Model(*mod.get_init_inputs()).eval()
+        row["memory_need_gb"] = round(memory_need(model, list(mod.get_inputs()), len(args.backends)) / 2**30, 2)
+        phase = "waiting for device memory"
+        with gpu_memory(args.memory_pool, args.memory_budget, int(row["memory_need_gb"] * 2**30)):
+            phase = "device"
+            row.update(_gpu_phase(mod, model, args, device, reporting))
+    except Exception as e:
+        row.update(status="oom" if _is_oom(e) else "error", phase=phase, error=f"{type(e).__name__}: {e}"[:1000],
+                   traceback=traceback.format_exc()[-3000:])
+    return row
+
+
+def _gpu_phase(mod: Any, model: Any, args: argparse.Namespace, device: str, reporting: Any) -> dict[str, Any]:
+    """The part of a problem that holds device memory: compile, check, count, time."""
+    import torch
+
+    row: dict[str, Any] = {}
+    phase = "to device"
+    try:
+        model = model.to(device)
         fns: dict[str, Any] = {"eager": model}
         for b in args.backends:
             if b != "eager":
@@ -227,9 +318,18 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 try:
                     with _timing_slot() if trial else contextlib.nullcontext():
+                        t0 = time.perf_counter()
                         out = fn(*inputs)
+                        if trial == 0:  # the first call: compile (and Argus's swap-in) included
+                            if device.startswith("cuda"):
+                                torch.cuda.synchronize()
+                            results[b]["first_call_s"] = round(time.perf_counter() - t0, 3)
+                            if b == "argus":
+                                row["argus_compile_phases"] = reporting.phases()
                     ok, why = _compare(ref, out)
                 except Exception as e:  # a compile or run failure of this backend only
+                    if _is_oom(e):
+                        raise
                     ok, why = False, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e) else ''}"
                 if not ok:
                     results[b].update(correct=False, error=f"trial {trial}: {why}")
@@ -264,9 +364,11 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
             for b, fn in fns.items():
                 if results[b]["correct"]:
                     torch.manual_seed(args.seed)
-                    results[b]["ms"] = _time(fn, inputs, device, args.warmup, args.reps)
+                    results[b]["ms"] = time_call(fn, inputs, device, args.warmup, args.reps)
         row["backends"] = results
     except Exception as e:
+        if _is_oom(e):
+            raise
         row.update(status="error", phase=phase, error=f"{type(e).__name__}: {e}"[:1000],
                    traceback=traceback.format_exc()[-3000:])
     return row
@@ -305,7 +407,9 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(path), "--worker-out", str(out),
                "--device", args.device, "--backends", ",".join(args.backends), "--trials", str(args.trials),
                "--warmup", str(args.warmup), "--reps", str(args.reps), "--seed", str(args.seed),
-               "--argus-ops", args.argus_ops, "--on-miss", args.on_miss]
+               "--argus-ops", args.argus_ops, "--on-miss", args.on_miss,
+               "--memory-budget", str(args.memory_budget)] + (["--memory-pool", args.memory_pool]
+                                                               if args.memory_pool else [])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         t0 = time.monotonic()
         # A session of its own, so that a time-out kills the child's compile workers too.
@@ -365,6 +469,20 @@ def summarize(rows: list[dict[str, Any]], backends: tuple[str, ...]) -> dict[str
     summary["coverage_flop_weighted"] = sum(min(r["argus_flops"], r["flops"]) for r in counted) / flops \
         if flops else None
     summary["argus_ran_share"] = sum(1 for r in rows if r.get("argus_ran")) / n if n else 0.0
+    for r in rows:  # the first call (compile included) of argus against inductor's default mode
+        fa, fi = (r.get("backends", {}).get(b, {}).get("first_call_s") for b in ("argus", "inductor"))
+        r["first_call_ratio"] = fa / fi if fa and fi else None
+    ratios = sorted(r["first_call_ratio"] for r in rows if r.get("first_call_ratio"))
+    summary["first_call_argus_vs_inductor_median"] = statistics.median(ratios) if ratios else None
+    summary["by_level"] = {}
+    for level in sorted({r.get("level") for r in rows if r.get("level") is not None}):
+        sps = [r["speedup"]["argus_vs_inductor"] for r in rows if r.get("level") == level
+               and r["speedup"]["argus_vs_inductor"]]
+        summary["by_level"][str(level)] = {
+            "n": sum(1 for r in rows if r.get("level") == level), "n_timed": len(sps),
+            "geomean_argus_vs_inductor": math.exp(sum(map(math.log, sps)) / len(sps)) if sps else None,
+            "min_argus_vs_inductor": min(sps) if sps else None,
+            "below_0.90": sum(1 for s in sps if s < 0.90)}
     return summary
 
 
@@ -380,8 +498,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str
     if meta.get("note"):
         lines += [f"> {meta['note']}", ""]
     lines += ["| problem | lvl | status | eager ms | inductor ms | argus ms | ind/eager | argus/eager | argus/ind "
-              "| argus coverage | argus ops | note |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| first call s ind / argus | argus coverage | argus ops | note |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b = r.get("backends", {})
         def cell(name: str) -> str:
@@ -397,6 +515,8 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str
         lines.append(f"| {r['problem']} | {r.get('level') or '-'} | {r['status']} | {cell('eager')} "
                      f"| {cell('inductor')} | {cell('argus')} | {_f(sp.get('inductor_vs_eager'))} "
                      f"| {_f(sp.get('argus_vs_eager'))} | {_f(sp.get('argus_vs_inductor'))} "
+                     f"| {_f(b.get('inductor', {}).get('first_call_s'), '{:.1f}')} / "
+                     f"{_f(b.get('argus', {}).get('first_call_s'), '{:.1f}')} "
                      f"| {_f(r.get('coverage'), '{:.0%}')} "
                      f"| {' '.join(o.split('::')[-1] for o in r.get('argus_ops', [])) or '-'} | {note} |")
     lines += ["", "| metric | inductor vs eager | argus vs eager | argus vs inductor |", "|---|---|---|---|"]
@@ -404,6 +524,13 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str
     for m in ("fast_0", "fast_1", "fast_2"):
         lines.append(f"| {m} | " + " | ".join(_f(summary[k][m]) for k in keys) + " |")
     lines.append("| geomean speedup (correct) | " + " | ".join(_f(summary[k]["geomean"]) for k in keys) + " |")
+    lines += ["", "| level | problems | timed | argus/inductor geomean | min | below 0.90x |",
+              "|---|---|---|---|---|---|"]
+    for level, s in summary.get("by_level", {}).items():
+        lines.append(f"| {level} | {s['n']} | {s['n_timed']} | {_f(s['geomean_argus_vs_inductor'])} "
+                     f"| {_f(s['min_argus_vs_inductor'])} | {s['below_0.90']} |")
+    lines += ["", f"First call (compile included), argus / inductor's default mode: median "
+              f"{_f(summary.get('first_call_argus_vs_inductor_median'))}x."]
     lines += ["", f"Correct: inductor {_f(summary.get('correct_inductor'), '{:.0%}')}, "
               f"argus {_f(summary.get('correct_argus'), '{:.0%}')}. "
               f"Argus coverage (share of FLOPs in Argus kernels): mean {_f(summary['coverage_mean'], '{:.0%}')}, "
@@ -464,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="problems compiled and checked at once (each times alone, under a lock; default 1)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="write one table from the JSON files of earlier runs (no problem is run)")
+    ap.add_argument("--memory-pool", default=None, help=argparse.SUPPRESS)  # jobs' GPU memory held (gpu_memory)
+    ap.add_argument("--memory-budget", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -521,19 +650,42 @@ def main(argv: list[str] | None = None) -> int:
     lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
     if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
         os.environ["ARGUS_TUNE_LOCK"] = str(lock)
+        if gpu:  # and hold no more device memory together than the device has free now (gpu_memory)
+            free, _ = torch.cuda.mem_get_info()
+            args.memory_budget = int(0.85 * free)
+            args.memory_pool = str(Path(tempfile.gettempdir()) / f"argus-kb-memory-{os.getpid()}.json")
+            meta["memory_budget_gb"] = round(args.memory_budget / 2**30, 1)
+
+    def show(i: int, row: dict[str, Any], what: str = "") -> None:
+        b = row.get("backends", {})
+        print(f"[{len(done)}/{len(problems)}] {problems[i]}:", row["status"] + what,
+              " ".join(f"{k}={'ok' if v.get('correct') else 'WRONG'}" for k, v in b.items()),
+              f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(run_one, p, args): i for i, p in enumerate(problems)}
         for fut in concurrent.futures.as_completed(futures):
             i = futures[fut]
             row = done[i] = fut.result()
-            b = row.get("backends", {})
-            print(f"[{len(done)}/{len(problems)}] {problems[i]}:", row["status"],
-                  " ".join(f"{k}={'ok' if v.get('correct') else 'WRONG'}" for k, v in b.items()),
-                  f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
+            show(i, row)
             # written after every problem, so a run stopped from outside keeps what it measured
             write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends,
-                          final=len(done) == len(problems))
+                          final=len(done) == len(problems) and not _oom_rows(done, args.jobs))
+    retry = _oom_rows(done, args.jobs)
+    if retry:  # an out-of-memory beside other jobs is run again alone before it is recorded
+        alone = argparse.Namespace(**{**vars(args), "memory_pool": None})
+        for n, i in enumerate(retry):
+            row = done[i] = {**run_one(problems[i], alone), "retried_alone": True}
+            show(i, row, " (run again alone)")
+            write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends, final=n == len(retry) - 1)
     return 0
+
+
+def _oom_rows(done: dict[int, dict[str, Any]], jobs: int) -> list[int]:
+    """The problems that ran out of memory beside other jobs (not yet run again alone)."""
+    if jobs <= 1:
+        return []
+    return sorted(i for i, r in done.items() if r["status"] == "oom" and not r.get("retried_alone"))
 
 
 def write_outputs(out: Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]],

@@ -111,7 +111,7 @@ def test_timeout_falls_back_to_the_offline_policy(tmp_path: Path) -> None:
         res = run(srv, tmp_path, timeout=0.5, max_retries=1)
         elapsed = time.perf_counter() - t0
     assert len(srv.requests) == 2  # one try and one retry, then the LLM policy is given up
-    assert any("llm policy unavailable" in n and "no reply within" in n for n in res.notes)
+    assert any("llm policy unavailable" in n and "reply within" in n for n in res.notes)
     assert all(s["policy"] in ("baseline", "offline") for s in trials(res))
     assert res.verification["ok"] and res.origin == "template"
     assert elapsed < 60

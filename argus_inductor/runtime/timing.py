@@ -1,0 +1,118 @@
+"""Timing, one method for every measurement Argus makes (the agent's trials, the policy search, the measured
+swap-in, `argus bench`) and the benchmarks: CUDA-graph replay on the GPU over rotated copies of the operands, so L2
+holds none of them between calls and host launch overhead is out of both sides' numbers; a host clock under the
+interpreter, where the number only ranks plans relative to each other. Processes sharing a GPU take turns through a
+file lock (exclusive)."""
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .. import config
+
+CUDAGRAPH = "cudagraph median"
+DO_BENCH = "do_bench median"
+WALL = "interpreter wall clock (min of 2)"
+
+
+_HELD: dict[str, int] = {}        # lock file -> how deeply this process holds it
+_HELD_LOCK = threading.Lock()
+_WAITED = [0.0]                   # seconds this process has spent waiting for the timing lock
+
+
+def waited_s() -> float:
+    """Seconds this process has waited for other processes' timing (searches leave it out of their budget)."""
+    return _WAITED[0]
+
+
+_LOCK_PATH: list[str] = [""]  # the active options' tune_lock (set_lock), over ARGUS_TUNE_LOCK
+
+
+def set_lock(path: str) -> None:
+    """The file processes sharing a GPU lock while they time, as the backend's options name it ("" for none)."""
+    _LOCK_PATH[0] = path or ""
+
+
+def timing_lock() -> str | None:
+    """The file that processes sharing a GPU lock while they time (the active options' tune_lock, else
+    ARGUS_TUNE_LOCK), or None."""
+    return _LOCK_PATH[0] or config.env("ARGUS_TUNE_LOCK") or None
+
+
+@contextlib.contextmanager
+def exclusive(lock: str | None = None) -> Iterator[None]:
+    """Hold the file lock `lock` (default: timing_lock()) so that processes timing on one GPU take turns.
+    Re-entrant within a process: a search timing inside a benchmark's locked phase does not wait on itself."""
+    path = lock or timing_lock()
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with _HELD_LOCK:
+        depth = _HELD.get(path, 0)
+        _HELD[path] = depth + 1
+    try:
+        if depth:
+            yield
+            return
+        with open(path, "a") as f:
+            t0 = time.perf_counter()
+            fcntl.flock(f, fcntl.LOCK_EX)
+            _WAITED[0] += time.perf_counter() - t0
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        with _HELD_LOCK:
+            _HELD[path] -= 1
+
+
+def time_ms(fns: list[Callable[[], Any]], target: str, rep_ms: int = 40,
+            method: str | None = None) -> tuple[float, str]:
+    """(milliseconds per call, method). fns: the same call on independent copies of the operands, run in turn so L2
+    holds none of them (as benchmarks/sweep.py times); each has already run once. method: force one (a peer is
+    timed the way our kernel was); None picks CUDA-graph replay and falls back to plain launches when the calls
+    cannot be captured."""
+    n = len(fns)
+
+    def run_all() -> None:
+        for f in fns:
+            f()
+
+    if target == "interpret":
+        best = math.inf
+        for _ in range(2):
+            t0 = time.perf_counter()
+            fns[0]()
+            best = min(best, (time.perf_counter() - t0) * 1e3)
+        return best, WALL
+    with exclusive():
+        return _time_gpu(run_all, n, rep_ms, method)
+
+
+def _time_gpu(run_all: Callable[[], None], n: int, rep_ms: int, method: str | None) -> tuple[float, str]:
+    import torch
+    import triton.testing
+
+    torch.cuda.synchronize()
+    if method in (None, CUDAGRAPH):
+        try:
+            return float(triton.testing.do_bench_cudagraph(run_all, rep=rep_ms, return_mode="median")) / n, CUDAGRAPH
+        except Exception:
+            if method == CUDAGRAPH:
+                raise
+            torch.cuda.synchronize()
+    return float(triton.testing.do_bench(run_all, warmup=10, rep=rep_ms, return_mode="median")) / n, DO_BENCH
+
+
+def rotation(operand_bytes: int, limit: int = 100 * 2**20, most: int = 7) -> int:
+    """How many extra copies of the operands keep L2 (50-60 MB on Hopper) from holding them between calls."""
+    if operand_bytes <= 0 or operand_bytes >= limit:
+        return 0
+    return min(most, math.ceil(limit / operand_bytes))

@@ -1,0 +1,203 @@
+"""The measured swap-in (issue 39): which side runs, decided by timing both, stored in the cache entry, read back
+without timing, and applied to the graph (a node Inductor's code wins gets its reference, so Inductor compiles that
+subgraph). Timed here with a fake clock: on the CPU interpreter real times mean nothing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import argus_inductor  # noqa: F401  (registers backend="argus")
+from argus_inductor import ops
+from argus_inductor.graph import rewrite
+from argus_inductor.graph.swapin import swap_in
+from argus_inductor.ops import references
+from argus_inductor.ops import swapin as decide
+from argus_inductor.runtime import reporting as report_mod
+from argus_inductor.runtime.cache import FORMAT, CacheEntry, checksum
+
+from .graphs import capture
+
+
+def test_choose_keeps_argus_only_where_it_is_faster_by_more_than_a_tie() -> None:
+    assert decide.choose(1.0, 2.0) == "argus"               # Argus wins
+    assert decide.choose(2.0, 1.0) == "fallback"            # the fallback wins
+    assert decide.choose(1.0, 1.0 * (1 + decide.TIE / 2)) == "fallback"  # a tie: Inductor's code
+    assert decide.choose(None, 1.0) == "fallback"           # Argus could not be timed
+    assert decide.choose(1.0, None) == "argus"              # the fallback could not be timed
+
+
+class Clock:
+    """A fake timer: side -> milliseconds (or an exception to raise); counts what it was asked."""
+
+    def __init__(self, argus: float | Exception, fallback: float | Exception) -> None:
+        self.times = {"argus": argus, "fallback": fallback}
+        self.calls: list[str] = []
+
+    def __call__(self, fns, target, rep_ms, method):
+        side = "argus" if not self.calls or self.calls[-1] == "fallback" else "fallback"
+        self.calls.append(side)
+        for f in fns:  # the calls timed run for real (under the interpreter)
+            f()
+        t = self.times[side]
+        if isinstance(t, Exception):
+            raise t
+        return t, "fake clock"
+
+
+def test_measure_counts_a_timing_that_throws_against_its_side() -> None:
+    v = decide.measure([lambda: None], [lambda: None], "cuBLAS", Clock(RuntimeError("boom"), 1.0))
+    assert v.winner == "fallback" and v.argus_ms is None and "Argus plan failed to time" in v.why
+    v = decide.measure([lambda: None], [lambda: None], "cuBLAS", Clock(1.0, RuntimeError("boom")))
+    assert v.winner == "argus" and v.fallback_ms is None and "fallback failed to time" in v.why
+    v = decide.measure([lambda: None], None, "cuBLAS", Clock(1.0, 1.0), why_no_fallback="no compiler")
+    assert v.winner == "argus" and v.why == "no compiler"
+
+
+def test_a_verdict_round_trips_and_a_damaged_one_is_measured_again() -> None:
+    v = decide.Verdict("argus", 0.5, 1.0, "cuBLAS + Inductor epilogue", "cudagraph median", "", 1.0)
+    assert decide.Verdict.from_dict(json.loads(json.dumps(v.as_dict()))) == v
+    assert "2.00x faster than cuBLAS + Inductor epilogue" in v.text()
+    f = decide.Verdict("fallback", 2.4, 1.0, "cuDNN + Inductor epilogue", "cudagraph median")
+    assert f.text().startswith("swap-in: fallback: cuDNN + Inductor epilogue, 2.40x faster than argus")
+    for bad in ({}, {"winner": "maybe", "fallback": "x", "method": "y"}, {**v.as_dict(), "argus_ms": -1},
+                {**v.as_dict(), "argus_ms": "fast"}):
+        assert decide.Verdict.from_dict(bad) is None
+
+
+def _mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    h = F.gelu(F.linear(x, w1))
+    return F.linear(h, w2) + h.sum(-1, keepdim=True)  # h has two readers: each GEMM is decided on its own
+
+
+def _chain(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    return F.linear(F.gelu(F.linear(x, w1)), w2)  # the first GEMM feeds only the second: decided together
+
+
+def _graph(fn=_mlp) -> tuple[torch.fx.GraphModule, list]:
+    x, w1, w2 = torch.randn(8, 32), torch.randn(48, 32), torch.randn(16, 48)
+    gm, inputs = capture(fn, x, w1, w2)
+    assert rewrite(gm, ("gemm",))
+    return gm, inputs
+
+
+def _eager(fn, args, kwargs):
+    return lambda *tensors: fn(*args, **kwargs)
+
+
+def _argus_nodes(gm: torch.fx.GraphModule) -> list:
+    return [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("argus.")]
+
+
+@pytest.mark.parametrize("argus_ms, fallback_ms, winner", [(1.0, 2.0, "argus"), (2.0, 1.0, "fallback"),
+                                                           (1.0, 1.005, "fallback")])
+def test_swap_in_applies_the_verdict_and_stores_it(fresh_cache: Path, argus_ms, fallback_ms, winner) -> None:
+    gm, inputs = _graph()
+    clock = Clock(argus_ms, fallback_ms)
+    decided = swap_in(gm, inputs, "interpret", timer=clock, compile_fallback=_eager, devices=("cpu",))
+    assert len(decided) == 2 and {v.winner for _, v in decided} == {winner}
+    assert len(clock.calls) == 4  # two signatures, each side timed once
+    left = _argus_nodes(gm)
+    refs = [n for n in gm.graph.nodes if n.target is references.linear]
+    assert (len(left), len(refs)) == ((2, 0) if winner == "argus" else (0, 2))
+    got = gm(*inputs)
+    torch.testing.assert_close(got[0] if isinstance(got, tuple) else got, _mlp(*inputs), rtol=1e-4, atol=1e-4)
+    cache = ops.kernel_cache()
+    entries = cache.entries()
+    assert len(entries) == 2 and all(e.origin == "default" and e.verification["status"] == "verified"
+                                     for e in entries)
+    assert all(decide.stored(e, "cpu").winner == winner for e in entries)
+    notes = [n for e in report_mod.entries() for n in e.notes]
+    assert sum("swap-in: " + ("argus" if winner == "argus" else "fallback") in n for n in notes) == 2, notes
+
+
+def test_a_stored_verdict_decides_without_timing(fresh_cache: Path) -> None:
+    gm, inputs = _graph()
+    swap_in(gm, inputs, "interpret", timer=Clock(2.0, 1.0), compile_fallback=_eager, devices=("cpu",))
+    ops.forget_plans()
+    gm2, inputs2 = _graph()
+    clock = Clock(RuntimeError("must not time"), RuntimeError("must not time"))
+    decided = swap_in(gm2, inputs2, "interpret", timer=clock, compile_fallback=_eager, devices=("cpu",))
+    assert clock.calls == [] and {v.winner for _, v in decided} == {"fallback"}
+    assert not _argus_nodes(gm2)
+    # the verdict's miss is still a miss for `argus warmup` (a default entry solves nothing)
+    assert all(not m["solved"] for m in ops.kernel_cache().misses())
+
+
+@pytest.mark.parametrize("argus_ms, fallback_ms, winner", [(1.0, 2.0, "argus"), (2.0, 1.0, "fallback")])
+def test_ops_that_feed_only_each_other_are_decided_together(fresh_cache: Path, argus_ms, fallback_ms,
+                                                            winner) -> None:
+    """Inductor fuses across the boundary of two ops it runs both of, so such a pair is timed as a whole: the Argus
+    ops in turn against the two references compiled together; one verdict for both, kept in the last one's entry
+    (the first gets its entry too), read back without timing."""
+    gm, inputs = _graph(_chain)
+    assert len(_argus_nodes(gm)) == 2
+    clock = Clock(argus_ms, fallback_ms)
+    decided = swap_in(gm, inputs, "interpret", timer=clock, devices=("cpu",))  # the fallback compiled by Inductor
+    assert len(clock.calls) == 2 and len(decided) == 2 and {v.winner for _, v in decided} == {winner}
+    assert decided[0][1].fallback.startswith("Inductor across the group")
+    got = gm(*inputs)
+    torch.testing.assert_close(got[0] if isinstance(got, tuple) else got, _chain(*inputs), rtol=1e-4, atol=1e-4)
+    entries = ops.kernel_cache().entries()
+    assert len(entries) == 2
+    slots = [s for e in entries for s in e.swapin]
+    assert len(slots) == 1 and slots[0].startswith("cpu | group ")
+    gm2, inputs2 = _graph(_chain)
+    clock2 = Clock(RuntimeError("must not time"), RuntimeError("must not time"))
+    assert {v.winner for _, v in swap_in(gm2, inputs2, "interpret", timer=clock2, devices=("cpu",))} == {winner}
+    assert clock2.calls == []
+
+
+def test_an_old_format_entry_is_read_and_measured(fresh_cache: Path) -> None:
+    gm, inputs = _graph()
+    sig = None
+    with ops.recording_signatures() as seen:
+        for n in _argus_nodes(gm)[:1]:
+            try:
+                n.target(*[inputs[[p.name for p in gm.graph.nodes if p.op == "placeholder"].index(a.name)]
+                           if isinstance(a, torch.fx.Node) and a.op == "placeholder" else a for a in n.args])
+            except ops.SignatureRecorded:
+                pass
+    sig = seen[0] if seen else None
+    if sig is None:
+        pytest.skip("the first GEMM's operands are not graph inputs here")
+    entry = ops.make_entry(sig, origin="warmup")
+    payload = {k: v for k, v in entry.to_json().items() if k != "swapin"}  # as a format 1 entry was written
+    doc = {"format": 1, "key": sig.key(), "checksum": checksum(payload), "written": 0.0, "entry": payload}
+    cache = ops.kernel_cache()
+    cache.kernels.mkdir(parents=True, exist_ok=True)
+    cache.path(sig.key()).write_text(json.dumps(doc))
+    assert isinstance(cache.get(sig.key()), CacheEntry) and cache.get(sig.key()).swapin == {}
+    swap_in(gm, inputs, "interpret", timer=Clock(1.0, 2.0), compile_fallback=_eager, devices=("cpu",))
+    again = cache.get(sig.key())
+    assert again.origin == "warmup" and decide.stored(again, "cpu").winner == "argus"
+    assert json.loads(cache.path(sig.key()).read_text())["format"] == FORMAT
+
+
+def test_the_interpreter_keeps_the_template_rule_and_says_so(fresh_cache: Path) -> None:
+    gm, inputs = _graph()
+    assert swap_in(gm, inputs, "interpret") == []
+    assert len(_argus_nodes(gm)) == 2
+    notes = [n for e in report_mod.entries() for n in e.notes]
+    assert any("swap-in not measured (the Triton interpreter" in n for n in notes), notes
+
+
+def test_the_fallback_side_is_compiled_by_inductor(fresh_cache: Path) -> None:
+    """The default compile_fallback compiles the reference alone with Inductor (here its CPU code), not eager."""
+    from argus_inductor.graph.swapin import compile_alone
+
+    x, w, b = torch.randn(8, 32), torch.randn(16, 32), torch.randn(16)
+    fn = compile_alone(references.linear, (x, w, b, "gelu", "g0:x"), {})
+    out = fn(x, w, b)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    torch.testing.assert_close(out, F.gelu(F.linear(x, w, b)), rtol=1e-5, atol=1e-5)
+
+
+def test_swapin_never_leaves_every_graph_to_inductor(fresh_cache: Path) -> None:
+    f = torch.compile(torch.nn.Linear(32, 16), backend="argus", options={"swapin": "never"})
+    with torch.no_grad():
+        f(torch.randn(4, 32))
+    assert not any(e.calls for e in report_mod.entries())

@@ -1,0 +1,86 @@
+"""The measured swap-in on a real GPU (ARGUS_TEST_DEVICE=cuda on an sm_90 machine): each side wins somewhere, the
+compiled model matches eager whichever won, the verdict with both times is in the cache entry, and a second process
+(here: the plans and Dynamo forgotten) decides from the cache without timing."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import argus_inductor  # noqa: F401  (registers backend="argus")
+from argus_inductor import ops
+from argus_inductor.ops import swapin as decide
+from argus_inductor.runtime import reporting as report_mod
+from argus_inductor.runtime.signature import device_model
+
+pytestmark = pytest.mark.skipif(os.environ.get("ARGUS_TEST_DEVICE") != "cuda" or not torch.cuda.is_available(),
+                                reason="the measured swap-in times on a GPU (ARGUS_TEST_DEVICE=cuda)")
+
+
+class Conv(nn.Module):  # cuDNN's home ground: Argus's implicit-GEMM convolution is expected to lose
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(64, 128, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.conv(x))
+
+
+class DecodeMLP(nn.Module):  # one row through gate*up and down: the fused GEMV is Argus's home ground
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.up = nn.Linear(4096, 14336, bias=False), nn.Linear(4096, 14336, bias=False)
+        self.down = nn.Linear(14336, 4096, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+CASES = {"conv": (Conv, lambda: torch.randn(32, 64, 56, 56, device="cuda", dtype=torch.bfloat16), "all"),
+         "decode_mlp": (DecodeMLP, lambda: torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16),
+                        "gemm,attention,moe")}
+
+
+def _compile_and_check(name: str) -> list[str]:
+    cls, make, kinds = CASES[name]
+    torch.manual_seed(0)
+    model = cls().cuda().to(torch.bfloat16).eval()
+    x = make()
+    torch._dynamo.reset()
+    report_mod.clear()
+    f = torch.compile(model, backend="argus", options={"ops": kinds, "swapin": "measure"})
+    with torch.no_grad():
+        out, ref = f(x), model(x)
+        out = f(x)
+    torch.testing.assert_close(out, ref, rtol=3e-2, atol=3e-2)
+    return [n for e in report_mod.entries() for n in e.notes if n.startswith("swap-in")]
+
+
+def test_each_side_wins_where_it_is_faster_and_the_verdict_is_cached(fresh_cache: Path) -> None:
+    winners = {}
+    for name in CASES:
+        notes = _compile_and_check(name)
+        assert notes, f"{name}: no swap-in verdict in the report"
+        winners[name] = {("fallback" if n.startswith("swap-in: fallback") else "argus") for n in notes}
+        print(name, notes)
+    assert "fallback" in winners["conv"], winners
+    assert "argus" in winners["decode_mlp"], winners
+    model = device_model(torch.device("cuda"))
+    verdicts = [decide.stored(e, model) for e in ops.kernel_cache().entries()]
+    assert verdicts and all(v is not None and v.argus_ms and v.fallback_ms for v in verdicts), verdicts
+    # a later process: the verdicts come from the cache, nothing is timed again
+    ops.forget_plans()
+    import argus_inductor.graph.swapin as swapin_mod
+
+    timed = []
+    real = swapin_mod.measure_node
+    swapin_mod.measure_node = lambda *a, **k: timed.append(1) or real(*a, **k)
+    try:
+        _compile_and_check("conv")
+    finally:
+        swapin_mod.measure_node = real
+    assert not timed
