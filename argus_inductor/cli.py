@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 
+class UsageError(ValueError):
+    """A mistake in what the user asked for: said in one message, exit status 2, never a traceback."""
+
+
 def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
+    """NAME=VALUE entries (comma-separated, the option repeatable) as a dict; a name given twice with two
+    values is refused."""
     out: dict[str, Any] = {}
     for item in items or []:
         for part in item.split(","):
@@ -24,9 +30,14 @@ def _pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
             if not part:
                 continue
             if "=" not in part:
-                raise ValueError(f"{what} entries look like NAME=VALUE, got {part!r}")
+                raise UsageError(f"{what} entries look like NAME=VALUE, got {part!r}")
             k, v = (x.strip() for x in part.split("=", 1))
-            out[k] = _value(v)
+            if not k.isidentifier():
+                raise UsageError(f"{what} {part!r}: {k!r} is not a name")
+            value = _value(v)
+            if k in out and out[k] != value:
+                raise UsageError(f"{what} gives {k} twice ({out[k]!r} and {value!r})")
+            out[k] = value
     return out
 
 
@@ -39,18 +50,106 @@ def _value(v: str) -> Any:
         return v
 
 
+def _shape_values(items: Sequence[str] | None) -> dict[str, int]:
+    out = {}
+    for k, v in _pairs(items, "--shape").items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise UsageError(f"--shape {k}={v}: {v!r} is not an integer (shape symbols take sizes, e.g. {k}=128)")
+        if v < 1:
+            raise UsageError(f"--shape {k}={v}: sizes are >= 1 (leave {k} out to prove every size)")
+        out[k] = v
+    return out
+
+
+def _read_source(path: str) -> str:
+    """The text of a DSL file, or a UsageError saying in words why it cannot be read."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"no such file: {path}")
+    if p.is_dir():
+        raise UsageError(f"{path} is a directory; give a .py file of DSL kernels")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read {path} ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 text (byte {e.start}); give a .py file of DSL kernels") from None
+
+
+def _listing(names: Any) -> str:
+    names = sorted(names)
+    return ", ".join(names) if names else "(none)"
+
+
+def _check_names(kernels: dict[str, Any], wanted: Sequence[str] | None, shapes: dict[str, int],
+                 policy: dict[str, Any], assumptions: Sequence[str], path: str) -> dict[str, Any]:
+    """The kernels `--kernel` selects; a UsageError for a kernel, shape symbol, constexpr or assumption name that
+    no selected kernel declares (naming what they do declare)."""
+    import ast
+
+    from .dsl.policy import LAUNCH_FIELDS
+
+    if wanted:
+        unknown = [n for n in dict.fromkeys(wanted) if n not in kernels]
+        if unknown:
+            raise UsageError(f"--kernel {', '.join(unknown)}: {path} defines no such kernel; it defines "
+                             f"{_listing(kernels)}")
+        kernels = {n: k for n, k in kernels.items() if n in wanted}
+    symbols = {s for k in kernels.values() for s in k.ir.symbols}
+    consts = {c.name for k in kernels.values() for c in k.ir.constexprs}
+    int_tensors = {t.name for k in kernels.values() for t in k.ir.tensors if t.dtype_kind == "int"}
+    which = f"kernel {_listing(kernels)}" if len(kernels) == 1 else f"kernels {_listing(kernels)}"
+    bad = [n for n in shapes if n not in symbols]
+    if bad:
+        raise UsageError(f"--shape {', '.join(bad)}: not a shape symbol of {which}; its shape symbols: "
+                         f"{_listing(symbols)}" + (f" (constexprs, for --policy: {_listing(consts)})"
+                                                   if set(bad) & consts else ""))
+    bad = [n for n in policy if n not in consts and n not in LAUNCH_FIELDS]
+    if bad:
+        raise UsageError(f"--policy {', '.join(bad)}: not a constexpr of {which} nor a launch setting; its "
+                         f"constexprs: {_listing(consts)}; launch settings: {', '.join(LAUNCH_FIELDS)}"
+                         + (f" (shape symbols, for --shape: {_listing(symbols)})" if set(bad) & symbols else ""))
+    for n, v in policy.items():
+        if n in consts and not isinstance(v, int):
+            raise UsageError(f"--policy {n}={v}: constexpr values are integers (or true/false)")
+    for text in assumptions:
+        try:
+            tree = ast.parse(text, mode="eval")
+        except SyntaxError as e:
+            raise UsageError(f"--assume {text!r} is not a Python expression ({e.msg})") from None
+        names = {x.id for x in ast.walk(tree) if isinstance(x, ast.Name)}
+        bad = sorted(names - symbols - consts - int_tensors)
+        if bad:
+            raise UsageError(f"--assume {text!r}: {', '.join(bad)} is not a shape symbol, constexpr or integer "
+                             f"tensor of {which} (shape symbols: {_listing(symbols)}; constexprs: "
+                             f"{_listing(consts)}; integer tensors: {_listing(int_tensors)})")
+    return kernels
+
+
 def _verify(args: argparse.Namespace) -> int:
     from . import hopper  # noqa: F401  (registers the Gluon lowerings whose rings a policy may ask to prove)
+    from .dsl import kernels_from_source
     from .dsl.errors import DSLError
-    from .invariants import default_staging, verify_file
+    from .invariants import default_staging, verify_source
 
     try:
-        shapes = {k: int(v) for k, v in _pairs(args.shape, "--shape").items()}
+        if args.timeout_ms is not None and args.timeout_ms < 1:
+            raise UsageError(f"--timeout-ms takes a positive number of milliseconds, got {args.timeout_ms}")
+        shapes = _shape_values(args.shape)
         policy = _pairs(args.policy, "--policy")
-        results = verify_file(args.file, policy or None, shapes or None, kernels=args.kernel or None,
-                              assumptions=args.assume or (), timeout_ms=args.timeout_ms,
-                              staging=None if args.no_staging else default_staging)
-    except (DSLError, ValueError, OSError) as e:
+        source = _read_source(args.file)
+        if not source.strip():
+            raise UsageError(f"{args.file} is empty; it should define at least one `@kernel def name(...):`")
+        kernels = _check_names(kernels_from_source(source, args.file), args.kernel, shapes, policy,
+                               args.assume or (), args.file)
+        results = verify_source(source, args.file, policy or None, shapes or None, kernels=list(kernels),
+                                assumptions=args.assume or (), timeout_ms=args.timeout_ms,
+                                staging=None if args.no_staging else default_staging)
+    except (DSLError, ValueError) as e:  # UsageError is a ValueError; so are the checker's refusals of a policy
         print(f"argus verify: {e}", file=sys.stderr)
         return 2
     if args.json:
@@ -65,11 +164,20 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if all(r.proved for r in results) else 3
 
 
+def _columns(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell (the last one unpadded)."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  " + "  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]).rstrip() for r in rows]
+
+
 def _cache(args: argparse.Namespace) -> int:
+    import dataclasses
     import shutil
 
     from .runtime.cache import KernelCache
-    from .runtime.signature import Signature
+    from .runtime.signature import Signature, current_versions, labels, version_text
 
     cache = KernelCache(args.cache_dir)
     if args.action == "clear":
@@ -80,26 +188,51 @@ def _cache(args: argparse.Namespace) -> int:
             shutil.rmtree(cache.root)
         print(f"cleared {cache.root}")
         return 0
+    if cache.root.exists() and not cache.root.is_dir():
+        print(f"argus cache: {cache.root} is not a folder", file=sys.stderr)
+        return 2
+    here = current_versions()
     if args.action == "misses":
         rows = cache.misses()
         if args.json:
             print(json.dumps(rows, indent=2))
             return 0
         print(f"{len(rows)} missed signature(s) in {cache.misses_file}")
-        for m in rows:
-            sig = Signature.from_dict(m["signature"]).short()
-            print(f"  {'solved ' if m['solved'] else 'pending'}  x{m['count']:<5} {sig}")
+        sigs = [Signature.from_dict(m["signature"]) for m in rows]
+        lines = []
+        for m, sig, label in zip(rows, sigs, labels(sigs, here)):
+            status = "solved" if m["solved"] else "pending"
+            if not m["solved"] and sig.versions != here and cache.get(dataclasses.replace(sig, versions=here).key()):
+                status = "solved here"  # warmed under this environment's versions (argus warmup re-keys them)
+            lines.append([status, f"x{m['count']}", label])
+        print("\n".join(_columns(lines)))
+        if any(s.versions != here for s in sigs):
+            print(f"[made under ...]: recorded under other versions than this environment's ({version_text(here)}); "
+                  "`argus warmup` makes them under this environment's and stores them under its keys ('solved here')")
         return 0
     entries = cache.entries()
     if args.json:
         print(json.dumps([e.to_json() for e in entries], indent=2, default=str))
         return 0
     print(f"{len(entries)} kernel(s) in {cache.root}")
-    for e in entries:
+    sigs = [e.sig() for e in entries]
+    lines = [["origin", "status", "time", "signature"]] if entries else []
+    cpu = False
+    for e, sig, label in zip(entries, sigs, labels(sigs, here)):
         ms = e.timings.get("ms")
         t = f"{ms:.4f} ms" if isinstance(ms, (int, float)) else "not timed"
+        if isinstance(ms, (int, float)) and sig.arch == "cpu":
+            t += "*"
+            cpu = True
         status = e.verification.get("status", "verified" if e.verification.get("ok") else "?")
-        print(f"  {e.sig().short():<70} {e.origin:<11} {status:<12} {t}")
+        lines.append([e.origin, status, t, label])
+    print("\n".join(_columns(lines)))
+    if cpu:
+        print("* the Triton interpreter's wall clock on the CPU: it ranks plans of one signature, it says nothing "
+              "about speed")
+    if any(s.versions != here for s in sigs):
+        print(f"[made under ...]: versions other than this environment's ({version_text(here)}); this environment "
+              "does not look those entries up")
     return 0
 
 
@@ -129,8 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="prove the data-flow invariants of every kernel in a DSL source file",
                        description="Read FILE.py with the DSL frontend (the file is never executed) and prove "
                                    "each kernel's tag assertions and kernel-wide obligations with z3. Exit status: "
-                                   "0 proved, 1 a violation (with its counterexample), 2 unreadable input, 3 no "
-                                   "violation found but something left undecided (not proved).")
+                                   "0 proved, 1 a violation (with its counterexample), 2 a usage error (a file that "
+                                   "cannot be read, or a --kernel, --shape, --policy or --assume name no selected "
+                                   "kernel declares: the message lists what they do declare), 3 no violation found "
+                                   "but something left undecided (not proved).")
     v.add_argument("file", metavar="FILE.py")
     v.add_argument("--shape", action="append", metavar="M=..,N=..",
                    help="concrete shape symbols (others stay symbolic, >= 1)")
@@ -166,6 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in ("bench", "warmup"):
+            from .agent.cli import interpreter_without_gpu, set_up
+
+            why = interpreter_without_gpu(args.command)
+            if why is not None:
+                print(f"argus {args.command}: {why}", file=sys.stderr)
+                return 2
+            set_up()
         return int(args.func(args))
     except BrokenPipeError:  # `argus cache | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

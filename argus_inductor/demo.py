@@ -3,16 +3,19 @@
     python -m argus_inductor.demo [--layers 2] [--tokens 24] [--device cpu|cuda]
 
 On a machine without a GPU the Argus kernels run under the Triton interpreter (ARGUS_INTERPRET=1 is
-set for you) at small sizes; on an H100 they run natively and the demo also prints timings against
-Inductor.
+set for you) at small sizes, so the times it prints are the interpreter's wall clock and say nothing
+about speed; on an H100 they run natively and the demo also prints timings against Inductor. It ends
+with what to do next: the signatures that ran without a cached kernel, recorded for `argus warmup`.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -82,6 +85,42 @@ def _time(fn, device: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def _argus_command() -> str:
+    """How to run `argus` from here: plain `argus` where it is this interpreter's on the PATH, else its path."""
+    here = Path(sys.executable).parent / "argus"
+    found = shutil.which("argus")
+    if found and Path(found).resolve() == here.resolve():
+        return "argus"
+    if here.exists():
+        try:
+            return str(here.relative_to(Path.cwd()))
+        except ValueError:
+            return str(here)
+    return f"{sys.executable} -m argus_inductor.cli"
+
+
+def next_steps(on_cpu: bool) -> str:
+    """What the demo says last: the misses it left for `argus warmup` (and the command), and on the CPU that its
+    times mean nothing for speed."""
+    from .runtime.cache import KernelCache
+
+    cache = KernelCache()
+    pending = [m for m in cache.misses() if not m["solved"]]
+    lines = ["", "next:"]
+    if pending:
+        lines.append(f"  {len(pending)} signature(s) ran without a cached kernel (the template policy served them);\n"
+                     f"  they are recorded in {cache.misses_file} (`argus cache misses` lists them). Run\n"
+                     f"      {_argus_command()} warmup\n"
+                     "  to search and prove a kernel for each (a minute or so on a CPU), then the demo again:\n"
+                     "  each of them is then a verified cache hit.")
+    else:
+        lines.append(f"  every signature ran a cached kernel ({cache.root}); `argus cache` lists them.")
+    if on_cpu:
+        lines.append("  On this CPU the kernels ran under the Triton interpreter: the ms above are its wall clock\n"
+                     "  and say nothing about speed; on an H100/H200 the demo times Argus against Inductor.")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Compile a small Llama-style model with backend='argus'.")
     ap.add_argument("--layers", type=int, default=2, help="decoder layers (default 2)")
@@ -113,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         compiled = torch.compile(model, backend="argus")
         t0 = time.perf_counter()
         out = compiled(tokens)
-        print(f"compiled and ran in {time.perf_counter() - t0:.1f} s")
+        print(f"compiled and ran in {time.perf_counter() - t0:.1f} s"
+              + (" (the Argus kernels under the Triton interpreter: slow, and no measure of speed)" if not big else ""))
         err = float((out.float() - ref.float()).norm() / ref.float().norm())
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
         print(f"argus vs eager: relative error {err:.2e} ({'OK' if err < tol else 'MISMATCH'}, tolerance {tol:g})")
@@ -123,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             ind(tokens)
             t_arg, t_ind = _time(lambda: compiled(tokens), "cuda"), _time(lambda: ind(tokens), "cuda")
             print(f"timing: argus {t_arg:.3f} ms, inductor {t_ind:.3f} ms, argus speed {t_ind / t_arg:.2f}x")
+    print(next_steps(on_cpu=not big))
     return 0 if err < tol and math.isfinite(err) else 1
 
 

@@ -12,10 +12,11 @@ op's PyTorch reference (relative error against the op's tolerance); then they ar
 PyTorch peer of the op (cuBLAS, SDPA's backends, grouped_mm, ...) on the same inputs, both the same way (a CUDA-
 graph median, operands rotated so that each call reads them from memory), and the ratio printed. Entries for
 another device are skipped and counted. On a machine without a GPU the CPU entries run under the Triton
-interpreter (start with ARGUS_INTERPRET=1): their results are checked, their times only rank plans, and no peer
-is timed. An entry of an op this command cannot build inputs for is listed as skipped. Exit status: 0 when every
-entry it ran matched its reference, 1 when one did not or failed to run, 2 on a usage error (an unreadable cache
-folder, nothing to benchmark).
+interpreter, which `argus bench` turns on for itself as `argus warmup` does (ARGUS_INTERPRET=1 for the run): their
+results are checked, their times (the interpreter's wall clock) only rank plans, and no peer is timed. An entry of
+an op this command cannot build inputs for is listed as skipped. Exit status: 0 when every entry it ran matched
+its reference, 1 when one did not or failed to run, 2 on a usage error (an unreadable cache folder, nothing to
+benchmark).
 """
 from __future__ import annotations
 
@@ -200,8 +201,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
     arch = _here_arch()
     if arch == "cpu" and not (interpret_requested() or interpreting()):  # as loop.device_for asks
-        print("argus bench: this machine has no GPU; CPU entries run under the Triton interpreter: start with "
-              "ARGUS_INTERPRET=1", file=sys.stderr)
+        print("argus bench: this machine has no GPU and the Triton interpreter is off in this process (`argus bench` "
+              "turns it on for itself; from Python, start with ARGUS_INTERPRET=1)", file=sys.stderr)
         return 2
     if args.shapes:
         try:

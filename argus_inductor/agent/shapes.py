@@ -12,6 +12,7 @@ from ..kernels.gemm import cat_epilogue
 from ..kernels.policies import GEMV_CAT_MAX_M
 from ..runtime.signature import Signature
 from ..specs import SPECS, Problem, attention_epilogue, moe_epilogue, problem_from_signature, signature_for
+from ..specs.base import DTYPES
 
 
 @dataclass(frozen=True)
@@ -20,35 +21,52 @@ class Job:
     source: str                            # misses | config | shapes | preset
     signature: dict[str, Any] | None = None  # a recorded signature (misses): used as is
     label: str = ""
+    rekeyed_from: str = ""                 # a recorded signature moved to this environment's versions: the old ones
 
     def signature_on(self, arch: str) -> Signature:
         if self.signature is not None:
             sig = Signature.from_dict(self.signature)
             # a recorded miss is of the device it ran on; a traced signature (arch "meta") is of the worker's
-            return replace(sig, arch=arch) if self.source == "traced" else sig
+            return replace(sig, arch=arch, device=model_of(arch)) if self.source == "traced" else sig
         return signature_for(self.problem, arch)
 
     def to_json(self) -> dict[str, Any]:
         p = self.problem
         return {"problem": {"op": p.op, "epilogue": p.epilogue, "dims": p.dims, "dtype": p.dtype,
                             "layouts": list(p.layouts)}, "source": self.source, "signature": self.signature,
-                "label": self.label}
+                "label": self.label, "rekeyed_from": self.rekeyed_from}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Job:
         p = d["problem"]
         return Job(Problem(p["op"], p["epilogue"], dict(p["dims"]), p["dtype"], tuple(p.get("layouts", ()))),
-                   d["source"], d.get("signature"), d.get("label", ""))
+                   d["source"], d.get("signature"), d.get("label", ""), d.get("rekeyed_from", ""))
+
+
+def model_of(arch: str) -> str:
+    """The GPU model a signature of `arch` made on this machine names (runtime.signature.device_model): the visible
+    GPU's where it is of `arch`, else none (the CPU, or a signature for another machine), as specs.signature_for."""
+    import torch
+
+    from ..runtime.signature import device_arch, device_model
+
+    if arch != "cpu" and torch.cuda.is_available() and arch == device_arch(torch.device("cuda")):
+        return device_model(torch.device("cuda"))
+    return ""
 
 
 class ShapesError(ValueError):
     pass
 
 
+ENTRY_KEYS = ("op", "epilogue", "dtype", "layouts", "label", "causal")
+
+
 def problem_from_entry(e: dict[str, Any], dtype: str = "bfloat16") -> Problem:
     """One shapes-file entry: {"op": "gemm", "M": 1, "N": 4096, "K": 4096} (epilogue "bias+silu" optional),
     {"op": "attention", "Z":.., "H":.., "HK":.., "S":.., "T":.., "D":.., "causal": true},
-    {"op": "moe", "T":.., "HD":.., "I":.., "E":.., "TOPK":..}, {"op": "rmsnorm", "R":.., "C":..}; "dtype" optional."""
+    {"op": "moe", "T":.., "HD":.., "I":.., "E":.., "TOPK":..}, {"op": "rmsnorm", "R":.., "C":..}; "dtype" optional.
+    The format is documented for users in `argus warmup --help` (agent/cli.py SHAPES_FORMAT)."""
     if not isinstance(e, dict) or "op" not in e:
         raise ShapesError(f"a shapes entry must be an object with an 'op': {e!r}")
     op = str(e["op"])
@@ -58,7 +76,14 @@ def problem_from_entry(e: dict[str, Any], dtype: str = "bfloat16") -> Problem:
     names = (*spec.static, *spec.dynamic)
     missing = [n for n in names if n not in e]
     if missing:
-        raise ShapesError(f"{op} entry {e!r} lacks {missing} (needs {', '.join(names)})")
+        raise ShapesError(f"{op} entry {e!r} lacks {', '.join(missing)} (a {op} takes {', '.join(names)})")
+    unknown = [k for k in e if k not in names and k not in ENTRY_KEYS]
+    if unknown:
+        raise ShapesError(f"{op} entry {e!r}: unknown key(s) {', '.join(map(str, unknown))} (a {op} takes "
+                          f"{', '.join(names)}, and optionally {', '.join(ENTRY_KEYS[1:])})")
+    bad = [n for n in names if isinstance(e[n], bool) or not isinstance(e[n], int)]
+    if bad:
+        raise ShapesError(f"{op} entry {e!r}: {', '.join(f'{n}={e[n]!r}' for n in bad)} must be integers")
     dims = {n: int(e[n]) for n in names}
     if any(v < 1 for v in dims.values()):
         raise ShapesError(f"dims must be >= 1: {e!r}")
@@ -70,18 +95,33 @@ def problem_from_entry(e: dict[str, Any], dtype: str = "bfloat16") -> Problem:
     if op == "moe" and "epilogue" not in e:
         epilogue = moe_epilogue(dims["TOPK"])
     layouts = tuple(e.get("layouts", ()))
-    return Problem(op, epilogue, dims, str(e.get("dtype", dtype)), layouts)
+    dt = str(e.get("dtype", dtype))
+    if dt not in DTYPES:
+        raise ShapesError(f"{op} entry {e!r}: dtype {dt!r} is not one of {', '.join(DTYPES)}")
+    problem = Problem(op, epilogue, dims, dt, layouts)
+    try:
+        signature_for(problem, "cpu")  # the epilogue and layouts as the op reads them
+    except (ValueError, KeyError, IndexError) as err:
+        raise ShapesError(f"{op} entry {e!r}: {err}") from None
+    return problem
 
 
 def from_shapes_file(path: Path | str, dtype: str = "bfloat16") -> list[Job]:
+    """The jobs of a shapes file (the format: `argus warmup --help`); a ShapesError names the file and the entry."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise ShapesError(f"cannot read shapes file {path}: {e}") from None
     if not isinstance(data, list):
-        raise ShapesError(f"{path}: expected a JSON list of shape objects")
-    return [Job(problem_from_entry(e, dtype), "shapes", label=e.get("label", "") if isinstance(e, dict) else "")
-            for e in data]
+        raise ShapesError(f"{path}: expected a JSON list of shape objects (see `argus warmup --help`)")
+    jobs = []
+    for i, e in enumerate(data, 1):
+        try:
+            jobs.append(Job(problem_from_entry(e, dtype), "shapes",
+                            label=e.get("label", "") if isinstance(e, dict) else ""))
+        except ShapesError as err:
+            raise ShapesError(f"{path}, entry {i}: {err}") from None
+    return jobs
 
 
 def from_misses(misses: list[dict[str, Any]]) -> list[Job]:
@@ -195,6 +235,7 @@ class Preset:
     name: str
     doc: str
     entries: list[dict[str, Any]] = field(default_factory=list)
+    gpu: bool = False  # sized for a GPU: `argus warmup` refuses it on a machine without one unless --force
 
 
 def _fast_kernels() -> Preset:
@@ -210,7 +251,7 @@ def _fast_kernels() -> Preset:
                 for z, h, hk, s, t, d, c in attn]
     entries += [{"op": "moe", "T": t, "HD": hd, "I": i, "E": e, "TOPK": k}
                 for hd, i, e, k in ((4096, 14336, 8, 2), (2048, 768, 128, 8)) for t in (1, 64, 4096)]
-    return Preset("fast-kernels", "the Fast kernels benchmark shapes (GEMM, attention, MoE; bf16)", entries)
+    return Preset("fast-kernels", "the Fast kernels benchmark shapes (GEMM, attention, MoE; bf16)", entries, gpu=True)
 
 
 PRESETS = {"fast-kernels": _fast_kernels}

@@ -1,19 +1,30 @@
 """`argus warmup`: fill the kernel cache ahead of time.
 
 Jobs (shapes.py) are deduplicated by signature key; those already in the cache are skipped (so a run that was
-interrupted resumes where it stopped). One worker per visible GPU takes jobs from a shared queue (a single GPU,
-or the CPU with the Triton interpreter already enabled here, runs in this process); each job is one
-synthesize() call writing its cache entry, trail and experience. A progress line counts jobs; a table at the
-end says, per signature, where its kernel came from and its speed against the peer (and, with --reference,
-against the best hand-set policy of benchmarks/sweep.py, timed in the same process on the same inputs).
+interrupted resumes where it stopped). A recorded signature (a miss, a traced model's) made under other torch,
+Triton or Argus versions than this environment's is re-keyed to this environment's versions: the kernel is made,
+searched and timed here, so it is stored under the key this environment looks up, never under a key whose versions
+its entry contradicts. One worker per visible GPU takes jobs from a shared queue (a single GPU, or the CPU with the
+Triton interpreter already enabled here, runs in this process); each job is one synthesize() call writing its cache
+entry, trail and experience. A progress line counts jobs; a table at the end says, per signature, where its kernel
+came from and its speed against the peer (and, with --reference, against the best hand-set policy of
+benchmarks/sweep.py, timed in the same process on the same inputs).
+
+A time limit is for the whole run: each job's search budget is cut to the time left (and to its share of it), no
+job starts past the limit, and a job still running at the limit is stopped there (an alarm signal in this process
+and in each worker; the parent ends workers that overrun it); what was not done is listed, and a new run resumes.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,6 +32,10 @@ from typing import Any, TextIO
 from .shapes import Job
 
 HANDSET_TARGET = 0.95
+STOPPED = "stopped at the time limit"
+NOT_STARTED = "not started (time limit)"
+NOT_FINISHED = "not finished (time limit; its worker was ended)"
+GRACE_S = 10.0  # how long past the limit the parent waits for a worker to stop itself before ending it
 
 
 @dataclass
@@ -35,11 +50,61 @@ class WarmupOptions:
     force: bool = False
     seed: int | None = None
     verbose: bool = False
+    started: float | None = None   # time.time() the run began (the time limit counts from it); None: warmup()'s call
+
+    def deadline(self) -> float | None:
+        if not self.time_limit:
+            return None
+        return (self.started if self.started is not None else time.time()) + self.time_limit
+
+
+# ---- the time limit -------------------------------------------------------------------------------------
+
+class TimeLimit(BaseException):
+    """Raised in the running job when the run's time limit passes. A BaseException, like KeyboardInterrupt, so
+    that no `except Exception` on the way records it as the job's failure."""
+
+
+_ALARM = threading.local()
+
+
+@contextlib.contextmanager
+def hard_deadline(deadline: float | None) -> Iterator[None]:
+    """Raise TimeLimit in this thread at `deadline` (time.time()): a SIGALRM timer, so it needs the main thread
+    of a POSIX process; elsewhere, and inside another hard_deadline, it does nothing (the soft checks between jobs
+    remain). Callers catch TimeLimit around the whole block: it may fire at any statement."""
+    usable = (deadline is not None and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread() and not getattr(_ALARM, "on", False))
+    if not usable:
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise TimeLimit()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    _ALARM.on = True
+    try:
+        left = deadline - time.time()  # type: ignore[operator]
+        if left <= 0:
+            raise TimeLimit()
+        signal.setitimer(signal.ITIMER_REAL, left)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        _ALARM.on = False
+
+
+def time_left(deadline: float | None) -> float:
+    return math.inf if deadline is None else deadline - time.time()
 
 
 # ---- one job ------------------------------------------------------------------------------------------
 
 def _budget(opts: WarmupOptions, target: str, deadline: float | None, remaining: int, workers: int) -> Any:
+    """The job's search budget: the target's default (or --trials / --seconds-per-signature), cut to the job's
+    share of the time left (its own, and the later jobs' of its worker) and never past the time left."""
     from .loop import Budget
 
     b = Budget.for_target(target)
@@ -48,14 +113,16 @@ def _budget(opts: WarmupOptions, target: str, deadline: float | None, remaining:
     if opts.seconds_per_signature is not None:
         b = replace(b, seconds=opts.seconds_per_signature)
     if deadline is not None:
-        share = (deadline - time.time()) / max(1.0, remaining / max(1, workers))
-        b = replace(b, seconds=max(3.0, min(b.seconds, share * 0.8)))
+        left = max(0.0, time_left(deadline))
+        share = left / max(1, math.ceil(remaining / max(1, workers)))
+        b = replace(b, seconds=min(b.seconds, left, max(share * 0.8, min(3.0, left))))
     return b
 
 
 def run_one(job: Job, device: str, opts: WarmupOptions, deadline: float | None = None, remaining: int = 1,
             workers: int = 1, handset: dict[Any, Any] | None = None) -> dict[str, Any]:
-    """Synthesize one job on `device`; always returns a table row (failures included)."""
+    """Synthesize one job on `device`; always returns a table row (failures, and a stop at the time limit,
+    included)."""
     from .loop import SynthesisError, synthesize
 
     t0 = time.time()
@@ -66,9 +133,10 @@ def run_one(job: Job, device: str, opts: WarmupOptions, deadline: float | None =
 
         arch = "cpu" if device == "cpu" else arch_of(device)
         sig = job.signature_on(arch)
-        row.update(signature=sig.short(), key=sig.key())
+        row.update(signature=sig.short(), key=sig.key(), sig=sig.as_dict())
         target = "interpret" if device == "cpu" else "cuda"
         budget = _budget(opts, target, deadline, remaining, workers)
+        row["budget_seconds"] = round(budget.seconds, 1)
         say = (lambda m: print(f"  {m}", file=sys.stderr, flush=True)) if opts.verbose else None
         res = synthesize(sig if job.signature is not None else prob, policy=opts.policy, budget=budget,
                          cache_root=opts.cache_root, device=None if device == "cpu" else device, origin="warmup",
@@ -86,11 +154,15 @@ def run_one(job: Job, device: str, opts: WarmupOptions, deadline: float | None =
             except Exception as e:  # the comparison is a report, never a failure of the warm-up
                 row["handset_error"] = f"{type(e).__name__}: {e}"[:200]
             row["compare_seconds"] = round(time.time() - t1, 1)
+    except TimeLimit:
+        row.update(source=STOPPED)
     except SynthesisError as e:
         row.update(source="failed", error=str(e))
     except Exception as e:  # one bad job must not end the warm-up
         row.update(source="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=4))
     row.setdefault("seconds", round(time.time() - t0, 1))
+    if job.rekeyed_from:
+        row["rekeyed_from"] = job.rekeyed_from
     return row
 
 
@@ -127,10 +199,12 @@ def _compare_handset(res: Any, table: dict[Any, Any]) -> dict[str, Any]:
 
 def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline: float | None, workers: int,
             reference: list[str]) -> None:
-    """A worker process: one GPU (or the CPU), jobs from the queue until None."""
+    """A worker process: one GPU (or the CPU), (index, job) pairs from the queue until None; it stops its own
+    job at the deadline and starts none past it."""
     import torch
 
     from . import handset
+    from .loop import arch_of
 
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
@@ -139,44 +213,69 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
         item = jobs.get()
         if item is None:
             return
+        index, job_json = item
+        job = Job.from_json(job_json)
+        arch = "cpu" if device == "cpu" else arch_of(device)
+        if time_left(deadline) <= 0:
+            results.put({**not_started(job, arch), "index": index})
+            continue
         try:
             remaining = jobs.qsize() + 1
         except NotImplementedError:  # pragma: no cover - macOS
             remaining = 1
-        row = run_one(Job.from_json(item), device, opts, deadline, remaining, workers, table)
-        if deadline is not None:  # hand-set comparisons are a report: they do not eat the synthesis time
-            deadline += row.get("compare_seconds", 0.0)
-        results.put(row)
+        try:
+            with hard_deadline(deadline):
+                row = run_one(job, device, opts, deadline, remaining, workers, table)
+        except TimeLimit:  # fired between the job's end and the timer's reset
+            row = {**not_started(job, arch), "source": STOPPED}
+        results.put({**row, "index": index})
+
+
+def not_started(job: Job, arch: str | None = None) -> dict[str, Any]:
+    """The row of a job the time limit left undone: its signature on `arch` (the recorded one without it)."""
+    row = {"signature": job.problem.short(), "source": NOT_STARTED, "job": job.source, "label": job.label}
+    if job.signature is not None or arch is not None:
+        try:
+            sig = job.signature_on(arch or "cpu")
+        except (ValueError, KeyError):
+            return row
+        row.update(signature=sig.short(), key=sig.key(), sig=sig.as_dict())
+    if job.rekeyed_from:
+        row["rekeyed_from"] = job.rekeyed_from
+    return row
 
 
 class Progress:
-    """One status line (rewritten in place on a terminal, one line per job otherwise)."""
+    """Numbered progress over every job of a run (library tuning and agent jobs alike, one count): a line when a
+    job starts and when it ends (rewritten in place on a terminal)."""
 
     def __init__(self, total: int, out: TextIO) -> None:
         self.total, self.done, self.out, self.t0 = total, 0, out, time.time()
         self.tty = out.isatty()
 
-    def step(self, row: dict[str, Any]) -> None:
-        self.done += 1
-        el = time.time() - self.t0
-        eta = el / self.done * (self.total - self.done)
-        width = 24
-        fill = int(width * self.done / max(1, self.total))
-        bar = "#" * fill + "." * (width - fill)
-        what = f"{row.get('signature', '?')}: {row.get('source')}"
-        if row.get("speed_vs_peer"):
-            what += f" {row['speed_vs_peer']:.2f}x peer"
-        line = f"[{bar}] {self.done}/{self.total} {el:5.0f}s eta {eta:5.0f}s  {what}"
+    def _write(self, line: str, final: bool) -> None:
         if self.tty:
-            self.out.write("\r\x1b[2K" + line[:200])
-            if self.done == self.total:
-                self.out.write("\n")
+            self.out.write("\r\x1b[2K" + line[:200] + ("\n" if final else ""))
         else:
             self.out.write(line + "\n")
         self.out.flush()
 
+    def start(self, what: str, budget: float | None = None) -> None:
+        el = time.time() - self.t0
+        extra = f" (search budget {budget:.0f} s)" if budget is not None and math.isfinite(budget) else ""
+        self._write(f"[{self.done + 1}/{self.total}] {el:5.0f}s  {what} ...{extra}", False)
 
-def _arch_here() -> tuple[str, int]:
+    def step(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        el = time.time() - self.t0
+        eta = el / self.done * (self.total - self.done)
+        what = f"{row.get('signature', '?')}: {row.get('source')}"
+        if row.get("speed_vs_peer"):
+            what += f" {row['speed_vs_peer']:.2f}x peer"
+        self._write(f"[{self.done}/{self.total}] {el:5.0f}s eta {eta:5.0f}s  {what}", self.done == self.total)
+
+
+def arch_here() -> tuple[str, int]:
     import torch
 
     from ..runtime.signature import device_arch
@@ -190,15 +289,30 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def warmup(jobs: list[Job], opts: WarmupOptions, out: TextIO | None = None) -> list[dict[str, Any]]:
-    """Run the jobs; returns one row per distinct signature (skipped ones included). Progress goes to `out`
-    (standard error by default)."""
+def rekey(jobs: list[Job], here: tuple[str, str, str]) -> tuple[list[Job], dict[str, int]]:
+    """Recorded signatures made under other versions than `here` (this environment's), moved to `here`'s: what
+    is made now is made by this torch and Triton, so it belongs under this environment's key. Returns the jobs and
+    how many were moved, by the versions they were recorded under."""
+    from ..runtime.signature import Signature, version_text
+
+    out, moved = [], {}
+    for job in jobs:
+        if job.signature is not None:
+            sig = Signature.from_dict(job.signature)
+            if sig.versions != here:
+                was = version_text(sig.versions, here)
+                moved[was] = moved.get(was, 0) + 1
+                job = replace(job, signature=replace(sig, versions=here).as_dict(), rekeyed_from=was)
+        out.append(job)
+    return out, moved
+
+
+def plan(jobs: list[Job], opts: WarmupOptions, arch: str) -> tuple[list[dict[str, Any]], list[Job]]:
+    """Rows for the jobs there is nothing to do for (already cached, recorded on another device, unreadable) and
+    the jobs to run, one per signature."""
     from .. import ops
     from .store import open_cache
 
-    out = out if out is not None else sys.stderr
-
-    arch, ngpu = _arch_here()
     cache = open_cache(opts.cache_root)
     rows: list[dict[str, Any]] = []
     todo: list[Job] = []
@@ -213,48 +327,92 @@ def warmup(jobs: list[Job], opts: WarmupOptions, out: TextIO | None = None) -> l
         if key in seen:
             continue
         seen.add(key)
+        base = {"signature": sig.short(), "key": key, "sig": sig.as_dict(), "job": job.source}
         if job.signature is not None and sig.arch != arch:
-            rows.append({"signature": sig.short(), "key": key, "source": f"skipped (recorded on {sig.arch})",
-                         "job": job.source})
+            rows.append({**base, "source": f"skipped (recorded on {sig.arch})"})
             continue
         e = None if opts.force else cache.get(key)
         if ops.entry_current(e):  # one the checker rejects, or an older checker proved, is made again
             t = e.timings if e is not None else {}
-            rows.append({"signature": sig.short(), "key": key, "source": "cache (already there)", "job": job.source,
-                         "ms": t.get("ms"), "peer": t.get("peer"), "speed_vs_peer": t.get("speed_vs_peer"),
-                         "plan": _plan_text(t.get("plan"))})
+            rows.append({**base, "source": "cache (already there)", "ms": t.get("ms"), "peer": t.get("peer"),
+                         "speed_vs_peer": t.get("speed_vs_peer"), "plan": _plan_text(t.get("plan"))})
             continue
         todo.append(job)
+    return rows, todo
+
+
+def say_rekeyed(moved: dict[str, int], here: tuple[str, str, str], out: TextIO) -> None:
+    """One line per set of versions recorded signatures were re-keyed from (rekey)."""
+    from ..runtime.signature import version_text
+
+    for was, n in moved.items():
+        print(f"argus warmup: {n} recorded signature(s) were made under {was}; this environment has "
+              f"{version_text(here)}: they are made here under this environment's versions and stored under its "
+              "keys (the table marks them 'recorded under ...')", file=out)
+
+
+def warmup(jobs: list[Job], opts: WarmupOptions, out: TextIO | None = None,
+           progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Run the jobs; returns one row per distinct signature (skipped ones included). Progress goes to `out`
+    (standard error by default), or to `progress` (a run that counts other work too). Recorded signatures of
+    other versions are re-keyed to this environment's (rekey), said on `out`."""
+    from ..runtime.signature import current_versions
+
+    out = out if out is not None else sys.stderr
+    arch, _ = arch_here()
+    here = current_versions()
+    jobs, moved = rekey(jobs, here)
+    say_rekeyed(moved, here, out)
+    rows, todo = plan(jobs, opts, arch)
+    return rows + run_planned(todo, opts, progress if progress is not None else Progress(len(todo), out))
+
+
+def run_planned(todo: list[Job], opts: WarmupOptions, progress: Progress) -> list[dict[str, Any]]:
+    """Run the jobs plan() left to do (in this process, or in one worker process per GPU), within the time limit;
+    one row each, in order."""
     if not todo:
-        return rows
-    deadline = time.time() + opts.time_limit if opts.time_limit else None
-    progress = Progress(len(todo), out)
+        return []
+    opts = opts if opts.started is not None else replace(opts, started=time.time())
+    arch, ngpu = arch_here()
+    deadline = opts.deadline()
     nworkers = max(1, min(opts.workers or max(ngpu, 1), len(todo), max(ngpu, 1)))
     in_process = (arch == "cpu" and interpreting()) or (arch != "cpu" and nworkers == 1)
-    if in_process:
-        from . import handset
+    if not in_process:
+        return _spawn(todo, opts, arch, nworkers, deadline, progress)
+    from . import handset
 
-        table = handset.load(opts.reference) if opts.reference else None
-        device = "cpu" if arch == "cpu" else "cuda:0"
-        for i, job in enumerate(todo):
-            row = run_one(job, device, opts, deadline, len(todo) - i, 1, table)
-            if deadline is not None:
-                deadline += row.get("compare_seconds", 0.0)
-            rows.append(row)
-            progress.step(row)
-        return rows
-    rows += _spawn(todo, opts, arch, nworkers, deadline, progress)
-    return rows
+    table = handset.load(opts.reference) if opts.reference else None
+    device = "cpu" if arch == "cpu" else "cuda:0"
+    target = "interpret" if arch == "cpu" else "cuda"
+    done: list[dict[str, Any]] = []
+    try:
+        with hard_deadline(deadline):
+            for i, job in enumerate(todo):
+                if time_left(deadline) <= 0:
+                    break
+                budget = _budget(opts, target, deadline, len(todo) - i, 1).seconds
+                progress.start(not_started(job, arch)["signature"], budget)
+                row = run_one(job, device, opts, deadline, len(todo) - i, 1, table)
+                done.append(row)
+                progress.step(row)
+    except TimeLimit:  # between two jobs, or as one ended
+        pass
+    for job in todo[len(done):]:
+        row = not_started(job, arch)
+        done.append(row)
+        progress.step(row)
+    return done
 
 
 def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadline: float | None,
            progress: Progress) -> list[dict[str, Any]]:
     import multiprocessing as mp
+    import queue
 
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
-    for job in todo:
-        jobs.put(job.to_json())
+    for i, job in enumerate(todo):
+        jobs.put((i, job.to_json()))
     devices = ["cpu"] if arch == "cpu" else [f"cuda:{i}" for i in range(nworkers)]
     for _ in devices:
         jobs.put(None)
@@ -274,26 +432,33 @@ def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadl
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    rows = []
+    got: dict[int, dict[str, Any]] = {}
     try:
-        while len(rows) < len(todo):
+        while len(got) < len(todo):
+            if time_left(deadline) < -GRACE_S:  # a worker that did not stop itself at the limit
+                break
             try:
-                row = results.get(timeout=5.0)
-            except Exception:  # queue.Empty: check the workers are alive
+                row = results.get(timeout=min(5.0, max(0.1, time_left(deadline) + GRACE_S)))
+            except queue.Empty:  # check the workers are alive
                 if not any(p.is_alive() for p in procs):
                     break
                 continue
-            rows.append(row)
+            got[int(row.pop("index"))] = row
             progress.step(row)
     finally:
         for p in procs:
-            p.join(timeout=5.0)
+            p.join(timeout=1.0 if time_left(deadline) < 0 else 5.0)
             if p.is_alive():
                 p.terminate()
-    done = {r.get("signature") for r in rows}
-    for job in todo:
-        if job.problem.short() not in done and len(rows) < len(todo):
-            rows.append({"signature": job.problem.short(), "source": "failed", "error": "worker died"})
+    rows = []
+    for i, job in enumerate(todo):
+        if i not in got:
+            row = not_started(job, arch)
+            row.update(source=NOT_FINISHED) if time_left(deadline) <= 0 else row.update(source="failed",
+                                                                                       error="worker died")
+            progress.step(row)
+            got[i] = row
+        rows.append(got[i])
     return rows
 
 
@@ -331,16 +496,43 @@ def _short_plan(text: str) -> str:
     return " ".join(parts)
 
 
+INTERPRETER_NOTE = ("ms on the CPU: the Triton interpreter's wall clock; it ranks plans of one signature, it says "
+                    "nothing about speed")
+
+
+def _labels(rows: list[dict[str, Any]]) -> list[str]:
+    """Each row's signature as the listing prints it: runtime.signature.labels (what tells apart signatures that
+    print alike, versions that differ from this environment's) for rows that carry their signature."""
+    with_sig = [i for i, r in enumerate(rows) if isinstance(r.get("sig"), dict)]
+    out = [str(r.get("signature", "")) for r in rows]
+    if with_sig:
+        from ..runtime.signature import Signature, current_versions, labels
+
+        sigs = [Signature.from_dict(rows[i]["sig"]) for i in with_sig]
+        for i, text in zip(with_sig, labels(sigs, current_versions())):
+            out[i] = text
+    return out
+
+
+def _on_cpu(r: dict[str, Any]) -> bool:
+    sig = r.get("sig")
+    return (sig.get("arch") == "cpu") if isinstance(sig, dict) else str(r.get("signature", "")).endswith(" cpu")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     has_ref = any("vs_handset" in r for r in rows)
-    head = "| signature | source | plan | ms | peer | vs peer |" + (" vs hand-set |" if has_ref else "") + \
+    cpu = any(_on_cpu(r) and r.get("ms") is not None for r in rows)
+    ms = "ms (interpreter)" if cpu else "ms"
+    head = f"| signature | source | plan | {ms} | peer | vs peer |" + (" vs hand-set |" if has_ref else "") + \
         " trials | s |"
     out = [head, "|" + " --- |" * (head.count("|") - 1)]
-    for r in rows:
+    for r, label in zip(rows, _labels(rows)):
         src = r.get("source", "")
         if src == "failed":
             src = "failed: " + str(r.get("error", ""))[:80].replace("|", "/").replace("\n", " ")
-        cells = [r.get("signature", ""), src, _short_plan(r.get("plan", "")), _fmt(r.get("ms"), ".4f"),
+        if r.get("rekeyed_from"):
+            src += f" (recorded under {r['rekeyed_from']})"
+        cells = [label.replace("|", "/"), src, _short_plan(r.get("plan", "")), _fmt(r.get("ms"), ".4f"),
                  str(r.get("peer") or "-"), _fmt(r.get("speed_vs_peer"), ".2f") + ("x" if r.get("speed_vs_peer")
                                                                                     else "")]
         if has_ref:
@@ -349,6 +541,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     out.append(summary(rows))
+    if cpu:
+        out.append(INTERPRETER_NOTE)
     return "\n".join(out)
 
 
@@ -357,14 +551,16 @@ def _gmean(xs: list[float]) -> float:
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
-    made = [r for r in rows if r.get("source") not in ("failed",) and not str(r.get("source", "")).startswith(
-        ("cache", "skipped"))]
+    undone = [r for r in rows if r.get("source") in (STOPPED, NOT_STARTED, NOT_FINISHED)]
+    made = [r for r in rows if r.get("source") not in ("failed",) and r not in undone and not str(
+        r.get("source", "")).startswith(("cache", "skipped"))]
     failed = [r for r in rows if r.get("source") == "failed"]
     cached = [r for r in rows if str(r.get("source", "")).startswith("cache")]
     synth = sum(float(r.get("seconds") or 0) for r in made + failed)
     comp = sum(float(r.get("compare_seconds") or 0) for r in rows)
-    lines = [f"{len(made)} synthesized, {len(cached)} already cached, {len(failed)} failed; synthesis "
-             f"{synth:.0f} s in total" + (f" (hand-set comparisons, not counted: {comp:.0f} s)" if comp else "")]
+    lines = [f"{len(made)} synthesized, {len(cached)} already cached, {len(failed)} failed"
+             + (f", {len(undone)} not done (time limit: a new run resumes)" if undone else "")
+             + f"; synthesis {synth:.0f} s in total" + (f" (hand-set comparisons: {comp:.0f} s)" if comp else "")]
     ops: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         ops.setdefault(str(r.get("signature", "?")).split("(")[0].split("[")[0], []).append(r)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -129,12 +130,25 @@ def clear() -> None:
         _ENTRIES.clear()
 
 
+INTERPRETER_NOTE = ("ms/call here is the Triton interpreter's wall clock (kernels emulated on the CPU): it says "
+                    "nothing about speed on a GPU")
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run under its interpreter in this process (TRITON_INTERPRET, which ARGUS_INTERPRET
+    sets): then every Argus time is the interpreter's."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def report(file=None) -> str:
     """Print (and return) one line per matched subgraph."""
     rows = entries()
     lines = [f"Argus: {len(rows)} subgraph(s) matched"]
+    interpreted = interpreting()
     for i, e in enumerate(rows):
         t = f"{e.total_ms / e.calls:.3f} ms/call" if e.calls and e.total_ms else "not timed"
+        if interpreted and e.calls and e.total_ms:
+            t += " (Triton interpreter)"
         lines.append(f"  [{i}] {e.op:<9} {e.graph_node}")
         lines.append(f"      signature: {e.signature or '(not run yet)'}")
         lines.append(f"      kernel:    {e.source}; {e.calls} call(s), {t}")
@@ -147,6 +161,8 @@ def report(file=None) -> str:
     graphs = summary()
     if graphs:
         lines.append(graphs)
+    if interpreted and any(e.calls and e.total_ms for e in rows):
+        lines.append(INTERPRETER_NOTE)
     text = "\n".join(lines)
     print(text, file=file, flush=True)
     return text

@@ -4,6 +4,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -117,19 +119,101 @@ class Signature:
         return sum(abs(math.log2(max(a[k], 1)) - math.log2(max(b[k], 1))) for k in a)
 
     def short(self) -> str:
+        """One line for a person: op, epilogue, dims, dtypes, device. A library op's signature (conv, norms, ...:
+        every dim of every operand, the call's arguments in its epilogue) reads as its operands' shapes and its
+        arguments: `rms_norm([2,24,64] [64]; dim=[2], eps=1e-06) float32 cpu`. Layouts and versions are not shown:
+        `labels` adds them where they tell two signatures apart."""
+        lib = _library_text(self)
+        if lib is not None:
+            return lib
         dims = ",".join(f"{k}={v}" for k, v in self.static_dims + self.dynamic_dims)
         epi = f"[{self.epilogue}]" if self.epilogue else ""
         return f"{self.op}{epi}({dims}) {'/'.join(self.dtypes)} {self.arch}" + \
             (f" [{self.device}]" if self.device else "")
 
 
-def make_signature(op: str, epilogue: str, tensors: list[torch.Tensor], static: dict[str, int],
-                   dynamic: dict[str, int]) -> Signature:
+_OPERAND_DIM = re.compile(r"t(\d+)d(\d+)")
+
+
+def _library_text(sig: Signature) -> str | None:
+    """short() of a library op's signature (ops.library.library_signature: static dims t<i>d<j>, epilogue
+    '<arguments JSON>|<1 per operand present, 0 per optional one absent>'), or None for any other signature."""
+    args_text, bar, absent = sig.epilogue.rpartition("|")
+    if not bar or sig.dynamic_dims or not sig.static_dims or set(absent) - {"0", "1"}:
+        return None
+    shapes: dict[int, dict[int, int]] = {}
+    for k, v in sig.static_dims:
+        m = _OPERAND_DIM.fullmatch(k)
+        if m is None:
+            return None
+        shapes.setdefault(int(m[1]), {})[int(m[2])] = v
+    try:
+        args = json.loads(args_text) if args_text else {}
+    except ValueError:
+        return None
+    if not isinstance(args, dict) or absent.count("1") < len(shapes):
+        return None
+    present = iter(range(absent.count("1")))
+    operands = []
+    for c in absent:
+        if c == "0":
+            operands.append("-")  # an optional operand the call left out (a conv without bias)
+            continue
+        dims = shapes.get(next(present), {})
+        operands.append("[" + ",".join(str(dims[j]) for j in sorted(dims)) + "]")
+    arg_text = ", ".join(f"{k}={_arg(v)}" for k, v in sorted(args.items()))
+    dtypes = sig.dtypes[0] if len(set(sig.dtypes)) == 1 else "/".join(sig.dtypes)
+    return f"{sig.op}({' '.join(operands)}{'; ' + arg_text if arg_text else ''}) {dtypes} {sig.arch}" + \
+        (f" [{sig.device}]" if sig.device else "")
+
+
+def _arg(v: Any) -> str:
+    """An argument's value as compact JSON, a plain word without its quotes."""
+    return v if isinstance(v, str) and v.isidentifier() else json.dumps(v, separators=(",", ":"))
+
+
+def current_versions() -> tuple[str, str, str]:
+    """(torch, triton, argus_inductor) of this environment, as a signature made here records them."""
     import triton
 
+    return torch.__version__.split("+")[0], triton.__version__, __version__
+
+
+VERSION_NAMES = ("torch", "triton", "argus")
+
+
+def version_text(versions: Sequence[str], here: Sequence[str] | None = None) -> str:
+    """'torch 2.12.0, triton 3.5.0': the versions a signature records, only those that differ from `here` when
+    given (empty when none does)."""
+    return ", ".join(f"{n} {v}" for n, v, h in zip(VERSION_NAMES, versions, here or ("",) * 3)
+                     if here is None or v != h)
+
+
+def labels(sigs: Sequence[Signature], here: Sequence[str] | None = None) -> list[str]:
+    """short() of each signature, plus what tells it apart where that is not in short(): the versions it was
+    made under where they differ from `here` (this environment's, current_versions()), and, among signatures that
+    would still print alike, their layouts, their full versions and, as a last resort, their keys. So no two
+    distinct signatures of one listing read the same."""
+    out = []
+    for s in sigs:
+        other = version_text(s.versions, here) if here is not None else ""
+        out.append(s.short() + (f" [made under {other}]" if other else ""))
+    for extra in (lambda s: "layouts " + "/".join(s.layouts), lambda s: version_text(s.versions),
+                  lambda s: "key " + s.key()):
+        groups: dict[str, set[Signature]] = {}
+        for s, text in zip(sigs, out):
+            groups.setdefault(text, set()).add(s)
+        clash = {t for t, g in groups.items() if len(g) > 1}
+        if not clash:
+            break
+        out = [f"{text} [{extra(s)}]" if text in clash else text for s, text in zip(sigs, out)]
+    return out
+
+
+def make_signature(op: str, epilogue: str, tensors: list[torch.Tensor], static: dict[str, int],
+                   dynamic: dict[str, int]) -> Signature:
     dev = tensors[0].device
     return Signature(op, epilogue, tuple(str(t.dtype).replace("torch.", "") for t in tensors),
                      tuple(layout_of(t) for t in tensors), tuple(sorted(static.items())),
                      tuple(sorted((k, bucket(v)) for k, v in dynamic.items())), device_arch(dev),
-                     (torch.__version__.split("+")[0], triton.__version__, __version__),
-                     device_model(dev) if dev.type == "cuda" else "")
+                     current_versions(), device_model(dev) if dev.type == "cuda" else "")

@@ -54,15 +54,20 @@ def test_warmup_fills_the_cache_and_a_second_run_skips_everything(tmp_path: Path
     assert "0 synthesized, 2 already cached" in (tmp_path / "table.md").read_text()
 
 
-def test_warmup_in_a_worker_process_enables_the_interpreter_itself(tmp_path: Path) -> None:
-    """A process that did not start with ARGUS_INTERPRET spawns its worker with the interpreter on."""
+def test_without_a_gpu_warmup_and_bench_follow_one_rule(tmp_path: Path) -> None:
+    """A process started without ARGUS_INTERPRET on a machine without a GPU: `argus warmup` and `argus bench` both
+    turn the Triton interpreter on for themselves and say so (bench used to refuse while warmup ran)."""
     sf = tmp_path / "shapes.json"
     sf.write_text(json.dumps(SHAPES[:1]))
     env = {k: v for k, v in os.environ.items() if k not in ("ARGUS_INTERPRET", "TRITON_INTERPRET")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "argus_inductor.cli", "warmup", *args(sf, tmp_path / "c", tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    rule = "no GPU here: Argus kernels run under the Triton interpreter (ARGUS_INTERPRET=1 for this run)"
+    for argv in (["warmup", *args(sf, tmp_path / "c", tmp_path)], ["bench", "--cache-dir", str(tmp_path / "c")]):
+        proc = subprocess.run([sys.executable, "-m", "argus_inductor.cli", *argv], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"argus {argv[0]}: {rule}" in proc.stderr
+        assert "interpreter" in proc.stdout  # the times it prints are marked as the interpreter's
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert rows[0]["source"].split("/")[0] in ("baseline", "offline")
 

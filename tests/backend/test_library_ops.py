@@ -184,7 +184,7 @@ def test_library_signature_goes_through_the_cache_with_verification(fresh_cache)
     args = '{"activation":"none","dilation":[1,1],"groups":2,"output_padding":[0,0],"padding":[1,1],' \
            '"stride":[2,1],"transposed":false}'
     sig = library_signature("conv", [x, w, None], args)
-    assert sig.op == "conv" and "t1d0=6" in sig.short() and sig.epilogue.endswith("|110")
+    assert sig.op == "conv" and "[2,4,9,7] [6,2,3,3] -;" in sig.short() and sig.epilogue.endswith("|110")
     entry = ops.make_entry(sig, origin="warmup", verify=True)
     assert list(entry.policy) == ["conv_fwd"] and entry.verification["status"] == "verified", entry.verification
     assert "def conv_fwd(" in entry.dsl_source and "@triton.jit" in entry.triton_source

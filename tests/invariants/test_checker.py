@@ -180,8 +180,8 @@ def test_cli_verify_ok_violation_json_and_errors(tmp_path: Path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False and data["results"][0]["violations"][0]["kind"] == "reduction-complete"
 
-    assert main(["verify", str(bad), "--kernel", "nope"]) == 0  # nothing selected, nothing wrong
-    capsys.readouterr()
+    assert main(["verify", str(bad), "--kernel", "nope"]) == 2  # a typo is an error, never "proved"
+    assert "defines no such kernel" in capsys.readouterr().err
 
     # a running maximum summed across the indices the loop mixed: undecided, so not proved, and not a violation
     unfollowed = tmp_path / "unfollowed.py"
