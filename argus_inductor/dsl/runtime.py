@@ -446,8 +446,10 @@ class Kernel:
         self._by_policy[(policy, target)] = hit
         return hit
 
-    def triton_source(self, policy: Policy | None = None, target: str = "cuda") -> str:
-        src, _ = lower(self.ir, policy or self.default_policy(), target)
+    def triton_source(self, policy: Policy | None = None, target: str | None = None) -> str:
+        """The Triton source this kernel lowers to under `policy` (its default policy when None) for `target` (by
+        default where this process launches: the interpreter without a GPU or under TRITON_INTERPRET)."""
+        src, _ = lower(self.ir, policy or self.default_policy(), target or default_target())
         return src.source
 
     def __call__(self, *args: Any, policy: Policy | None = None, target: str | None = None, **kwargs: Any) -> None:

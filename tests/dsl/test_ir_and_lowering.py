@@ -231,3 +231,14 @@ def test_unrollable_range_lowers_to_a_static_range_or_a_range():
     assert "for k in range(0, K, BK):" not in unrolled
     plain = gemm_residual.triton_source(pol)
     assert "for k in range(0, K, BK):" in plain and "for k in tl.static_range" not in plain
+
+
+def test_triton_source_shows_the_launched_policy_for_this_machines_target():
+    """README's example: triton_source(policy) is the source of the launch it made, labelled for where this process
+    launches (the interpreter here: no GPU), not a default policy for cuda."""
+    from argus_inductor.dsl import Policy
+    from argus_inductor.kernels import gemm_epilogue
+
+    src = gemm_epilogue.triton_source(Policy.make(BM=32, BN=16, BK=64, num_warps=2))
+    assert "# target: interpret" in src and "# policy: BK=64,BM=32,BN=16," in src and "num_warps=2" in src
+    assert "# target: cuda" in gemm_epilogue.triton_source(target="cuda")
