@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from argus_inductor import backend, ops
 from argus_inductor.config import Options
-from argus_inductor.graph import inline, rewrite
+from argus_inductor.graph import inline, operands, rewrite
 from argus_inductor.kernels.rotary import rotate_half
 from argus_inductor.runtime import reporting
 
@@ -102,8 +102,8 @@ def test_the_graphs_own_inputs_are_recorded_on_rather_than_random_copies(fresh_c
     copied); only operands made inside the graph get random stand-ins."""
     fn, args = (lambda x, w, b: F.linear(x, w, b).relu()), (torch.randn(5, 12), torch.randn(7, 12), torch.randn(7))
     made = []
-    real = inline._random_like
-    monkeypatch.setattr(inline, "_random_like", lambda t: made.append(tuple(t.shape)) or real(t))
+    real = operands.random_like
+    monkeypatch.setattr(operands, "random_like", lambda t: made.append(tuple(t.shape)) or real(t))
     gm, graph_inputs = capture(fn, *args)
     rewrite(gm, ("gemm",))
     assert inline.inline_ops(gm, CPU, graph_inputs) == 1 and made == []
