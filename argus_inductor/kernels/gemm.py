@@ -71,7 +71,10 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
             acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[rn]).to(float32)[None, :]
-    acc = activation(acc, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        acc = where(acc < 0.0, 0.0, acc)
+    else:
+        acc = activation(acc, ACT)
     store(C[rm, rn], acc)
 
 
@@ -182,7 +185,10 @@ def bias_act_cast(X: Tensor("M", "N"), bias: Tensor("NB"), Y: Tensor("M", "N"),
     y = load(X[rm, rn]).to(float32)
     if HAS_BIAS == 1:
         y = y + load(bias[rn]).to(float32)[None, :]
-    y = activation(y, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        y = where(y < 0.0, 0.0, y)
+    else:
+        y = activation(y, ACT)
     store(Y[rm, rn], y)
 
 
