@@ -15,8 +15,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import argus_inductor  # noqa: F401  (registers backend="argus")
-from argus_inductor import ops
-from argus_inductor.config import Options
 from argus_inductor.runtime import reporting as report_mod
 from tests.kernels._support import gpu_float_semantics
 
@@ -48,13 +46,11 @@ def compiled_twice(fn: Callable, *args: torch.Tensor, ops_kinds: str | None = No
                    reference: torch.Tensor | None = None) -> list[report_mod.Entry]:
     """fn compiled with backend="argus", called twice; each call's result is eager's (or `reference`). `argus`: at least one Argus kernel ran (the case did not pass by staying Inductor's). Returns the
     report's entries."""
-    if ops_kinds is not None:
-        ops.set_active_options(Options.resolve(ops=ops_kinds))
     torch._dynamo.reset()
     report_mod.clear()
     with torch.no_grad():
         ref = fn(*args) if reference is None else reference
-        compiled = torch.compile(fn, backend="argus")
+        compiled = torch.compile(fn, backend="argus", options=None if ops_kinds is None else {"ops": ops_kinds})
         outs = [compiled(*args), compiled(*args)]
     for i, out in enumerate(outs):
         refs, got = (ref, out) if isinstance(ref, (tuple, list)) else ((ref,), (out,))
@@ -114,3 +110,100 @@ def test_linear_residual_and_gate_up_keep_nan(act: str) -> None:
     x[0, 3] = x[4, 0] = NAN
     compiled_twice(lambda x: ACTS[act](gate(x)) * up(x), x)
     compiled_twice(lambda x: x + ACTS[act](down(x)), x)
+
+
+# ---------------------------------------------------------------------------------- library ops (ARGUS_OPS=all)
+
+def _with_nans(*shape: int) -> torch.Tensor:
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    flat = x.view(-1)
+    flat[7] = NAN  # one NaN
+    x.view(shape[0], -1)[-1, :] = NAN  # a slice of NaN only
+    x.view(shape[0], -1)[1, 2:5] = NAN  # several, the first not at the start
+    return x
+
+
+REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "amax_rows": lambda x: torch.amax(x, 1), "amin_rows": lambda x: torch.amin(x, -1),
+    "amax_cols": lambda x: torch.amax(x, 0), "amin_cols": lambda x: torch.amin(x, 0),
+    "max_values": lambda x: torch.max(x, 1).values, "max_indices": lambda x: torch.max(x, 1).indices,
+    "min_values": lambda x: torch.min(x, 0).values,
+    "argmax_rows": lambda x: torch.argmax(x, 1), "argmin_rows": lambda x: torch.argmin(x, 1),
+    "argmax_cols": lambda x: torch.argmax(x, 0), "argmin_cols": lambda x: torch.argmin(x, 0),
+    "amax_all": lambda x: torch.amax(x), "argmax_all": lambda x: torch.argmax(x),
+}
+
+
+@pytest.mark.parametrize("case", list(REDUCTIONS))
+def test_reductions_propagate_nan(case: str) -> None:
+    """max/min give NaN for a slice with a NaN and argmax/argmin the first NaN's index, as eager (the kernels'
+    max dropped NaN: a GPU's max is IEEE maxNum, and the interpreter's max reduction is np.nanmax)."""
+    compiled_twice(REDUCTIONS[case], _with_nans(6, 70), ops_kinds="all")
+
+
+def test_whole_tensor_max_of_many_elements_propagates_nan() -> None:
+    """amax over more than 2^16 elements runs as partial maxima, then their max: a NaN in one part reaches the end."""
+    x = torch.randn(300, 260)
+    x[211, 3] = NAN
+    compiled_twice(lambda x: torch.amax(x), x, ops_kinds="all")
+
+
+def test_reductions_of_infinities() -> None:
+    """+-inf take part as numbers: a row of -inf has max -inf and argmax 0; +inf wins."""
+    x = torch.randn(4, 9)
+    x[0, :] = -INF
+    x[1, 4] = INF
+    x[2, 0] = x[2, 8] = INF
+    compiled_twice(lambda x: (torch.amax(x, 1), torch.argmax(x, 1), torch.amin(x, 1), torch.argmin(x, 0)), x,
+                   ops_kinds="all")
+
+
+LIBRARY_NAN: dict[str, tuple[Callable, tuple[int, ...]]] = {
+    "conv2d_relu": (lambda x: F.relu(F.conv2d(x, torch.ones(3, 2, 3, 3) / 9, torch.zeros(3) - 0.1, padding=1)),
+                    (2, 2, 6, 5)),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), (1, 2, 9, 8)),
+    "l1_normalize": (lambda x: x / torch.sum(torch.abs(x), dim=1, keepdim=True), (4, 7)),
+    "frobenius": (lambda x: x / torch.norm(x, p="fro"), (3, 4, 5)),
+    "hinge": (lambda x: torch.mean(torch.clamp(1 - x * torch.ones_like(x), min=0)), (4, 9)),
+    "triplet_swap": (lambda x: F.triplet_margin_loss(x, x.flip(0), x.roll(1, 0), swap=True), (4, 9)),
+    # each output a chain of its own, so a NaN one loses is not restored by another's
+    "clamps_and_hard_activations": (lambda x: (F.hardtanh(x, -0.5, 0.5) * 2, F.hardsigmoid(x) + 1,
+                                               F.hardswish(x) - 1, torch.clamp(x, min=-0.2) * 3,
+                                               torch.clamp(x, max=0.3) * 3, F.relu6(x) * 2), (3, 17)),
+    "maximum_minimum_relu": (lambda x: (torch.maximum(x, x.flip(1)) * 2, torch.minimum(x.flip(0), x) * 2,
+                                        torch.relu(x) * 2, F.softplus(x, 2.0) * 2), (3, 17)),
+}
+
+
+@pytest.mark.parametrize("case", list(LIBRARY_NAN))
+@pytest.mark.parametrize("special", ["nan", "inf", "-inf"])
+def test_library_ops_keep_nan_and_inf(case: str, special: str) -> None:
+    """A NaN or an infinity in the input of a convolution + ReLU, a max pooling, a normalization, a clamp-based
+    loss, or an elementwise chain of clamps, maximum/minimum and ReLU: NaN where eager has NaN (max(x, c) and
+    min(x, c) in the kernels dropped it on the GPU)."""
+    fn, shape = LIBRARY_NAN[case]
+    torch.manual_seed(1)
+    x = torch.randn(*shape)
+    x.view(-1)[[1, 5]] = float(special)
+    compiled_twice(fn, x, ops_kinds="all")
+
+
+def test_elementwise_chains_keep_the_sign_of_zero() -> None:
+    """relu, clamp and hardtanh of -0.0 are -0.0 in eager: so in the chain's kernel."""
+    x = torch.tensor([[-0.0, 0.0, -1.0, 2.0, -0.0, 0.5]] * 2)
+    compiled_twice(lambda x: (torch.relu(x) * 1.0, torch.clamp(x, min=0.0) + 0.0 * x, F.hardtanh(x) * 1.0), x,
+                   ops_kinds="all", zero_sign=True)
+
+
+def test_conv2d_on_a_channels_last_input() -> None:
+    """The op's output has the strides its fake (torch's conv) promises: channels_last for a channels_last input
+    (the kernels wrote contiguous output, and the compiled graph's stride check raised)."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 8, 3, padding=1)
+    x = torch.randn(2, 4, 10, 10).to(memory_format=torch.channels_last)
+    rows = compiled_twice(conv, x, ops_kinds="all")
+    assert [e.op for e in rows] == ["conv"]
+    with torch.no_grad():
+        out = torch.compile(conv, backend="argus", options={"ops": "all"})(x)
+    assert out.stride() == conv(x).stride()
