@@ -44,9 +44,10 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
                   HAS_MASK: constexpr = 0):
     """O = softmax(Q K^T * scale [+ Mask] [+ causal mask]) V; query head h reads key/value head h // (H // HK).
 
-    Mask (HAS_MASK=1) is additive (any float dtype), broadcast by zero strides; entries below -1e30 count as
-    -1e30, so a row whose keys are all hidden averages them (as SDPA does for a dtype-minimum mask)
-    instead of dividing 0 by 0.
+    Mask (HAS_MASK=1) is additive (any float dtype), broadcast by zero strides; -inf hides a key (a bool mask's
+    False is -inf), finite entries below MASK_FLOOR count as MASK_FLOOR (scores are scaled by log2(e), which would
+    take them past float32's range), so a row masked with a dtype's minimum averages its keys as SDPA does. A row
+    with no visible key (every score -inf) is zero, as SDPA's; NaN and +inf in the mask or the inputs give NaN.
 
     The causal mask is top-left aligned (key j is visible to query i when j <= i), as in
     scaled_dot_product_attention(is_causal=True). Keys are walked in two loops: whole key blocks that no
@@ -83,8 +84,9 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
         qk = mma(q, trans(k))
         assert_tag(implies(CAUSAL == 1, tag_of(qk, "T") <= tag_of(qk, "S")), "a causal score never looks ahead")
         m_new = maximum(m_i, max(qk, 1) * qk_scale)  # scale > 0 (the host negates q for a negative one)
-        alpha = exp2(m_i - m_new)
-        p = exp2(qk * qk_scale - m_new[:, None])  # one fused multiply-add a score
+        m_use = where(m_new == -inf, 0.0, m_new)  # a row with no finite score yet: exp2(-inf - 0) = 0, not NaN
+        alpha = exp2(m_i - m_use)
+        p = exp2(qk * qk_scale - m_use[:, None])  # one fused multiply-add a score
         l_i = l_i * alpha + sum(p, 1)
         acc = mma(p.to(V.dtype), v, acc * alpha[:, None])
         m_i = m_new
@@ -95,18 +97,21 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
         assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
                    "query head h reads the key/value head of its GQA group")
         visible = (rn[None, :] < T) & ((CAUSAL == 0) | (rn[None, :] <= rm[:, None]))
-        s = where(visible, mma(q, trans(k)) * qk_scale, -inf)
+        s = mma(q, trans(k)) * qk_scale
         if HAS_MASK == 1:
-            s = s + maximum(load(Mask[z, h, rm, rn]).to(float32), -1e30) * 1.4426950408889634
+            mk = load(Mask[z, h, rm, rn]).to(float32)
+            s = s + where((mk < -2.3e38) & (mk > -inf), -2.3e38, mk) * 1.4426950408889634  # MASK_FLOOR
+        s = where(visible, s, -inf)
         assert_tag(implies(CAUSAL == 1, tag_of(s, "T") <= tag_of(s, "S")),
                    "a causal score on the diagonal never looks ahead")
         m_new = maximum(m_i, max(s, 1))
-        alpha = exp2(m_i - m_new)
-        p = exp2(s - m_new[:, None])
+        m_use = where(m_new == -inf, 0.0, m_new)  # every key so far hidden: p = 0, not exp2(-inf + inf)
+        alpha = exp2(m_i - m_use)
+        p = exp2(s - m_use[:, None])
         l_i = l_i * alpha + sum(p, 1)
         acc = mma(p.to(V.dtype), v, acc * alpha[:, None])
         m_i = m_new
-    store(O[z, h, rm, rd], acc / l_i[:, None])
+    store(O[z, h, rm, rd], where((l_i == 0.0)[:, None], 0.0, acc / l_i[:, None]))  # no visible key: 0, as SDPA
 
 
 @kernel
@@ -132,16 +137,19 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
         rn = n0 + arange(BN)
         k = load(K[z, hk, rn, rd])
         v = load(V[z, hk, rn, rd])
-        s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
+        s = mma(q, trans(k)) * qk_scale
         if HAS_MASK == 1:
-            s = s + maximum(load(Mask[z, hrow, 0, rn], mask=(rg < g)[:, None]).to(float32), -1e30) * 1.4426950408889634
+            mk = load(Mask[z, hrow, 0, rn], mask=(rg < g)[:, None]).to(float32)
+            s = s + where((mk < -2.3e38) & (mk > -inf), -2.3e38, mk) * 1.4426950408889634  # MASK_FLOOR
+        s = where(rn[None, :] < T, s, -inf)
         m_new = maximum(m_i, max(s, 1))
-        alpha = exp2(m_i - m_new)
-        p = exp2(s - m_new[:, None])
+        m_use = where(m_new == -inf, 0.0, m_new)
+        alpha = exp2(m_i - m_use)
+        p = exp2(s - m_use[:, None])
         l_i = l_i * alpha + sum(p, 1)
         acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
         m_i = m_new
-    store(O[z, hrow, 0, rd], acc / l_i[:, None], mask=(rg < g)[:, None])
+    store(O[z, hrow, 0, rd], where((l_i == 0.0)[:, None], 0.0, acc / l_i[:, None]), mask=(rg < g)[:, None])
 
 
 @kernel
@@ -171,13 +179,15 @@ def attention_decode_part(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "C
         rn = n0 + arange(BN)
         k = load(K[z, hk, c, rn, rd])
         v = load(V[z, hk, c, rn, rd])
-        s = where(rn[None, :] < TS, mma(q, trans(k)) * qk_scale, -inf)
+        s = mma(q, trans(k)) * qk_scale
         if HAS_MASK == 1:
-            s = s + maximum(load(Mask[z, hrow, 0, c, rn], mask=(rg < g)[:, None]).to(float32), -1e30) * \
-                1.4426950408889634
+            mk = load(Mask[z, hrow, 0, c, rn], mask=(rg < g)[:, None]).to(float32)
+            s = s + where((mk < -2.3e38) & (mk > -inf), -2.3e38, mk) * 1.4426950408889634  # MASK_FLOOR
+        s = where(rn[None, :] < TS, s, -inf)
         m_new = maximum(m_i, max(s, 1))
-        alpha = exp2(m_i - m_new)
-        p = exp2(s - m_new[:, None])
+        m_use = where(m_new == -inf, 0.0, m_new)
+        alpha = exp2(m_i - m_use)
+        p = exp2(s - m_use[:, None])
         l_i = l_i * alpha + sum(p, 1)
         acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
         m_i = m_new
@@ -191,7 +201,8 @@ def attention_decode_merge(Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: 
                            Den: Tensor("Z", "H", "C", dtype=float32), O: Tensor("Z", "H", "S", "D"),
                            BC: constexpr = 16, BD: constexpr = 64):
     """Split-KV decode, second pass: one program a (batch, query head) rescales each chunk's statistics to the
-    largest chunk max and sums them: O = sum_c 2^(m_c - m) Acc_c / sum_c 2^(m_c - m) Den_c."""
+    largest chunk max and sums them: O = sum_c 2^(m_c - m) Acc_c / sum_c 2^(m_c - m) Den_c (0 where no chunk had a
+    visible key, as SDPA's)."""
     (zh,) = tile_grid(Z * H)
     z = zh // H
     h = zh % H
@@ -199,10 +210,11 @@ def attention_decode_merge(Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: 
     rc = arange(BC)
     rd = arange(BD)
     m_c = load(Max[z, h, rc], mask=rc < C, other=-inf)
-    w = exp2(m_c - max(m_c, 0))
+    m = max(m_c, 0)
+    w = exp2(m_c - where(m == -inf, 0.0, m))
     den = sum(w * load(Den[z, h, rc], mask=rc < C, other=0.0), 0)
     acc = sum(w[:, None] * load(Acc[z, h, rc, rd], mask=(rc < C)[:, None], other=0.0), 0)
-    store(O[z, h, 0, rd], acc / den)
+    store(O[z, h, 0, rd], where(den == 0.0, 0.0, acc / den))
 
 
 def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
@@ -211,7 +223,8 @@ def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, floa
     return (q, scale) if scale >= 0 else (-q, -scale)
 
 
-MASKED_SCORE = -1e30  # what a bool mask's False adds to a score (the kernels clamp any mask at this value)
+MASKED_SCORE = -math.inf  # what a bool mask's False adds to a score: the key is hidden (SDPA's semantics)
+MASK_FLOOR = -2.3e38  # finite mask entries below it count as it in the kernels (times log2(e), float32's range)
 
 
 def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

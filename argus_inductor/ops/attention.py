@@ -141,6 +141,8 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not broadcasts_to(
             mask.shape, (z, h, s, t))):
         return fallback_in_layout()
+    if z * h * s * v.shape[-1] == 0:  # an empty batch, no queries: nothing to compute, no kernel to launch
+        return attention_out(q, v, positions)
     return run_op(node_id, sig, run, fallback_in_layout, [q, k, v], (causal, meta_key(mask)),
                   flops=4 * z * h * s * t * d,  # as FlopCounterMode counts SDPA (the mask ignored)
                   inputs=present(q, k, v, mask))

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import argus_inductor  # noqa: F401  (registers backend="argus")
+from argus_inductor.kernels.attention import decode_split_chunks
 from argus_inductor.runtime import reporting as report_mod
 from tests.kernels._support import gpu_float_semantics
 
@@ -207,3 +208,113 @@ def test_conv2d_on_a_channels_last_input() -> None:
     with torch.no_grad():
         out = torch.compile(conv, backend="argus", options={"ops": "all"})(x)
     assert out.stride() == conv(x).stride()
+
+
+# ------------------------------------------------------------------------------------------------------ attention
+
+SDPA = F.scaled_dot_product_attention
+
+
+def _qkv(z: int = 1, h: int = 2, s: int = 8, t: int = 8, d: int = 16, hk: int | None = None) -> tuple:
+    torch.manual_seed(0)
+    return torch.randn(z, h, s, d), torch.randn(z, hk or h, t, d), torch.randn(z, hk or h, t, d)
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 16, 16, 16), (1, 2, 0, 16, 16), (0, 2, 1, 16, 16)],
+                         ids=["empty_batch", "no_queries", "empty_batch_decode"])
+def test_attention_with_an_empty_batch_or_no_queries(shape: tuple[int, ...]) -> None:
+    """SDPA of q, k, v with an empty batch or zero queries: the right empty tensor on both calls (the second call's
+    replay returned an operand, and the op raised that its output aliases an input)."""
+    z, h, s, t, d = shape
+    q, k, v = _qkv(z, h, s, t, d)
+    compiled_twice(lambda q, k, v: SDPA(q, k, v), q, k, v, argus=False)
+    compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=True), q, k, v, argus=False)
+
+
+@pytest.mark.parametrize("queries", [8, 1], ids=["prefill", "decode"])
+@pytest.mark.parametrize("form", ["plain", "causal", "bool_mask", "float_mask"])
+def test_attention_with_no_keys_is_zero(queries: int, form: str) -> None:
+    """Zero keys and values: eager SDPA gives zeros (the kernels divided 0 by 0: NaN)."""
+    q, k, v = _qkv(s=queries, t=0)
+    masks = {"bool_mask": torch.ones(queries, 0, dtype=torch.bool), "float_mask": torch.zeros(queries, 0)}
+    if form in masks:
+        m = masks[form]
+        compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), q, k, v, m)
+    else:
+        compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=form == "causal"), q, k, v)
+
+
+def _hidden_rows(kind: str, s: int, t: int) -> torch.Tensor:
+    """A mask hiding every key from query rows 1 and s - 1 (and some keys from the others)."""
+    keep = torch.rand(s, t, generator=torch.Generator().manual_seed(3)) > 0.3
+    keep[:, 0] = True
+    keep[1, :] = False
+    keep[s - 1, :] = False
+    if kind == "bool":
+        return keep
+    return torch.where(keep, torch.randn(s, t, generator=torch.Generator().manual_seed(4)), -INF)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("queries,keys,heads", [(8, 8, (2, 2)), (8, 150, (4, 2)), (1, 40, (4, 1))],
+                         ids=["prefill", "long_gqa", "decode"])
+def test_attention_rows_with_every_key_hidden(kind: str, queries: int, keys: int, heads: tuple[int, int]) -> None:
+    """A mask (bool, or float with -inf) that hides every key from a query row: eager SDPA gives zeros for that row
+    (the kernel's finite masked score made it the mean of V). The other rows as eager's."""
+    h, hk = heads
+    q, k, v = _qkv(h=h, hk=hk, s=queries, t=keys)
+    m = _hidden_rows(kind, max(queries, 2), keys)
+    if queries == 1:
+        m = m[1:2]  # the decode row: every key hidden
+    compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m, enable_gqa=h != hk), q, k, v, m)
+
+
+def test_attention_split_kv_decode_with_hidden_chunks() -> None:
+    """Split-KV decode (a long cache, few key/value heads): a row whose keys are hidden in some chunks is the softmax
+    over the others; a row with every key hidden is zero."""
+    q, k, v = _qkv(z=2, h=8, hk=4, s=1, t=1024)
+    assert decode_split_chunks(2, 4, 1024) > 1
+    m = torch.zeros(2, 8, 1, 1024)
+    m[0, 0, :, 300:] = -INF  # only the first chunks' keys
+    m[0, 1, :, :] = -INF  # none
+    m[1, 2, :, :700] = -INF
+    m[1, 5, :, 64:] = -INF  # one chunk's
+    compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m, enable_gqa=True), q, k, v, m)
+
+
+def test_attention_masks_with_a_dtype_minimum_nan_and_inf() -> None:
+    """finfo.min (transformers' padding mask) averages the row's values as eager does; a NaN or +inf in the mask
+    makes its row NaN, as eager (the kernel's max(mask, -1e30) dropped a NaN on the GPU); very negative finite
+    entries still order (-1e38 against -3e38)."""
+    q, k, v = _qkv(s=6, t=8)
+    m = torch.zeros(6, 8)
+    m[0, :] = torch.finfo(torch.float32).min
+    m[1, 3] = NAN
+    m[2, 5] = INF
+    m[3, :] = -1e38
+    m[3, 2] = -2e38
+    m[4, :4] = torch.finfo(torch.float32).min
+    compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), q, k, v, m)
+
+
+def sdpa_math(*args: torch.Tensor, **kw) -> torch.Tensor:
+    """SDPA by its math backend, the reference for non-finite inputs: eager's default CPU path (its flash kernel)
+    returns zeros for a query row of NaN, where the math backend (and the definition) give NaN."""
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        return SDPA(*args, **kw)
+
+
+@pytest.mark.parametrize("special", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("where_", ["q", "k", "v"])
+def test_attention_inputs_with_nan_and_infinities(special: str, where_: str) -> None:
+    """A NaN or an infinity in q, k or v: NaN, infinities and zeros where SDPA's math backend has them (a query
+    row of -inf against positive keys has every score -inf: zero, as SDPA's). Causal with a special query row (V
+    and K stay finite there: eager multiplies the hidden keys' zero weights into V too, 0 * inf, where a causal
+    kernel never reads the keys past the diagonal)."""
+    q, k, v = _qkv(s=8, t=8)
+    k = k.abs()
+    {"q": q[0, 0, 1, :], "k": k[0, 1, 2, 3:4], "v": v[0, 0, 5, 1:2]}[where_].fill_(float(special))
+    compiled_twice(lambda q, k, v: SDPA(q, k, v), q, k, v, reference=sdpa_math(q, k, v))
+    if where_ == "q":
+        compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=True), q, k, v,
+                       reference=sdpa_math(q, k, v, is_causal=True))
