@@ -41,13 +41,14 @@ from .launch import pow2
 def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"), V: Tensor("Z", "HK", "T", "D"),
                   Mask: Tensor("Z", "H", "S", "T"), O: Tensor("Z", "H", "S", "D"), scale: float,
                   BM: constexpr = 64, BN: constexpr = 64, BD: constexpr = 64, CAUSAL: constexpr = 0,
-                  HAS_MASK: constexpr = 0):
+                  HAS_MASK: constexpr = 0, SAFE: constexpr = 1):
     """O = softmax(Q K^T * scale [+ Mask] [+ causal mask]) V; query head h reads key/value head h // (H // HK).
 
     Mask (HAS_MASK=1) is additive (any float dtype), broadcast by zero strides; -inf hides a key (a bool mask's
     False is -inf), finite entries below MASK_FLOOR count as MASK_FLOOR (scores are scaled by log2(e), which would
     take them past float32's range), so a row masked with a dtype's minimum averages its keys as SDPA does. A row
-    with no visible key (every score -inf) is zero, as SDPA's; NaN and +inf in the mask or the inputs give NaN.
+    with no visible key (every score -inf) is zero with SAFE=1, as SDPA's, and NaN with SAFE=0, as softmax followed
+    by a matmul (an attention written out); NaN and +inf in the mask or the inputs give NaN.
 
     The causal mask is top-left aligned (key j is visible to query i when j <= i), as in
     scaled_dot_product_attention(is_causal=True). Keys are walked in two loops: whole key blocks that no
@@ -111,15 +112,17 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
         l_i = l_i * alpha + sum(p, 1)
         acc = mma(p.to(V.dtype), v, acc * alpha[:, None])
         m_i = m_new
-    store(O[z, h, rm, rd], where((l_i == 0.0)[:, None], 0.0, acc / l_i[:, None]))  # no visible key: 0, as SDPA
+    store(O[z, h, rm, rd], where(((l_i == 0.0) & (SAFE == 1))[:, None], 0.0, acc / l_i[:, None]))  # see SAFE
 
 
 @kernel
 def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"), V: Tensor("Z", "HK", "T", "D"),
                      Mask: Tensor("Z", "H", "S", "T"), O: Tensor("Z", "H", "S", "D"), scale: float,
-                     BG: constexpr = 16, BN: constexpr = 64, BD: constexpr = 64, HAS_MASK: constexpr = 0):
+                     BG: constexpr = 16, BN: constexpr = 64, BD: constexpr = 64, HAS_MASK: constexpr = 0,
+                     SAFE: constexpr = 1):
     """Decode: one query token (S == 1) against a long KV cache. The G = H // HK query heads that share a
-    key/value head are packed into the rows of one tile, so each K and V row is read once per group."""
+    key/value head are packed into the rows of one tile, so each K and V row is read once per group. Masks and
+    rows with no visible key as attention_fwd's."""
     (zk,) = tile_grid(Z * HK)
     z = zk // HK
     hk = zk % HK
@@ -149,7 +152,8 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
         l_i = l_i * alpha + sum(p, 1)
         acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
         m_i = m_new
-    store(O[z, hrow, 0, rd], where((l_i == 0.0)[:, None], 0.0, acc / l_i[:, None]), mask=(rg < g)[:, None])
+    store(O[z, hrow, 0, rd], where(((l_i == 0.0) & (SAFE == 1))[:, None], 0.0, acc / l_i[:, None]),
+          mask=(rg < g)[:, None])
 
 
 @kernel
@@ -199,10 +203,10 @@ def attention_decode_part(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "C
 @kernel
 def attention_decode_merge(Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: Tensor("Z", "H", "C", dtype=float32),
                            Den: Tensor("Z", "H", "C", dtype=float32), O: Tensor("Z", "H", "S", "D"),
-                           BC: constexpr = 16, BD: constexpr = 64):
+                           BC: constexpr = 16, BD: constexpr = 64, SAFE: constexpr = 1):
     """Split-KV decode, second pass: one program a (batch, query head) rescales each chunk's statistics to the
-    largest chunk max and sums them: O = sum_c 2^(m_c - m) Acc_c / sum_c 2^(m_c - m) Den_c (0 where no chunk had a
-    visible key, as SDPA's)."""
+    largest chunk max and sums them: O = sum_c 2^(m_c - m) Acc_c / sum_c 2^(m_c - m) Den_c (where no chunk had a
+    visible key: 0 with SAFE=1, NaN with SAFE=0, as attention_fwd)."""
     (zh,) = tile_grid(Z * H)
     z = zh // H
     h = zh % H
@@ -214,7 +218,7 @@ def attention_decode_merge(Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: 
     w = exp2(m_c - where(m == -inf, 0.0, m))
     den = sum(w * load(Den[z, h, rc], mask=rc < C, other=0.0), 0)
     acc = sum(w[:, None] * load(Acc[z, h, rc, rd], mask=(rc < C)[:, None], other=0.0), 0)
-    store(O[z, h, 0, rd], where(den == 0.0, 0.0, acc / den))
+    store(O[z, h, 0, rd], where((den == 0.0) & (SAFE == 1), 0.0, acc / den))
 
 
 def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
@@ -300,18 +304,20 @@ def attention_decode_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
 def split_policies(group: int, d: int, has_mask: bool, decode: Policy) -> tuple[Policy, Policy]:
     """attention_decode_part's and attention_decode_merge's policies: the decode kernel's packing, and the key block
     and launch of `decode` (the decode policy the step would run unsplit); the merge reads up to SPLIT_MAX_CHUNKS
-    chunks. The same for every chunk count, so a plan proves the policies its decode steps run."""
+    chunks, and a row with no visible key is what `decode`'s SAFE says. The same for every chunk count, so a plan
+    proves the policies its decode steps run."""
     bd = builtins.max(16, pow2(d))
     part = Policy.make(BG=builtins.max(16, pow2(group)), BN=decode.const("BN", 64), BD=bd, HAS_MASK=int(has_mask))
     part = replace(part, num_warps=decode.num_warps, num_stages=decode.num_stages)
-    return part, Policy.make(BC=SPLIT_MAX_CHUNKS, BD=bd, num_warps=4)
+    return part, Policy.make(BC=SPLIT_MAX_CHUNKS, BD=bd, SAFE=decode.const("SAFE", 1), num_warps=4)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               scale: float | None = None, out: torch.Tensor | None = None,
-              policy: Policy | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+              policy: Policy | None = None, mask: torch.Tensor | None = None, safe: bool = True) -> torch.Tensor:
     """q (Z, H, S, D), k and v (Z, HK, T, D) with H % HK == 0; `mask` (optional) broadcasts to (Z, H, S, T):
-    bool (True keeps) or additive float, applied with the causal mask when both are given."""
+    bool (True keeps) or additive float, applied with the causal mask when both are given. A row with no visible
+    key: zero with `safe` (SDPA), NaN without (softmax then a matmul)."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
         raise ValueError(f"attention needs q (Z,H,S,D), k=v (Z,HK,T,D); got {tuple(q.shape)}, {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
@@ -332,12 +338,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         # alignment would see key 0 only, so causal single-token queries take the general kernel)
         bg = builtins.max(16, pow2(group))
         bn = policy.const("BN", 64) if policy is not None else 64
-        dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask)
+        dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask, SAFE=int(safe))
         if policy is not None:
             dec = replace(dec, num_warps=policy.num_warps, num_stages=policy.num_stages)
         if not attention_decode_split(q, k, v, m, out, scale, *split_policies(group, d, has_mask, dec)):
             attention_decode(q, k, v, m, out, scale, policy=dec)
         return out
-    policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal), HAS_MASK=has_mask)
+    policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal), HAS_MASK=has_mask,
+                                                                SAFE=int(safe))
     attention_fwd(q, k, v, m, out, scale, policy=policy)
     return out

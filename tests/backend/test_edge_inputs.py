@@ -227,21 +227,24 @@ def test_attention_with_an_empty_batch_or_no_queries(shape: tuple[int, ...]) -> 
     replay returned an operand, and the op raised that its output aliases an input)."""
     z, h, s, t, d = shape
     q, k, v = _qkv(z, h, s, t, d)
-    compiled_twice(lambda q, k, v: SDPA(q, k, v), q, k, v, argus=False)
-    compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=True), q, k, v, argus=False)
+    for causal in (False, True):
+        rows = compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=causal), q, k, v, argus=False)
+        assert [e.op for e in rows] == ["attention"]
 
 
 @pytest.mark.parametrize("queries", [8, 1], ids=["prefill", "decode"])
 @pytest.mark.parametrize("form", ["plain", "causal", "bool_mask", "float_mask"])
 def test_attention_with_no_keys_is_zero(queries: int, form: str) -> None:
-    """Zero keys and values: eager SDPA gives zeros (the kernels divided 0 by 0: NaN)."""
+    """Zero keys and values: eager SDPA gives zeros (the kernels divided 0 by 0: NaN). The op answers zeros without
+    a launch."""
     q, k, v = _qkv(s=queries, t=0)
     masks = {"bool_mask": torch.ones(queries, 0, dtype=torch.bool), "float_mask": torch.zeros(queries, 0)}
     if form in masks:
         m = masks[form]
-        compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), q, k, v, m)
+        rows = compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), q, k, v, m, argus=False)
     else:
-        compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=form == "causal"), q, k, v)
+        rows = compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=form == "causal"), q, k, v, argus=False)
+    assert [e.op for e in rows] == ["attention"]
 
 
 def _hidden_rows(kind: str, s: int, t: int) -> torch.Tensor:
@@ -318,3 +321,21 @@ def test_attention_inputs_with_nan_and_infinities(special: str, where_: str) -> 
     if where_ == "q":
         compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=True), q, k, v,
                        reference=sdpa_math(q, k, v, is_causal=True))
+
+
+@pytest.mark.parametrize("kind", ["float", "bool"])
+def test_written_out_attention_rows_with_every_key_hidden_are_nan(kind: str) -> None:
+    """softmax(q k^T * scale + mask) @ v written out: eager's softmax of a row of -inf is NaN (not SDPA's zero), and
+    so is the matched kernel's; the other rows as eager's."""
+    q, k, v = _qkv(s=8, t=8)
+    keep = torch.ones(8, 8, dtype=torch.bool)
+    keep[2, :] = False
+    keep[4, 3] = False
+    m = keep if kind == "bool" else torch.where(keep, 0.0, -INF)
+
+    def f(q, k, v, m):
+        bias = torch.where(m, 0.0, -INF) if m.dtype == torch.bool else m
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.25 + bias, dim=-1) @ v
+
+    rows = compiled_twice(f, q, k, v, m)
+    assert [e.op for e in rows] == ["attention"]
