@@ -527,6 +527,10 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
     def fallback() -> Tensor:
         return op.reference(ts, a)
 
+    if any(t.numel() == 0 for t in present):
+        # an empty operand: torch's answer (an empty result, or a reduction of nothing), copied so that it is no
+        # view of an operand; the kernels' policies and proofs are not made for empty dims
+        return fallback().clone()
     if not floats:
         out = fallback()
     else:

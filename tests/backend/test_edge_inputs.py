@@ -339,3 +339,122 @@ def test_written_out_attention_rows_with_every_key_hidden_are_nan(kind: str) -> 
 
     rows = compiled_twice(f, q, k, v, m)
     assert [e.op for e in rows] == ["attention"]
+
+
+# ------------------------------------------------------------------------------------------------ empty GEMM dims
+
+@pytest.mark.parametrize("dims", [(8, 16, 0), (0, 16, 12), (0, 12, 12), (8, 0, 12), (0, 0, 0)],
+                         ids=["K0", "M0", "M0_square", "N0", "all0"])
+@pytest.mark.parametrize("epilogue", ["plain", "bias_relu", "bias_gelu"])
+def test_linear_and_matmul_with_an_empty_dim(dims: tuple[int, int, int], epilogue: str) -> None:
+    """(M, K) @ (K, N) with M, N or K zero: an empty result, or for K = 0 zeros (+ bias, then the activation), as
+    eager (a matmul with K = 0 raised "cannot reshape tensor of 0 elements" from the op's host code)."""
+    m, n, k = dims
+    torch.manual_seed(0)
+    x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    fns = {"plain": lambda x, w, b: x @ w.t(), "bias_relu": lambda x, w, b: F.relu(F.linear(x, w, b)),
+           "bias_gelu": lambda x, w, b: F.gelu(F.linear(x, w, b))}
+    rows = compiled_twice(fns[epilogue], x, w, b, argus=False)
+    assert [e.op for e in rows] == ["gemm"]
+
+
+def test_matmul_with_an_empty_inner_dim_in_a_batch() -> None:
+    """(2, 8, 0) @ (0, 16) and a 3-D linear over zero features (K = 0)."""
+    x, w = torch.randn(2, 8, 0), torch.randn(0, 16)
+    compiled_twice(lambda x, w: x @ w + 1.0, x, w, argus=False)
+
+
+@pytest.mark.parametrize("shape", [(0, 8, 12, 16), (3, 0, 12, 16), (3, 8, 0, 16), (3, 8, 12, 0)],
+                         ids=["B0", "M0", "K0", "N0"])
+def test_bmm_with_an_empty_dim(shape: tuple[int, int, int, int]) -> None:
+    """torch.bmm with an empty batch, M, K or N: eager's empty result or zeros."""
+    bt, m, k, n = shape
+    a, b = torch.randn(bt, m, k), torch.randn(bt, k, n)
+    rows = compiled_twice(lambda a, b: torch.bmm(a, b) * 2.0, a, b, argus=False)
+    assert [e.op for e in rows] == ["gemm"]  # the report's kind for argus::bmm too
+
+
+def test_gate_up_and_residual_with_zero_rows_or_features() -> None:
+    """The fused gate*up and residual GEMMs with no rows (an empty batch) or no input features."""
+    for rows, feats in ((0, 16), (4, 0)):
+        up, gate, down = (nn.Linear(feats, 32, bias=False), nn.Linear(feats, 32, bias=False),
+                          nn.Linear(feats, feats))
+        x = torch.randn(rows, feats)
+        compiled_twice(lambda x: F.silu(gate(x)) * up(x), x, argus=False)
+        compiled_twice(lambda x: x + F.relu(down(x)), x, argus=False)
+
+
+EMPTY_LIBRARY: dict[str, tuple[Callable, tuple[int, ...]]] = {
+    "max_pool_empty_batch": (lambda x: F.max_pool2d(x, 2), (0, 2, 4, 4)),
+    "avg_pool_empty_batch": (lambda x: F.avg_pool2d(x, 2), (0, 2, 4, 4)),
+    "adaptive_pool_empty_batch": (lambda x: F.adaptive_avg_pool2d(x, 2), (0, 2, 4, 4)),
+    "conv_empty_batch": (lambda x: F.conv2d(x, torch.ones(3, 2, 3, 3)), (0, 2, 5, 5)),
+    "softmax_empty_dim": (lambda x: torch.softmax(x, -1), (4, 0)),
+    "sum_and_mean_of_nothing": (lambda x: (x.sum(-1), x.mean(-1)), (4, 0)),
+    "layer_norm_no_rows": (lambda x: F.layer_norm(x, (8,)), (0, 8)),
+}
+
+
+@pytest.mark.parametrize("case", list(EMPTY_LIBRARY))
+def test_library_ops_with_an_empty_operand(case: str) -> None:
+    """ARGUS_OPS=all with an empty batch or an empty reduced dim: eager's empty result, zeros or NaN (the pooling
+    policies raised "has an empty batch" into the user's call)."""
+    fn, shape = EMPTY_LIBRARY[case]
+    compiled_twice(fn, torch.randn(*shape), ops_kinds="all", argus=False)
+
+
+# ---------------------------------------------------------------------------------------------------------- MoE
+
+def _moe_fn(k: int) -> Callable:
+    def fn(x, scores, w1, w2):
+        tw, ti = torch.topk(torch.softmax(scores, -1), k)
+        return torch.ops.argus.moe(x, tw, ti, w1, w2, "edge-moe")
+    return fn
+
+
+def _moe_eager(k: int) -> Callable:
+    def fn(x, scores, w1, w2):
+        tw, ti = torch.topk(torch.softmax(scores, -1), k)
+        return argus_inductor.ops.moe_reference(x, tw, ti, w1, w2)
+    return fn
+
+
+def _experts(e: int = 6, hd: int = 32, inter: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randn(e, 2 * inter, hd) * 0.2, torch.randn(e, hd, inter) * 0.2
+
+
+@pytest.mark.parametrize("routing", ["no_tokens", "some_experts_unused", "all_to_one_expert", "one_token"])
+def test_moe_routings(routing: str) -> None:
+    """The MoE op through the backend on routings that leave experts empty: zero tokens, few tokens over many
+    experts, every token to the same experts; against the op's torch reference."""
+    w1, w2 = _experts(e=8)
+    k = 2
+    t = {"no_tokens": 0, "some_experts_unused": 3, "all_to_one_expert": 9, "one_token": 1}[routing]
+    x = torch.randn(t, 32)
+    scores = torch.randn(t, 8)
+    if routing == "all_to_one_expert":
+        scores[:, 5] += 100.0  # every token's first choice expert 5, second choice expert 2
+        scores[:, 2] += 50.0
+    compiled_twice(_moe_fn(k), x, scores, w1, w2, reference=_moe_eager(k)(x, scores, w1, w2), argus=t > 0)
+
+
+@pytest.mark.parametrize("special", ["nan", "inf"])
+def test_moe_keeps_nan_and_inf_to_their_token(special: str) -> None:
+    """A NaN or an infinity in one token's hidden state reaches that token's output only, as in the reference (the
+    other tokens of its expert's row block are not touched)."""
+    w1, w2 = _experts()
+    x, scores = torch.randn(7, 32), torch.randn(7, 6)
+    scores[:, 1] += 10.0  # every token through expert 1: one row block holds them all
+    x[3, 4] = float(special)
+    compiled_twice(_moe_fn(2), x, scores, w1, w2, reference=_moe_eager(2)(x, scores, w1, w2))
+
+
+def test_an_empty_result_is_not_recorded_as_an_operand() -> None:
+    """The replay recorder tells a result from the operands by its storage; an empty tensor has none, so an empty
+    result of an operand's shape was recorded as that operand and its replay returned the operand itself."""
+    from argus_inductor.runtime.replay import record
+
+    q = torch.randn(0, 2, 16, 16)
+    out, rec, why = record(lambda: torch.empty(0, 2, 16, 16), [q, q.clone()])
+    assert out.shape == q.shape and rec is None and why == "the result is empty"
