@@ -37,6 +37,7 @@ from ..kernels.policies import (
     gemv_policy,
     gemv_static_steps,
     gluon_reads,
+    ieee_chain_split,
     presplit_gemm_policy,
     weight_k_major,
 )
@@ -111,6 +112,9 @@ def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
         return split.as_dict()
     # the Gluon lowering's tiles are sized for 2-byte operands: others take Triton's
     p = _gemm_base(sig, target, gluon=gluon_reads(sig.dtypes[0]))
+    if target != "interpret" and sig.dtypes[0] == "float32" and fp32_precision(sig.op) == "ieee" and \
+            p.const("GEMV", 0) != 1:  # (the GEMV path sums each K lane apart: chains of K / BK)
+        p = ieee_chain_split(p, sig.dims()["K"])
     return (p if p.warp_specialize else for_dtype(p, sig, target)).as_dict()
 
 
