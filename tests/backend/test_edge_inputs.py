@@ -458,3 +458,17 @@ def test_an_empty_result_is_not_recorded_as_an_operand() -> None:
     q = torch.randn(0, 2, 16, 16)
     out, rec, why = record(lambda: torch.empty(0, 2, 16, 16), [q, q.clone()])
     assert out.shape == q.shape and rec is None and why == "the result is empty"
+
+
+def test_attention_causal_combinations_with_hidden_rows() -> None:
+    """is_causal with a mask: a bool mask that is causal and also hides every key from some rows (the kernel reads
+    it: those rows zero, as eager), is_causal=True together with such a mask (eager combines them; left to
+    Inductor), and is_causal with more queries than keys (top-left aligned: every row sees key 0)."""
+    q, k, v = _qkv(s=8, t=8)
+    m = torch.ones(8, 8, dtype=torch.bool).tril()
+    m[3, :] = False
+    m[6, :] = False
+    compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m), q, k, v, m)
+    compiled_twice(lambda q, k, v, m: SDPA(q, k, v, attn_mask=m, is_causal=True), q, k, v, m, argus=False)
+    q2, k2, v2 = _qkv(s=12, t=5)
+    compiled_twice(lambda q, k, v: SDPA(q, k, v, is_causal=True), q2, k2, v2)
