@@ -2,8 +2,9 @@
 
     python benchmarks/fp32_gemm.py [--out benchmarks/results] [--quick]
 
-torch's default float32 matmul precision ("highest") promises float32 accuracy, so our float32 GEMMs run
-three-pass tf32 (hi*hi + hi*lo + lo*hi). Two ways: `input_precision="tf32x3"` splits every tile in registers
+Three-pass tf32 (hi*hi + hi*lo + lo*hi) is what our float32 GEMMs run at torch's "high" float32 matmul precision (at
+"highest", torch's default, they run full float32, input_precision="ieee": three-pass tf32's error measured here is
+larger than SGEMM's; docs/backend.md). Two ways: `input_precision="tf32x3"` splits every tile in registers
 inside the K loop; kernels.gemm.tf32_split splits A and B once ([hi lo hi], [lo; hi; hi]) and one tf32 GEMM runs
 over 3K. For each shape (the KernelBench float32 matmuls): median ms by CUDA events (triton.testing.do_bench) of
 cuBLAS, the in-register split at the template policy, and the pre-split GEMM at each of a few tile policies

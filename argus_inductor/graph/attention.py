@@ -125,7 +125,8 @@ def _additive_mask(g: fx.Graph, mask: Any, anchor: fx.Node) -> Any:
 
 
 def _emit_attention(g: fx.Graph, anchor: fx.Node, q: Any, k: Any, v: Any, mask: Any, causal: bool,
-                    scale: float | None, gid: int, names: list[str], squeeze: bool = False) -> Match:
+                    scale: float | None, gid: int, names: list[str], squeeze: bool = False,
+                    nan_rows: bool = False) -> Match:
     node_id = f"g{gid}:{anchor.name}"
     with g.inserting_before(anchor):
         if squeeze:
@@ -138,9 +139,10 @@ def _emit_attention(g: fx.Graph, anchor: fx.Node, q: Any, k: Any, v: Any, mask: 
         if mask is not None:
             mask = _additive_mask(g, mask, anchor)
             new = g.call_function(torch.ops.argus.attention_mask.default,
-                                  (q, k, v, mask, scale, node_id, positions))
+                                  (q, k, v, mask, scale, node_id, positions, *((True,) if nan_rows else ())))
         else:
-            new = g.call_function(torch.ops.argus.attention.default, (q, k, v, causal, scale, node_id, positions))
+            new = g.call_function(torch.ops.argus.attention.default,
+                                  (q, k, v, causal, scale, node_id, positions, *((True,) if nan_rows else ())))
         out = g.call_method("squeeze", (new, 0)) if squeeze else new
     report.record_match(node_id, "attention", " -> ".join(names))
     out.meta.update(anchor.meta)
@@ -281,6 +283,7 @@ def match_eager_attention(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
         if not only_user(earlier, later):
             return None
     names = [n.name for n in reversed(chain)]
-    return _emit_attention(g, node, q, k, v, mask, False, scale, gid, names)
+    # softmax then matmul: a row whose every score is -inf is NaN (SDPA's is zero)
+    return _emit_attention(g, node, q, k, v, mask, False, scale, gid, names, nan_rows=True)
 
 

@@ -92,8 +92,8 @@ def _b_tile(view, B_KMAJOR: gl.constexpr):
 @gluon.jit
 def _activation(x, ACT: gl.constexpr):
     """The DSL's activation codes (argus_inductor.dsl.lang.ACTIVATION_KINDS), the same formulas as its lowering."""
-    if ACT == 1:
-        x = gl.maximum(x, 0.0)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch's (gl.maximum drops NaN)
+        x = gl.where(x < 0.0, 0.0, x)
     elif ACT == 2:
         x = 0.5 * x * (1.0 + gl.erf(x * 0.7071067811865476))
     elif ACT == 3:

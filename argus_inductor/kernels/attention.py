@@ -41,12 +41,14 @@ from .launch import pow2
 def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"), V: Tensor("Z", "HK", "T", "D"),
                   Mask: Tensor("Z", "H", "S", "T"), O: Tensor("Z", "H", "S", "D"), scale: float,
                   BM: constexpr = 64, BN: constexpr = 64, BD: constexpr = 64, CAUSAL: constexpr = 0,
-                  HAS_MASK: constexpr = 0):
+                  HAS_MASK: constexpr = 0, SAFE: constexpr = 1):
     """O = softmax(Q K^T * scale [+ Mask] [+ causal mask]) V; query head h reads key/value head h // (H // HK).
 
-    Mask (HAS_MASK=1) is additive (any float dtype), broadcast by zero strides; entries below -1e30 count as
-    -1e30, so a row whose keys are all hidden averages them (as SDPA does for a dtype-minimum mask)
-    instead of dividing 0 by 0.
+    Mask (HAS_MASK=1) is additive (any float dtype), broadcast by zero strides; -inf hides a key (a bool mask's
+    False is -inf), finite entries below MASK_FLOOR count as MASK_FLOOR (scores are scaled by log2(e), which would
+    take them past float32's range), so a row masked with a dtype's minimum averages its keys as SDPA does. A row
+    with no visible key (every score -inf) is zero with SAFE=1, as SDPA's, and NaN with SAFE=0, as softmax followed
+    by a matmul (an attention written out); NaN and +inf in the mask or the inputs give NaN.
 
     The causal mask is top-left aligned (key j is visible to query i when j <= i), as in
     scaled_dot_product_attention(is_causal=True). Keys are walked in two loops: whole key blocks that no
@@ -83,8 +85,9 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
         qk = mma(q, trans(k))
         assert_tag(implies(CAUSAL == 1, tag_of(qk, "T") <= tag_of(qk, "S")), "a causal score never looks ahead")
         m_new = maximum(m_i, max(qk, 1) * qk_scale)  # scale > 0 (the host negates q for a negative one)
-        alpha = exp2(m_i - m_new)
-        p = exp2(qk * qk_scale - m_new[:, None])  # one fused multiply-add a score
+        m_use = where(m_new == -inf, 0.0, m_new)  # a row with no finite score yet: exp2(-inf - 0) = 0, not NaN
+        alpha = exp2(m_i - m_use)
+        p = exp2(qk * qk_scale - m_use[:, None])  # one fused multiply-add a score
         l_i = l_i * alpha + sum(p, 1)
         acc = mma(p.to(V.dtype), v, acc * alpha[:, None])
         m_i = m_new
@@ -95,26 +98,31 @@ def attention_fwd(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"),
         assert_tag((tag_of(k, "HK") * (H // HK) <= h) & (h < (tag_of(k, "HK") + 1) * (H // HK)),
                    "query head h reads the key/value head of its GQA group")
         visible = (rn[None, :] < T) & ((CAUSAL == 0) | (rn[None, :] <= rm[:, None]))
-        s = where(visible, mma(q, trans(k)) * qk_scale, -inf)
+        s = mma(q, trans(k)) * qk_scale
         if HAS_MASK == 1:
-            s = s + maximum(load(Mask[z, h, rm, rn]).to(float32), -1e30) * 1.4426950408889634
+            mk = load(Mask[z, h, rm, rn]).to(float32)
+            s = s + where((mk < -2.3e38) & (mk > -inf), -2.3e38, mk) * 1.4426950408889634  # MASK_FLOOR
+        s = where(visible, s, -inf)
         assert_tag(implies(CAUSAL == 1, tag_of(s, "T") <= tag_of(s, "S")),
                    "a causal score on the diagonal never looks ahead")
         m_new = maximum(m_i, max(s, 1))
-        alpha = exp2(m_i - m_new)
-        p = exp2(s - m_new[:, None])
+        m_use = where(m_new == -inf, 0.0, m_new)  # every key so far hidden: p = 0, not exp2(-inf + inf)
+        alpha = exp2(m_i - m_use)
+        p = exp2(s - m_use[:, None])
         l_i = l_i * alpha + sum(p, 1)
         acc = mma(p.to(V.dtype), v, acc * alpha[:, None])
         m_i = m_new
-    store(O[z, h, rm, rd], acc / l_i[:, None])
+    store(O[z, h, rm, rd], where(((l_i == 0.0) & (SAFE == 1))[:, None], 0.0, acc / l_i[:, None]))  # see SAFE
 
 
 @kernel
 def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D"), V: Tensor("Z", "HK", "T", "D"),
                      Mask: Tensor("Z", "H", "S", "T"), O: Tensor("Z", "H", "S", "D"), scale: float,
-                     BG: constexpr = 16, BN: constexpr = 64, BD: constexpr = 64, HAS_MASK: constexpr = 0):
+                     BG: constexpr = 16, BN: constexpr = 64, BD: constexpr = 64, HAS_MASK: constexpr = 0,
+                     SAFE: constexpr = 1):
     """Decode: one query token (S == 1) against a long KV cache. The G = H // HK query heads that share a
-    key/value head are packed into the rows of one tile, so each K and V row is read once per group."""
+    key/value head are packed into the rows of one tile, so each K and V row is read once per group. Masks and
+    rows with no visible key as attention_fwd's."""
     (zk,) = tile_grid(Z * HK)
     z = zk // HK
     hk = zk % HK
@@ -132,16 +140,20 @@ def attention_decode(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "T", "D
         rn = n0 + arange(BN)
         k = load(K[z, hk, rn, rd])
         v = load(V[z, hk, rn, rd])
-        s = where(rn[None, :] < T, mma(q, trans(k)) * qk_scale, -inf)
+        s = mma(q, trans(k)) * qk_scale
         if HAS_MASK == 1:
-            s = s + maximum(load(Mask[z, hrow, 0, rn], mask=(rg < g)[:, None]).to(float32), -1e30) * 1.4426950408889634
+            mk = load(Mask[z, hrow, 0, rn], mask=(rg < g)[:, None]).to(float32)
+            s = s + where((mk < -2.3e38) & (mk > -inf), -2.3e38, mk) * 1.4426950408889634  # MASK_FLOOR
+        s = where(rn[None, :] < T, s, -inf)
         m_new = maximum(m_i, max(s, 1))
-        alpha = exp2(m_i - m_new)
-        p = exp2(s - m_new[:, None])
+        m_use = where(m_new == -inf, 0.0, m_new)
+        alpha = exp2(m_i - m_use)
+        p = exp2(s - m_use[:, None])
         l_i = l_i * alpha + sum(p, 1)
         acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
         m_i = m_new
-    store(O[z, hrow, 0, rd], acc / l_i[:, None], mask=(rg < g)[:, None])
+    store(O[z, hrow, 0, rd], where(((l_i == 0.0) & (SAFE == 1))[:, None], 0.0, acc / l_i[:, None]),
+          mask=(rg < g)[:, None])
 
 
 @kernel
@@ -171,13 +183,15 @@ def attention_decode_part(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "C
         rn = n0 + arange(BN)
         k = load(K[z, hk, c, rn, rd])
         v = load(V[z, hk, c, rn, rd])
-        s = where(rn[None, :] < TS, mma(q, trans(k)) * qk_scale, -inf)
+        s = mma(q, trans(k)) * qk_scale
         if HAS_MASK == 1:
-            s = s + maximum(load(Mask[z, hrow, 0, c, rn], mask=(rg < g)[:, None]).to(float32), -1e30) * \
-                1.4426950408889634
+            mk = load(Mask[z, hrow, 0, c, rn], mask=(rg < g)[:, None]).to(float32)
+            s = s + where((mk < -2.3e38) & (mk > -inf), -2.3e38, mk) * 1.4426950408889634  # MASK_FLOOR
+        s = where(rn[None, :] < TS, s, -inf)
         m_new = maximum(m_i, max(s, 1))
-        alpha = exp2(m_i - m_new)
-        p = exp2(s - m_new[:, None])
+        m_use = where(m_new == -inf, 0.0, m_new)
+        alpha = exp2(m_i - m_use)
+        p = exp2(s - m_use[:, None])
         l_i = l_i * alpha + sum(p, 1)
         acc = acc * alpha[:, None] + mma(p.to(V.dtype), v)
         m_i = m_new
@@ -189,9 +203,10 @@ def attention_decode_part(Q: Tensor("Z", "H", "S", "D"), K: Tensor("Z", "HK", "C
 @kernel
 def attention_decode_merge(Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: Tensor("Z", "H", "C", dtype=float32),
                            Den: Tensor("Z", "H", "C", dtype=float32), O: Tensor("Z", "H", "S", "D"),
-                           BC: constexpr = 16, BD: constexpr = 64):
+                           BC: constexpr = 16, BD: constexpr = 64, SAFE: constexpr = 1):
     """Split-KV decode, second pass: one program a (batch, query head) rescales each chunk's statistics to the
-    largest chunk max and sums them: O = sum_c 2^(m_c - m) Acc_c / sum_c 2^(m_c - m) Den_c."""
+    largest chunk max and sums them: O = sum_c 2^(m_c - m) Acc_c / sum_c 2^(m_c - m) Den_c (where no chunk had a
+    visible key: 0 with SAFE=1, NaN with SAFE=0, as attention_fwd)."""
     (zh,) = tile_grid(Z * H)
     z = zh // H
     h = zh % H
@@ -199,10 +214,11 @@ def attention_decode_merge(Acc: Tensor("Z", "H", "C", "D", dtype=float32), Max: 
     rc = arange(BC)
     rd = arange(BD)
     m_c = load(Max[z, h, rc], mask=rc < C, other=-inf)
-    w = exp2(m_c - max(m_c, 0))
+    m = max(m_c, 0)
+    w = exp2(m_c - where(m == -inf, 0.0, m))
     den = sum(w * load(Den[z, h, rc], mask=rc < C, other=0.0), 0)
     acc = sum(w[:, None] * load(Acc[z, h, rc, rd], mask=(rc < C)[:, None], other=0.0), 0)
-    store(O[z, h, 0, rd], acc / den)
+    store(O[z, h, 0, rd], where((den == 0.0) & (SAFE == 1), 0.0, acc / den))
 
 
 def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, float]:
@@ -211,7 +227,8 @@ def nonnegative_scale(q: torch.Tensor, scale: float) -> tuple[torch.Tensor, floa
     return (q, scale) if scale >= 0 else (-q, -scale)
 
 
-MASKED_SCORE = -1e30  # what a bool mask's False adds to a score (the kernels clamp any mask at this value)
+MASKED_SCORE = -math.inf  # what a bool mask's False adds to a score: the key is hidden (SDPA's semantics)
+MASK_FLOOR = -2.3e38  # finite mask entries below it count as it in the kernels (times log2(e), float32's range)
 
 
 def mask_operand(mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -287,18 +304,20 @@ def attention_decode_split(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
 def split_policies(group: int, d: int, has_mask: bool, decode: Policy) -> tuple[Policy, Policy]:
     """attention_decode_part's and attention_decode_merge's policies: the decode kernel's packing, and the key block
     and launch of `decode` (the decode policy the step would run unsplit); the merge reads up to SPLIT_MAX_CHUNKS
-    chunks. The same for every chunk count, so a plan proves the policies its decode steps run."""
+    chunks, and a row with no visible key is what `decode`'s SAFE says. The same for every chunk count, so a plan
+    proves the policies its decode steps run."""
     bd = builtins.max(16, pow2(d))
     part = Policy.make(BG=builtins.max(16, pow2(group)), BN=decode.const("BN", 64), BD=bd, HAS_MASK=int(has_mask))
     part = replace(part, num_warps=decode.num_warps, num_stages=decode.num_stages)
-    return part, Policy.make(BC=SPLIT_MAX_CHUNKS, BD=bd, num_warps=4)
+    return part, Policy.make(BC=SPLIT_MAX_CHUNKS, BD=bd, SAFE=decode.const("SAFE", 1), num_warps=4)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               scale: float | None = None, out: torch.Tensor | None = None,
-              policy: Policy | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+              policy: Policy | None = None, mask: torch.Tensor | None = None, safe: bool = True) -> torch.Tensor:
     """q (Z, H, S, D), k and v (Z, HK, T, D) with H % HK == 0; `mask` (optional) broadcasts to (Z, H, S, T):
-    bool (True keeps) or additive float, applied with the causal mask when both are given."""
+    bool (True keeps) or additive float, applied with the causal mask when both are given. A row with no visible
+    key: zero with `safe` (SDPA), NaN without (softmax then a matmul)."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
         raise ValueError(f"attention needs q (Z,H,S,D), k=v (Z,HK,T,D); got {tuple(q.shape)}, {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
@@ -319,12 +338,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         # alignment would see key 0 only, so causal single-token queries take the general kernel)
         bg = builtins.max(16, pow2(group))
         bn = policy.const("BN", 64) if policy is not None else 64
-        dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask)
+        dec = Policy.make(BG=bg, BN=bn, BD=bd, HAS_MASK=has_mask, SAFE=int(safe))
         if policy is not None:
             dec = replace(dec, num_warps=policy.num_warps, num_stages=policy.num_stages)
         if not attention_decode_split(q, k, v, m, out, scale, *split_policies(group, d, has_mask, dec)):
             attention_decode(q, k, v, m, out, scale, policy=dec)
         return out
-    policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal), HAS_MASK=has_mask)
+    policy = (policy or Policy.make(BM=64, BN=64)).with_consts(BD=bd, CAUSAL=int(causal), HAS_MASK=has_mask,
+                                                                SAFE=int(safe))
     attention_fwd(q, k, v, m, out, scale, policy=policy)
     return out

@@ -49,6 +49,7 @@ from ..dsl.lang import (
     tag,
     tag_of,
     tile_grid,
+    where,
     zero_terms,
     zeros,
 )
@@ -107,7 +108,10 @@ def conv_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("G", "COG", "KK"), bias:
             acc = mma(w, a, acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[g, rn]).to(float32)[:, None]
-    acc = activation(acc, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        acc = where(acc < 0.0, 0.0, acc)
+    else:
+        acc = activation(acc, ACT)
     y = acc
     store(Y[n, g, rn, rm], y)
 
@@ -199,7 +203,10 @@ def conv_transpose_fwd(X: Tensor("N", "G", "CG", "S"), Wk: Tensor("NP", "G", "CO
                         acc = mma(w, a, acc)
                 if HAS_BIAS == 1:
                     acc = acc + load(bias[g, rn]).to(float32)[:, None]
-                acc = activation(acc, ACT)
+                if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+                    acc = where(acc < 0.0, 0.0, acc)
+                else:
+                    acc = activation(acc, ACT)
                 y = acc
                 store(Y[n, g, rn, od, oh, ow], y, mask=valid[None, :])
 
@@ -245,7 +252,10 @@ def conv_depthwise(X: Tensor("N", "C", "S"), Wk: Tensor("C", "T"), bias: Tensor(
         acc = acc + x.to(float32) * w.to(float32)[:, None]
     if HAS_BIAS == 1:
         acc = acc + load(bias[rc]).to(float32)[:, None]
-    acc = activation(acc, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        acc = where(acc < 0.0, 0.0, acc)
+    else:
+        acc = activation(acc, ACT)
     store(Y[n, rc, rm], acc)
 
 

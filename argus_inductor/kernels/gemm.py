@@ -20,6 +20,7 @@ from ..dsl.lang import (
     cdiv,
     constexpr,
     float32,
+    inf,
     int32,
     load,
     minimum,
@@ -71,7 +72,10 @@ def gemm_epilogue(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
             acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[rn]).to(float32)[None, :]
-    acc = activation(acc, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        acc = where(acc < 0.0, 0.0, acc)
+    else:
+        acc = activation(acc, ACT)
     store(C[rm, rn], acc)
 
 
@@ -182,7 +186,10 @@ def bias_act_cast(X: Tensor("M", "N"), bias: Tensor("NB"), Y: Tensor("M", "N"),
     y = load(X[rm, rn]).to(float32)
     if HAS_BIAS == 1:
         y = y + load(bias[rn]).to(float32)[None, :]
-    y = activation(y, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        y = where(y < 0.0, 0.0, y)
+    else:
+        y = activation(y, ACT)
     store(Y[rm, rn], y)
 
 
@@ -197,7 +204,8 @@ def tf32_split(X: Tensor("Bt", "R", "C"), Y: Tensor("Bt", "R", "C3"),
     hi is x with the 13 mantissa bits a tf32 mma drops cleared (exactly a tf32 number), lo = x - hi (exact; a tf32
     mma keeps its top 11 bits, so hi + lo carries 22 of float32's 24). Split A as [hi lo hi] (LO=1) and B as
     [lo; hi; hi] (LO=0): one tf32 GEMM over 3K computes hi*lo + lo*hi + hi*hi, the three-pass tf32 product, with
-    the operands read straight into the mma pipeline instead of split tile by tile in registers. The small
+    the operands read straight into the mma pipeline instead of split tile by tile in registers. An infinite x
+    splits as hi = x, lo = 0 (so the product is infinite, as x's, not NaN); NaN stays NaN. The small
     cross terms come first: the tensor cores' accumulation truncates each step to the running sum's exponent,
     and a running sum that is still small loses less of them.
     """
@@ -208,7 +216,7 @@ def tf32_split(X: Tensor("Bt", "R", "C"), Y: Tensor("Bt", "R", "C3"),
     inside = (rc < C)[None, :]
     x = load(X[b, rr, rc]).to(float32)
     hi = bitcast(bitcast(x, int32) & -8192, float32)  # -8192: all bits but the low 13
-    lo = x - hi
+    lo = where((x == inf) | (x == -inf), 0.0, x - hi)  # hi of +-inf is +-inf itself: lo 0, not inf - inf = NaN
     store(Y[b, rr, LO * C + rc], lo, mask=inside)
     store(Y[b, rr, ((LO + 1) % 3) * C + rc], hi, mask=inside)
     store(Y[b, rr, ((LO + 2) % 3) * C + rc], hi, mask=inside)

@@ -52,7 +52,10 @@ def gemm_residual(A: Tensor("M", "K"), B: Tensor("K", "N"), bias: Tensor("NB"), 
             acc = mma(load(A[rm, rk]), load(B[rk, rn]), acc)
     if HAS_BIAS == 1:
         acc = acc + load(bias[rn]).to(float32)[None, :]
-    acc = activation(acc, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        acc = where(acc < 0.0, 0.0, acc)
+    else:
+        acc = activation(acc, ACT)
     acc = acc + load(R[rm, rn]).to(float32)
     store(C[rm, rn], acc)
 
@@ -87,7 +90,10 @@ def gemm_gate_up(A: Tensor("M", "K"), BG: Tensor("K", "N"), BU: Tensor("K", "N")
             a = load(A[rm, rk])
             gate = mma(a, load(BG[rk, rn]), gate)
             up = mma(a, load(BU[rk, rn]), up)
-    gate = activation(gate, ACT)
+    if ACT == 1:  # relu keeping NaN and -0.0, as torch (max(x, 0) drops NaN on a GPU)
+        gate = where(gate < 0.0, 0.0, gate)
+    else:
+        gate = activation(gate, ACT)
     store(C[rm, rn], gate * up)
 
 

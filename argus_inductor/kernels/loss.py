@@ -77,7 +77,7 @@ def pointwise_loss_kernel(P: Tensor("N"), T: Tensor("N"), Y: Tensor("N"), alpha:
     if LOSS == 3:
         e = where(abs(d) < alpha, 0.5 * d * d, alpha * (abs(d) - 0.5 * alpha))
     if LOSS == 4:
-        e = maximum(1.0 - p * t, 0.0)
+        e = where(1.0 - p * t < 0.0, 0.0, 1.0 - p * t)  # max(., 0) keeping NaN, as torch's clamp
     if LOSS == 5:
         e = where(t > 0.0, t * (log(t) - p), 0.0)
     if LOSS == 6:
@@ -107,7 +107,7 @@ def loss_partial_kernel(P: Tensor("N"), T: Tensor("N"), Partial: Tensor("S"), al
         if LOSS == 3:
             e = where(abs(d) < alpha, 0.5 * d * d, alpha * (abs(d) - 0.5 * alpha))
         if LOSS == 4:
-            e = maximum(1.0 - p * t, 0.0)
+            e = where(1.0 - p * t < 0.0, 0.0, 1.0 - p * t)  # max(., 0) keeping NaN, as torch's clamp
         if LOSS == 5:
             e = where(t > 0.0, t * (log(t) - p), 0.0)
         if LOSS == 6:
@@ -230,8 +230,9 @@ def triplet_loss_kernel(A: Tensor("N", "D"), Pos: Tensor("N", "D"), Neg: Tensor(
         sn = exp(log(sn) / p)
         ss = exp(log(ss) / p)
     if SWAP == 1:
-        sn = minimum(sn, ss)
-    store(Loss[rr], maximum(sp - sn + margin, 0.0))
+        sn = where((sn < ss) | (sn != sn), sn, ss)  # torch.min: NaN wins
+    e = sp - sn + margin
+    store(Loss[rr], where(e < 0.0, 0.0, e))  # max(., 0) keeping NaN, as torch's clamp
 
 
 KERNELS: tuple[Kernel, ...] = (pointwise_loss_kernel, loss_partial_kernel, sum_partials_kernel, cross_entropy_kernel,

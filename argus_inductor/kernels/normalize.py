@@ -25,7 +25,6 @@ from ..dsl.lang import (
     constexpr,
     float32,
     load,
-    maximum,
     rsqrt,
     sqrt,
     store,
@@ -88,9 +87,10 @@ def norm_rows(X: Tensor("O", "L"), W: Tensor("L"), B: Tensor("L"), Y: Tensor("O"
     if MODE == 1:
         inv = rsqrt(s / L + eps)
     if MODE == 2:
-        inv = 1.0 / maximum(sqrt(s), eps)
+        nrm = sqrt(s)
+        inv = 1.0 / where(nrm < eps, eps, nrm)  # max(norm, eps) keeping a NaN norm, as torch's clamp
     if MODE == 3:
-        inv = 1.0 / maximum(s, eps)
+        inv = 1.0 / where(s < eps, eps, s)
     for l0 in range(0, L, BR):
         rl = l0 + arange(BR)
         x = load(X[ro, rl]).to(float32)
@@ -137,9 +137,10 @@ def norm_cols(X: Tensor("O", "R", "I"), W: Tensor("R"), B: Tensor("R"), Y: Tenso
     if MODE == 1:
         inv = rsqrt(s / R + eps)
     if MODE == 2:
-        inv = 1.0 / maximum(sqrt(s), eps)
+        nrm = sqrt(s)
+        inv = 1.0 / where(nrm < eps, eps, nrm)  # max(norm, eps) keeping a NaN norm, as torch's clamp
     if MODE == 3:
-        inv = 1.0 / maximum(s, eps)
+        inv = 1.0 / where(s < eps, eps, s)
     for r0 in range(0, R, BR):
         rr = r0 + arange(BR)
         x = load(X[o, rr, ri]).to(float32)

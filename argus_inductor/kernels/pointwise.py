@@ -229,6 +229,15 @@ def _lit(v: float) -> str:
     return repr(float(v)) if v >= 0 else f"({float(v)!r})"
 
 
+def _is_literal(x: str) -> bool:
+    """Whether a chain operand's DSL text is a number (_lit's), not a tile."""
+    try:
+        float(x.strip("()"))
+    except ValueError:
+        return False
+    return True
+
+
 def _expm1(x: str) -> str:
     return f"where(abs({x}) < 1e-05, {x} + 0.5 * {x} * {x}, exp({x}) - 1.0)"
 
@@ -270,22 +279,28 @@ class _Emitter:
         a = vs[0]
         simple = {
             "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
-            "maximum": "maximum({a}, {b})", "minimum": "minimum({a}, {b})", "neg": "0.0 - {a}",
+            "maximum": "where(({a} > {b}) | ({a} != {a}), {a}, {b})",  # NaN wins, as torch.maximum's
+            "minimum": "where(({a} < {b}) | ({a} != {a}), {a}, {b})", "neg": "0.0 - {a}",
             "abs": "abs({a})", "exp": "exp({a})", "log": "log({a})", "sqrt": "sqrt({a})", "rsqrt": "rsqrt({a})",
-            "sigmoid": "sigmoid({a})", "tanh": "tanh({a})", "erf": "erf({a})", "relu": "relu({a})",
+            "sigmoid": "sigmoid({a})", "tanh": "tanh({a})", "erf": "erf({a})",
+            "relu": "where({a} < 0.0, 0.0, {a})",  # NaN and -0.0 kept, as torch's (the DSL's relu drops NaN on a GPU)
             "gelu": "gelu({a})", "gelu_tanh": "gelu_tanh({a})", "silu": "silu({a})",
-            "hardsigmoid": "minimum(maximum({a} + 3.0, 0.0), 6.0) / 6.0",
-            "hardswish": "{a} * minimum(maximum({a} + 3.0, 0.0), 6.0) / 6.0",
             "softsign": "{a} / (1.0 + abs({a}))", "reciprocal": "1.0 / {a}", "square": "{a} * {a}",
         }
+        if op in ("maximum", "minimum") and _is_literal(a) and not _is_literal(vs[1]):
+            a, vs = vs[1], [vs[1], a]  # commutative: the NaN test on the tensor operand
         if op in simple:
             return simple[op].format(a=a, b=vs[1] if len(vs) > 1 else "")
+        if op == "hardsigmoid":
+            return f"{self.clamp(f'{a} + 3.0', 0.0, 6.0)} / 6.0"
+        if op == "hardswish":
+            return f"{a} * {self.clamp(f'{a} + 3.0', 0.0, 6.0)} / 6.0"
         if op in ("clamp", "hardtanh"):
-            return f"minimum(maximum({a}, {_lit(ps[0])}), {_lit(ps[1])})"
+            return self.clamp(a, ps[0], ps[1])
         if op == "clamp_min":
-            return f"maximum({a}, {_lit(ps[0])})"
+            return self.clamp(a, ps[0], None)
         if op == "clamp_max":
-            return f"minimum({a}, {_lit(ps[0])})"
+            return self.clamp(a, None, ps[0])
         if op == "leaky_relu":
             return f"where({a} > 0.0, {a}, {a} * {_lit(ps[0])})"
         if op == "elu":
@@ -300,12 +315,23 @@ class _Emitter:
             return self.pow(a, ps[0])
         raise AssertionError(op)
 
+    def clamp(self, a: str, lo: float | None, hi: float | None) -> str:
+        """min(max(a, lo), hi) as torch.clamp computes it: NaN stays NaN (the DSL's maximum/minimum drop a NaN on a
+        GPU, IEEE maxNum), -0.0 stays -0.0, and lo > hi gives hi."""
+        if lo is not None:
+            a = self.let(a, "cl") if hi is not None else a
+            a = f"where({a} < {_lit(lo)}, {_lit(lo)}, {a})"
+        if hi is not None:
+            a = self.let(a, "cl")
+            a = f"where({a} > {_lit(hi)}, {_lit(hi)}, {a})"
+        return a
+
     def softplus(self, a: str, beta: float, threshold: float) -> str:
         """torch: x where beta * x > threshold, else log1p(exp(beta * x)) / beta (a stable log1p)."""
         t = self.let(f"{a} * {_lit(beta)}", "sp")
         u = self.let(f"exp(0.0 - abs({t}))", "sp")
         l1p = f"where({u} < 1e-05, {u} * (1.0 - 0.5 * {u}), log(1.0 + {u}))"
-        return f"where({t} > {_lit(threshold)}, {a}, (maximum({t}, 0.0) + {l1p}) / {_lit(beta)})"
+        return f"where({t} > {_lit(threshold)}, {a}, (where({t} < 0.0, 0.0, {t}) + {l1p}) / {_lit(beta)})"
 
     def pow(self, a: str, p: float) -> str:
         if p == 0.0:

@@ -392,12 +392,60 @@ def fit_attention(p: Policy, head_block: int, elem_bytes: int, budget: int = ATT
 
 
 CONV_OPS = ("conv", "conv_chain")  # signatures whose float32 precision follows cuDNN's setting, not matmul's
+# torch's float32 matmul precision -> the mma precision of float32 inputs
+MATMUL_PRECISIONS = {"highest": "ieee", "high": "tf32x3", "medium": "tf32"}
+
+
+def matmul_precision() -> str:
+    """torch's float32 matmul precision, "highest", "high" or "medium". torch.get_float32_matmul_precision() raises
+    once a program has set the newer per-backend setting (torch.backends.cuda.matmul.fp32_precision = "tf32" or
+    "ieee", which it then reads against the legacy API): that setting answers then, "tf32" as "high" (TF32 allowed)
+    and "ieee" as "highest"; "none" defers to torch.backends.fp32_precision."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        pass
+    new = getattr(torch.backends.cuda.matmul, "fp32_precision", "none")
+    if new == "none":
+        new = getattr(torch.backends, "fp32_precision", "ieee")
+    return "high" if new == "tf32" else "highest"
+
+
+def conv_allows_tf32() -> bool:
+    """torch.backends.cudnn.allow_tf32 (on by default), or where a program set the newer per-operator setting
+    (which makes the legacy flag raise), whether torch.backends.cudnn.conv.fp32_precision is "tf32"."""
+    try:
+        return bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        return getattr(conv, "fp32_precision", "tf32") == "tf32"
+
+
+# the longest run of K a float32 GEMM at "ieee" sums in one sequential chain of fused multiply-adds: a float32 sum's
+# rounding grows with the length of its chain (terms of one sign: about K * eps / 4 relative, 2.7e-5 at K = 262144
+# against 1.2e-6 for 16 chains of 16384 added, simulated), so a longer K is split (gemm_splitk's partitions, summed
+# in float32), as a vendor SGEMM splits a long K over few output tiles
+IEEE_CHAIN_K = 8192
+
+
+def ieee_chain_split(policy: Policy, k: int) -> Policy:
+    """`policy` with SPLIT_K raised so that no partition's K exceeds IEEE_CHAIN_K (a float32 "ieee" GEMM with a
+    split-K kernel), at most 256 partitions; unchanged where its chains are short enough already."""
+    split = int(policy.const("SPLIT_K", 1) or 1)
+    if -(-k // split) <= IEEE_CHAIN_K:
+        return policy
+    return policy.with_consts(SPLIT_K=min(256, -(-k // IEEE_CHAIN_K)))
 
 
 def fp32_precision(op: str = "gemm") -> str:
-    """The mma precision of float32 inputs, as torch's own settings ask: for matmuls torch's float32 matmul
-    precision ('highest', the default -> three-pass tf32, float32 accuracy on tensor cores; 'high'/'medium' ->
-    tf32); for convolutions torch.backends.cudnn.allow_tf32 (on by default -> tf32, as cuDNN runs them)."""
+    """The mma precision of float32 inputs, as torch's own settings ask.
+
+    Matmuls (GEMMs, bmm, gate*up, residual, MoE, attention) follow torch's float32 matmul precision:
+    "highest" (torch's default) -> "ieee", full float32 products, as cuBLAS's SGEMM: three-pass tf32 measured
+    1.1e-5 max relative error on 4096^3 against SGEMM's 3e-6 (benchmarks/fp32_gemm.py, H100), no better than
+    float32, so it does not stand in for it; "high" -> "tf32x3" (three tf32 products, more accurate than the one
+    TF32 pass torch allows cuBLAS there); "medium" -> "tf32". Convolutions follow cuDNN's allow_tf32 (on by
+    default -> "tf32", as cuDNN runs them; off -> "tf32x3")."""
     if op in CONV_OPS:
-        return "tf32" if torch.backends.cudnn.allow_tf32 else "tf32x3"
-    return "tf32x3" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+        return "tf32" if conv_allows_tf32() else "tf32x3"
+    return MATMUL_PRECISIONS.get(matmul_precision(), "ieee")

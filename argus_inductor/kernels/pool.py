@@ -81,7 +81,7 @@ def max_pool_kernel(X: Tensor("NC", "D", "H", "W"), Y: Tensor("NC", "OD", "OH", 
                            & (tag_of(v, "W") <= tag_of(v, "OW") * SW - PW + (KW - 1) * DW)
                            & ((tag_of(v, "W") - tag_of(v, "OW") * SW + PW) % DW == 0),
                            "the column read lies on the output's own window")
-                acc = maximum(acc, v)
+                acc = where((v > acc) | (v != v), v, acc)  # max keeping NaN, as torch's max pooling
     store(Y[rc, od, oh, rw], acc)
 
 

@@ -32,6 +32,7 @@ from ..dsl.lang import (
     max,
     maximum,
     min,
+    minimum,
     prod,
     store,
     sum,
@@ -73,19 +74,26 @@ def reduce_rows(X: Tensor("O", "R"), Y: Tensor("O"), scale: float, BO: constexpr
             acc = acc * scale
     if KIND == 2:
         acc = full((BO,), -inf, float32)
+        nans = zeros((BO,), float32)  # NaN once the row had one: torch's max propagates NaN, a GPU's max drops it
         for r0 in range(0, R, BR):
             rr = r0 + arange(BR)
-            acc = maximum(acc, max(load(X[ro, rr], other=-inf).to(float32), 1))
+            x = load(X[ro, rr], other=-inf).to(float32)
+            acc = maximum(acc, max(x, 1))
+            nans = nans + sum(where(x != x, x, 0.0), 1)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the max over all of its row")
+        acc = where(nans != nans, nans, acc)
     if KIND == 3:
         acc = full((BO,), -inf, float32)
+        nans = zeros((BO,), float32)
         for r0 in range(0, R, BR):
             rr = r0 + arange(BR)
-            acc = maximum(acc, max(0.0 - load(X[ro, rr], other=inf).to(float32), 1))
+            x = 0.0 - load(X[ro, rr], other=inf).to(float32)
+            acc = maximum(acc, max(x, 1))
+            nans = nans + sum(where(x != x, x, 0.0), 1)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the min over all of its row")
-        acc = 0.0 - acc
+        acc = where(nans != nans, nans, 0.0 - acc)
     if KIND == 4:
         acc = full((BO,), 1.0, float32)
         for r0 in range(0, R, BR):
@@ -112,19 +120,26 @@ def reduce_cols(X: Tensor("O", "R", "I"), Y: Tensor("O", "I"), scale: float, BR:
             acc = acc * scale
     if KIND == 2:
         acc = full((BI,), -inf, float32)
+        nans = zeros((BI,), float32)  # NaN once the column had one (torch's max propagates NaN)
         for r0 in range(0, R, BR):
             rr = r0 + arange(BR)
-            acc = maximum(acc, max(load(X[o, rr, ri], other=-inf).to(float32), 0))
+            x = load(X[o, rr, ri], other=-inf).to(float32)
+            acc = maximum(acc, max(x, 0))
+            nans = nans + sum(where(x != x, x, 0.0), 0)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the max over all of its column")
+        acc = where(nans != nans, nans, acc)
     if KIND == 3:
         acc = full((BI,), -inf, float32)
+        nans = zeros((BI,), float32)
         for r0 in range(0, R, BR):
             rr = r0 + arange(BR)
-            acc = maximum(acc, max(0.0 - load(X[o, rr, ri], other=inf).to(float32), 0))
+            x = 0.0 - load(X[o, rr, ri], other=inf).to(float32)
+            acc = maximum(acc, max(x, 0))
+            nans = nans + sum(where(x != x, x, 0.0), 0)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the min over all of its column")
-        acc = 0.0 - acc
+        acc = where(nans != nans, nans, 0.0 - acc)
     if KIND == 4:
         acc = full((BI,), 1.0, float32)
         for r0 in range(0, R, BR):
@@ -136,11 +151,13 @@ def reduce_cols(X: Tensor("O", "R", "I"), Y: Tensor("O", "I"), scale: float, BR:
 @kernel
 def argreduce_rows(X: Tensor("O", "R"), Y: Tensor("O", dtype=int64), BO: constexpr = 4, BR: constexpr = 64,
                    KIND: constexpr = 0):
-    """Y[o] = the first r where X[o, r] is largest (KIND 0) or smallest (KIND 1; found as the largest of -X)."""
+    """Y[o] = the first r where X[o, r] is largest (KIND 0) or smallest (KIND 1; found as the largest of -X); the
+    first NaN's r where the row has one (torch treats NaN as both the largest and the smallest)."""
     (po,) = tile_grid(cdiv(O, BO))
     ro = po * BO + arange(BO)
     best = full((BO,), -inf, float32)
     idx = zeros((BO,), int32)
+    nan_at = zeros((BO,), int32) + R  # the first NaN's r, R while none
     for r0 in range(0, R, BR):
         rr = r0 + arange(BR)
         if KIND == 1:
@@ -151,19 +168,22 @@ def argreduce_rows(X: Tensor("O", "R"), Y: Tensor("O", dtype=int64), BO: constex
         first = min(where(x == bv[:, None], rr[None, :], R), 1)
         idx = where(bv > best, first, idx)
         best = maximum(best, bv)
+        nan_at = minimum(nan_at, min(where(x != x, rr[None, :], R), 1))
     assert_tag((tag_of(best, "max(R).lo") <= 0) & (tag_of(best, "max(R).hi") >= R),
                "each index is chosen among all of its row")
-    store(Y[ro], idx.to(int64))
+    store(Y[ro], where(nan_at < R, nan_at, idx).to(int64))
 
 
 @kernel
 def argreduce_cols(X: Tensor("O", "R", "I"), Y: Tensor("O", "I", dtype=int64), BR: constexpr = 16,
                    BI: constexpr = 32, KIND: constexpr = 0):
-    """Y[o, i] = the first r where X[o, r, i] is largest (KIND 0) or smallest (KIND 1)."""
+    """Y[o, i] = the first r where X[o, r, i] is largest (KIND 0) or smallest (KIND 1); the first NaN's r where the
+    column has one (as torch)."""
     o, pi = tile_grid(O, cdiv(I, BI))
     ri = pi * BI + arange(BI)
     best = full((BI,), -inf, float32)
     idx = zeros((BI,), int32)
+    nan_at = zeros((BI,), int32) + R  # the first NaN's r, R while none
     for r0 in range(0, R, BR):
         rr = r0 + arange(BR)
         if KIND == 1:
@@ -174,9 +194,10 @@ def argreduce_cols(X: Tensor("O", "R", "I"), Y: Tensor("O", "I", dtype=int64), B
         first = min(where(x == bv[None, :], rr[:, None], R), 0)
         idx = where(bv > best, first, idx)
         best = maximum(best, bv)
+        nan_at = minimum(nan_at, min(where(x != x, rr[:, None], R), 0))
     assert_tag((tag_of(best, "max(R).lo") <= 0) & (tag_of(best, "max(R).hi") >= R),
                "each index is chosen among all of its column")
-    store(Y[o, ri], idx.to(int64))
+    store(Y[o, ri], where(nan_at < R, nan_at, idx).to(int64))
 
 
 @kernel
@@ -369,7 +390,7 @@ def reduce(x: torch.Tensor, dim: int | tuple[int, ...] | None, kind: str, keepdi
     """torch.<kind>(x, dim, keepdim) for kind in KINDS; "max"/"min" give the values only; argmax/argmin give
     int64 indices (first occurrence; dim=None indexes the flattened tensor). fp32 accumulation.
 
-    NaN is not propagated by max/min/argmax/argmin (torch propagates it).
+    NaN propagates as in torch: max/min of a slice with a NaN is NaN, argmax/argmin give the first NaN's index.
     """
     check_input(x, "reduce")
     if kind not in KINDS:

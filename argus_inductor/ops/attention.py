@@ -68,7 +68,13 @@ def _attention_consts(sig: Signature) -> dict[str, dict[str, Any]]:
     d = sig.dims()["D"]
     parts = epilogue_parts(sig)
     return {"attention_fwd": {"BD": builtins.max(16, pow2(d)), "CAUSAL": int("causal" in parts),
-                              "HAS_MASK": int("mask" in parts)}}
+                              "HAS_MASK": int("mask" in parts), "SAFE": _safe(sig)}}
+
+
+def _safe(sig: Signature) -> int:
+    """The kernels' SAFE: 1 (a query row with no visible key is zero, SDPA's), 0 for a signature whose epilogue says
+    "nanrows" (softmax then a matmul, an attention written out: NaN)."""
+    return int("nanrows" not in epilogue_parts(sig))
 
 
 def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Policy]:
@@ -82,10 +88,10 @@ def _attention_select(policy: dict[str, Any], sig: Signature) -> dict[str, Polic
     has_mask = int("mask" in epilogue_parts(sig))
     if dims.get("S") == "1" and "causal" not in epilogue_parts(sig) and group <= 64 and "BG" not in dict(p.consts):
         dec = Policy.make(BG=builtins.max(16, pow2(group)), BN=p.const("BN", 64), BD=bd,
-                          HAS_MASK=has_mask)
+                          HAS_MASK=has_mask, SAFE=_safe(sig))
         return {"attention_decode": replace(dec, num_warps=p.num_warps, num_stages=p.num_stages)}
     if "BG" in dict(p.consts):  # a stored decode policy
-        return {"attention_decode": p.with_consts(BD=bd, HAS_MASK=has_mask)}
+        return {"attention_decode": p.with_consts(BD=bd, HAS_MASK=has_mask, SAFE=_safe(sig))}
     return {"attention_fwd": p.with_consts(**_attention_consts(sig)["attention_fwd"])}
 
 
@@ -106,13 +112,15 @@ def attention_out(q: Tensor, v: Tensor, positions: bool) -> Tensor:
 
 
 def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, node_id: str,
-                   fallback: Callable[[], Tensor], mask: Tensor | None = None, positions: bool = False) -> Tensor:
+                   fallback: Callable[[], Tensor], mask: Tensor | None = None, positions: bool = False,
+                   nan_rows: bool = False) -> Tensor:
     z, h, s, d = q.shape
     hk, t = k.shape[1], k.shape[2]
     sc = scale if scale is not None else 1.0 / math.sqrt(d)
 
     def sig() -> Signature:
-        parts = ("causal" if causal else "", f"gqa{h // hk}" if h != hk else "", "mask" if mask is not None else "")
+        parts = ("causal" if causal else "", f"gqa{h // hk}" if h != hk else "", "mask" if mask is not None else "",
+                 "nanrows" if nan_rows else "")
         return make_signature("attention", ",".join(p for p in parts if p), [q, k, v], {"H": h, "HK": hk, "D": d},
                               {"Z": z, "S": s, "T": t})
 
@@ -141,26 +149,46 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
     if mask is not None and (not (mask.dtype == torch.bool or mask.is_floating_point()) or not broadcasts_to(
             mask.shape, (z, h, s, t))):
         return fallback_in_layout()
-    return run_op(node_id, sig, run, fallback_in_layout, [q, k, v], (causal, meta_key(mask)),
+    if z * h * s * v.shape[-1] == 0:  # an empty batch, no queries: nothing to compute, no kernel to launch
+        return attention_out(q, v, positions)
+    if t == 0:  # no keys: zeros, as SDPA's (and softmax over no keys times no values)
+        return attention_out(q, v, positions).zero_()
+    return run_op(node_id, sig, run, fallback_in_layout, [q, k, v], (causal, meta_key(mask), nan_rows),
                   flops=4 * z * h * s * t * d,  # as FlopCounterMode counts SDPA (the mask ignored)
                   inputs=present(q, k, v, mask))
 
 
+def softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None) -> Tensor:
+    """softmax(q k^T * scale + mask) v as an attention written out computes it (a row whose every score is -inf is
+    NaN, where SDPA's is zero), GQA by repeating k and v; a bool mask keeps True."""
+    h, hk = q.shape[1], k.shape[1]
+    if h != hk:
+        k, v = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
+    scores = (q @ k.transpose(-1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        scores = scores + (torch.where(mask, 0.0, -math.inf) if mask.dtype == torch.bool else mask)
+    return torch.softmax(scores, -1).to(v.dtype) @ v
+
+
 @torch.library.custom_op("argus::attention", mutates_args=())
 def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float | None, node_id: str,
-              positions: bool = False) -> Tensor:
+              positions: bool = False, nan_rows: bool = False) -> Tensor:
     """softmax(q k^T * scale [causal]) v for q (Z, H, S, D), k/v (Z, HK, T, D), H % HK == 0; `positions`: the
-    output in (Z, S, H, D) memory (attention_out)."""
+    output in (Z, S, H, D) memory (attention_out). A query row with no visible key (every score -inf, from
+    infinite inputs) is zero as SDPA's, or with `nan_rows` NaN, as an attention written out as softmax and matmul
+    computes it (softmax_attention; not causal)."""
     h, hk = q.shape[1], k.shape[1]
 
     def fallback() -> Tensor:
+        if nan_rows:
+            return softmax_attention(q, k, v, None, scale)
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=h != hk)
 
-    return _attention_run(q, k, v, is_causal, scale, node_id, fallback, positions=positions)
+    return _attention_run(q, k, v, is_causal, scale, node_id, fallback, positions=positions, nan_rows=nan_rows)
 
 
 @attention.register_fake
-def _(q, k, v, is_causal, scale, node_id, positions=False):
+def _(q, k, v, is_causal, scale, node_id, positions=False, nan_rows=False):
     return attention_out(q, v, positions)
 
 
@@ -168,20 +196,23 @@ def _(q, k, v, is_causal, scale, node_id, positions=False):
 # library_ops' rope_cache)
 @torch.library.custom_op("argus::attention_mask", mutates_args=(), tags=(torch.Tag.flexible_layout,))
 def attention_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None, node_id: str,
-                   positions: bool = False) -> Tensor:
+                   positions: bool = False, nan_rows: bool = False) -> Tensor:
     """softmax(q k^T * scale + mask) v (a bool mask keeps True) for q (Z, H, S, D), k/v (Z, HK, T, D), the mask
     broadcasting to (Z, H, S, T). The kernel reads the mask itself: nothing is decided from its values on the
-    host, so the op never synchronizes and can be captured in a CUDA graph. `positions`: as attention's."""
+    host, so the op never synchronizes and can be captured in a CUDA graph. `positions`, `nan_rows`: as
+    attention's (a row the mask hides every key from: zero as SDPA's, or NaN with `nan_rows`)."""
     h, hk = q.shape[1], k.shape[1]
 
     def fallback() -> Tensor:
+        if nan_rows:
+            return softmax_attention(q, k, v, mask, scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=h != hk)
 
-    return _attention_run(q, k, v, False, scale, node_id, fallback, mask, positions)
+    return _attention_run(q, k, v, False, scale, node_id, fallback, mask, positions, nan_rows)
 
 
 @attention_mask.register_fake
-def _(q, k, v, mask, scale, node_id, positions=False):
+def _(q, k, v, mask, scale, node_id, positions=False, nan_rows=False):
     return attention_out(q, v, positions)
 
 

@@ -5,6 +5,7 @@ functions.
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from ..kernels.policies import (
     gemv_policy,
     gemv_static_steps,
     gluon_reads,
+    ieee_chain_split,
     presplit_gemm_policy,
     weight_k_major,
 )
@@ -110,6 +112,9 @@ def _gemm_template(sig: Signature, target: str) -> dict[str, Any]:
         return split.as_dict()
     # the Gluon lowering's tiles are sized for 2-byte operands: others take Triton's
     p = _gemm_base(sig, target, gluon=gluon_reads(sig.dtypes[0]))
+    if target != "interpret" and sig.dtypes[0] == "float32" and fp32_precision(sig.op) == "ieee" and \
+            p.const("GEMV", 0) != 1:  # (the GEMV path sums each K lane apart: chains of K / BK)
+        p = ieee_chain_split(p, sig.dims()["K"])
     return (p if p.warp_specialize else for_dtype(p, sig, target)).as_dict()
 
 
@@ -198,13 +203,20 @@ RESOLVERS.append(_resolve)
 # The ops
 
 
+def degenerate(m: int, n: int, k: int) -> bool:
+    """A GEMM with an empty output (M or N of 0: nothing to compute) or an empty sum (K = 0: the output is the
+    epilogue of zeros). The op answers with the aten op (exactly eager's), not a launch: no tile policy or proof is
+    made for an empty dimension, and the replay of an empty result could not tell it from an operand."""
+    return m == 0 or n == 0 or k == 0
+
+
 @torch.library.custom_op("argus::linear", mutates_args=())
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node_id: str) -> Tensor:
     """act(x @ weight.T + bias) for x (..., K), weight (N, K)."""
     k = x.shape[-1]
     n = weight.shape[0]
-    x2 = x.reshape(-1, k)
-    m = x2.shape[0]
+    m = math.prod(x.shape[:-1])
+    x2 = x.reshape(m, k)  # (not -1: with K = 0 the rows are not implied)
 
     def sig() -> Signature:
         return make_signature("gemm", epilogue_of("bias" if bias is not None else "", activation), [x2, weight],
@@ -228,6 +240,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str, node
     def fallback() -> Tensor:
         return ACTIVATION_FNS[activation](F.linear(x, weight, bias))
 
+    if degenerate(m, n, k):
+        return fallback()
     # the bias is read by the kernels too: an operand of the replay, its metadata part of the call key
     return run_op(node_id, sig, run, fallback, [x, weight], (activation, meta_key(bias)),
                   flops=2 * m * n * k, inputs=present(x, weight, bias))
@@ -244,8 +258,8 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
     """residual + act(x @ weight.T + bias) for x (..., K), weight (N, K), residual (..., N)."""
     k = x.shape[-1]
     n = weight.shape[0]
-    x2 = x.reshape(-1, k)
-    m = x2.shape[0]
+    m = math.prod(x.shape[:-1])
+    x2 = x.reshape(m, k)
     r2 = residual.reshape(m, n)
 
     def sig() -> Signature:
@@ -262,6 +276,8 @@ def linear_residual(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Te
     def fallback() -> Tensor:
         return residual + ACTIVATION_FNS[activation](F.linear(x, weight, bias))
 
+    if degenerate(m, n, k):
+        return fallback()
     return run_op(node_id, sig, run, fallback, [x, weight, residual], (activation, meta_key(bias)),
                   flops=2 * m * n * k, inputs=present(x, weight, residual, bias))
 
@@ -276,8 +292,8 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
     """act(x @ w_gate.T) * (x @ w_up.T) for x (..., K), w_gate and w_up (N, K): the gated MLP's first half."""
     k = x.shape[-1]
     n = w_gate.shape[0]
-    x2 = x.reshape(-1, k)
-    m = x2.shape[0]
+    m = math.prod(x.shape[:-1])
+    x2 = x.reshape(m, k)
 
     def sig() -> Signature:
         return make_signature("gemm", f"{activation}*up", [x2, w_gate, w_up], {"N": n, "K": k}, {"M": m})
@@ -291,6 +307,8 @@ def gate_up(x: Tensor, w_gate: Tensor, w_up: Tensor, activation: str, node_id: s
     def fallback() -> Tensor:
         return ACTIVATION_FNS[activation](F.linear(x, w_gate)) * F.linear(x, w_up)
 
+    if degenerate(m, n, k):
+        return fallback()
     return run_op(node_id, sig, run, fallback, [x, w_gate, w_up], (activation,),
                   flops=4 * m * n * k)
 
@@ -307,8 +325,8 @@ def linear_cat(x: Tensor, w0: Tensor, w1: Tensor, w2: Tensor, node_id: str) -> T
     k = x.shape[-1]
     widths = (w0.shape[0], w1.shape[0], w2.shape[0])
     n = builtins.sum(widths)
-    x2 = x.reshape(-1, k)
-    m = x2.shape[0]
+    m = math.prod(x.shape[:-1])
+    x2 = x.reshape(m, k)
 
     def sig() -> Signature:
         return make_signature("gemm", cat_epilogue(widths), [x2, w0, w1, w2], {"N": n, "K": k}, {"M": m})
@@ -321,6 +339,8 @@ def linear_cat(x: Tensor, w0: Tensor, w1: Tensor, w2: Tensor, node_id: str) -> T
     def fallback() -> Tensor:
         return torch.cat([F.linear(x, w) for w in (w0, w1, w2)], -1)
 
+    if degenerate(m, min(widths), k):
+        return fallback()
     return run_op(node_id, sig, run, fallback, [x, w0, w1, w2], flops=2 * m * n * k)
 
 
@@ -343,6 +363,8 @@ def bmm(a: Tensor, b: Tensor, node_id: str) -> Tensor:
         plan.kernels["bmm_kernel"](a3, b3, out, policy=plan.policies["bmm_kernel"], target=target)
         return out
 
+    if degenerate(bt * m, n, k):
+        return torch.bmm(a, b)
     return run_op(node_id, sig, run, lambda: torch.bmm(a, b), [a, b],
                   flops=2 * bt * m * n * k)
 

@@ -34,7 +34,7 @@ from ..kernels import scan as _scan
 from ..kernels.gemm import ACTIVATION_FNS
 from ..kernels.policies import fit_shared_memory
 from ..runtime.signature import Signature, make_signature
-from .core import LOCK, RESOLVERS, SPECS, OpSpec
+from .core import FORGET, LOCK, RESOLVERS, SPECS, OpSpec
 from .dispatch import call_key, replay_hot, run_op, tensor_key
 
 Tensors = list[Tensor | None]
@@ -464,6 +464,41 @@ def _implement(name: str, fn: Callable[..., Tensor]) -> None:
 
 _LIB.define("library(str name, Tensor?[] tensors, str args, str node_id) -> Tensor")
 
+# call key -> the strides of the reference's result for that call's operand metadata (the fake's, which Inductor
+# checks the op's output against), or None where the reference does not run on meta tensors
+_REF_STRIDES: dict[tuple, tuple[int, ...] | None] = {}
+FORGET.append(_REF_STRIDES.clear)
+
+
+def reference_strides(key: tuple, op: LibraryOp, ts: Tensors, a: Args) -> tuple[int, ...] | None:
+    """The strides of `op`'s torch reference on operands with ts' metadata: the layout the op's fake gives (a
+    convolution of a channels_last input is channels_last), worked out once per call key on fake tensors of the
+    operands' device (meta tensors do not follow the CPU's layout rules)."""
+    if key in _REF_STRIDES:
+        return _REF_STRIDES[key]
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with FakeTensorMode() as mode:
+            fakes = [None if t is None else mode.from_tensor(t) for t in ts]
+            strides: tuple[int, ...] | None = tuple(op.reference(fakes, a).stride())
+    except Exception:  # a reference fake tensors cannot run: the result keeps the kernels' layout
+        strides = None
+    with LOCK:
+        if len(_REF_STRIDES) > 4096:
+            _REF_STRIDES.clear()
+        _REF_STRIDES[key] = strides
+    return strides
+
+
+def in_reference_layout(out: Tensor, strides: tuple[int, ...] | None) -> Tensor:
+    """`out` with the reference's strides (a copy where the kernels wrote another layout): the op's result must
+    have the layout its fake promised, or the compiled graph's stride check raises (and any view of it reads the
+    wrong elements)."""
+    if strides is None or tuple(out.stride()) == strides or len(strides) != out.dim():
+        return out
+    return torch.empty_strided(out.shape, strides, dtype=out.dtype, device=out.device).copy_(out)
+
 
 def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str) -> Tensor:
     """The library op `name` on `tensors` with `args` (canonical JSON): the DSL kernels where the device has an
@@ -487,14 +522,19 @@ def library(name: str, tensors: Sequence[Tensor | None], args: str, node_id: str
 
     def run(plan: Any, target: str) -> Tensor:
         kw = {"policies": dict(plan.policies), "kernels": dict(plan.kernels), "target": target}
-        return op.run(ts, a, kw)
+        return in_reference_layout(op.run(ts, a, kw), strides)
 
     def fallback() -> Tensor:
         return op.reference(ts, a)
 
+    if any(t.numel() == 0 for t in present):
+        # an empty operand: torch's answer (an empty result, or a reduction of nothing), copied so that it is no
+        # view of an operand; the kernels' policies and proofs are not made for empty dims
+        return fallback().clone()
     if not floats:
         out = fallback()
     else:
+        strides = reference_strides(key, op, ts, a)  # worked out before run_op records the launches
         out = run_op(node_id, sig, run, fallback, floats, memo, flops=lambda out: op.flops(ts, a, out),
                      inputs=present, key=key)
     # a functional op: its result never shares memory with an operand (a reference that returns a view is copied)

@@ -344,6 +344,8 @@ def record(run: Callable[[], Any], inputs: Sequence[torch.Tensor]) -> tuple[Any,
         out = run()
     if rec.why is None and not isinstance(out, torch.Tensor):
         rec.why = f"the host function returns a {type(out).__name__}"
+    if rec.why is None and out.numel() == 0:  # no storage: an empty operand of its shape would pass for it
+        rec.why = "the result is empty"
     result = rec.source(out) if rec.why is None else None
     if rec.why is None and result is None:
         rec.why = "the result is not a view of an operand or allocation"

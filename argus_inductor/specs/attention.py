@@ -56,7 +56,8 @@ class AttentionSpec(OpSpec):
     def fixed_consts(self, problem: Problem, kernel: str, plan: Plan) -> dict[str, Any]:
         d = problem.dims
         return {"BD": next_pow2(d["D"], 16), "CAUSAL": int(is_causal(problem)),
-                "BG": next_pow2(d["H"] // d["HK"], 16), "HAS_MASK": int(has_mask(problem))}
+                "BG": next_pow2(d["H"] // d["HK"], 16), "HAS_MASK": int(has_mask(problem)),
+                "SAFE": int("nanrows" not in problem.epilogue.split(","))}
 
     def default_plan(self, problem: Problem, target: str) -> Plan:
         d = problem.dims

@@ -146,8 +146,10 @@ def test_float32_precision_follows_torch_settings_per_op(monkeypatch: pytest.Mon
     old = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("highest")
-        assert ops.fp32_precision("gemm") == "tf32x3" and ops.fp32_precision("conv") == "tf32"
+        assert ops.fp32_precision("gemm") == "ieee" and ops.fp32_precision("conv") == "tf32"
         torch.set_float32_matmul_precision("high")
+        assert ops.fp32_precision("bmm") == "tf32x3"
+        torch.set_float32_matmul_precision("medium")
         assert ops.fp32_precision("bmm") == "tf32"
         monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
         assert ops.fp32_precision("conv_chain") == "tf32x3"

@@ -1,8 +1,10 @@
 """Shared helpers of the kernel tests: where they run, at which sizes, and how results are judged."""
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 
 import torch
 
@@ -46,3 +48,26 @@ def check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, seed: int, w
           scale: torch.Tensor | None = None) -> None:
     err = rel_err(out, ref, scale)
     assert err < tolerance(dtype), f"{what}: relative error {err:.3e} (dtype {dtype}, seed {seed})"
+
+
+@contextlib.contextmanager
+def gpu_float_semantics() -> Iterator[None]:
+    """The Triton interpreter's element-wise maximum and minimum as a GPU computes them. Triton lowers
+    tl.maximum/tl.minimum (propagate_nan NONE, the default) to IEEE maxNum/minNum (PTX max.f32/min.f32): a NaN
+    operand yields the other operand. The interpreter runs them as np.maximum/np.minimum, which keep the NaN, so a
+    kernel that drops NaN on the GPU passes on the CPU. Within this context it drops it there too (np.fmax/np.fmin),
+    as the interpreter's max/min reductions already do (np.nanmax/np.nanmin). No-op off the interpreter."""
+    if ON_GPU:
+        yield
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    saved = builder.create_maxnumf, builder.create_minnumf
+    builder.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
+    builder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
+    try:
+        yield
+    finally:
+        builder.create_maxnumf, builder.create_minnumf = saved

@@ -93,7 +93,7 @@ def test_float32_plans_split_where_it_pays_and_the_checker_proves_them_at_3k(op)
 
     prec = torch.get_float32_matmul_precision()
     try:
-        torch.set_float32_matmul_precision("highest")
+        torch.set_float32_matmul_precision("high")  # three-pass tf32 ("highest" runs full float32)
         sig = _sig(op, 1024, 1024, 1024)
         spec = ops.spec_for(sig)
         pols = spec.policies(spec.template(sig, "cuda"), sig)
@@ -109,10 +109,14 @@ def test_float32_plans_split_where_it_pays_and_the_checker_proves_them_at_3k(op)
         small = _sig(op, 1, 4096, 4096)
         pols = spec.policies(spec.template(small, "cuda"), small)
         assert "tf32_split" not in pols and all(p.input_precision == "tf32x3" for p in pols.values())
-        # tf32 asked for: no split, one pass
-        torch.set_float32_matmul_precision("high")
+        # one tf32 pass asked for: no split
+        torch.set_float32_matmul_precision("medium")
         pols = spec.policies(spec.template(sig, "cuda"), sig)
         assert "tf32_split" not in pols and pols[mma].input_precision == "tf32"
+        # full float32: no split, no tf32
+        torch.set_float32_matmul_precision("highest")
+        pols = spec.policies(spec.template(sig, "cuda"), sig)
+        assert "tf32_split" not in pols and pols[mma].input_precision == "ieee"
     finally:
         torch.set_float32_matmul_precision(prec)
 
@@ -148,3 +152,26 @@ def test_the_agent_verifies_and_runs_the_split_the_same_way(monkeypatch):
     assert calls, "the float32 three-pass candidate must run on split operands"
     ref = gemm.reference(prob, inputs)
     assert rel_err(out, ref) < (1e-5 if DEVICE == "cpu" else 1e-4), f"seed {seed}"
+
+
+def test_split_of_infinities_nan_and_extremes():
+    """+-inf splits as hi = x, lo = 0, so a GEMM over the split operands is infinite where A @ B is (lo = inf - inf
+    made it NaN); NaN stays NaN; float32's largest and smallest numbers split exactly."""
+    x = torch.tensor([[float("inf"), -float("inf"), float("nan"), 3.4028235e38, -1.17549435e-38, 1e-45, -0.0, 1.0]],
+                     device=DEVICE)
+    y = _split(x, 1, 1)
+    lo, hi = y[:, 8:16], y[:, :8]
+    assert torch.equal(hi[0, :2], x[0, :2]) and torch.equal(lo[0, :2], torch.zeros(2, device=DEVICE))
+    assert bool(hi[0, 2].isnan() | lo[0, 2].isnan())
+    assert torch.equal(hi[0, 3:] + lo[0, 3:], x[0, 3:])
+    a = torch.randn(4, 16, device=DEVICE)
+    a[1, 3], a[2, 5] = float("inf"), -float("inf")
+    w = torch.rand(8, 16, device=DEVICE) + 0.5  # positive: the infinite rows stay infinite, of a's sign
+    a3, b3 = split_operands(a, w.t(), target=TARGET)
+    out = torch.empty(4, 8, device=DEVICE)
+    kw = {"target": TARGET} if TARGET else {}
+    gemm_epilogue(a3, b3, out.new_empty(1), out, policy=Policy.make(BM=16, BN=16, BK=16, input_precision="tf32"),
+                  **kw)
+    ref = a @ w.t()
+    assert torch.equal(out.isinf(), ref.isinf()) and not out.isnan().any()
+    assert torch.equal(out[out.isinf()], ref[ref.isinf()])
