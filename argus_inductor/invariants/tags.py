@@ -494,3 +494,33 @@ def reshape(v: AVal, shape: tuple[int, ...]) -> AVal:
         pairs.append((d, (lin / stride) % v.shape[d]))
         stride *= v.shape[d]
     return remap_axes(v, pairs, shape)
+
+
+# ---- lane masks and padding ---------------------------------------------------------------------------
+PADDING_TAG = "padding.lanes"  # the tag padding_lanes attaches: 1 on the lanes it names
+
+
+def padding(v: AVal) -> Expr:
+    """Where v's elements were named padding (padding_lanes): by every operand that carries the name."""
+    alts = v.tags.get(PADDING_TAG, ())
+    return conj([z3.And(t.when, t.expr != 0) for t in alts]) if alts else FALSE
+
+
+def moving_conjuncts(x: AVal, acc: AVal) -> list[Expr]:
+    """The conjuncts of term x's `live` that move with a loop carrying the accumulator acc (a lane mask
+    `(rm < 2 + k)[:, None]`): what moving_lanes and moving_max gate x's covers with."""
+    return [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
+
+
+def gated(p: Piece, moving: list[Expr], carried: frozenset[str]) -> Piece:
+    """p with the conjuncts of `moving` (a term's `live`, moving with a loop in `carried`) that move with a loop p
+    itself moves with added to its condition (the interpreter's moving_lanes)."""
+    loops = carried & {n for e in p.exprs for n in free_vars(e)}
+    have = conjuncts(simp(p.cond))
+    return replace(p, cond=conj([p.cond] + [c for c in moving if free_vars(c) & loops and not among(c, have)]))
+
+
+def among(e: Expr, es: list[Expr]) -> bool:
+    """Whether e is one of es, structurally (z3 terms compared by `same`, not by ids of temporaries that z3 may
+    free and reuse)."""
+    return any(same(e, c) for c in es)
