@@ -1,7 +1,7 @@
 """The `argus` command line.
 
     argus verify FILE.py [--shape M=200,N=136] [--policy BM=64,BN=64,num_warps=4] [--assume "H % HK == 0"]
-                         [--kernel NAME] [--json] [--no-staging] [--timeout-ms N]
+                         [--kernel NAME] [--json] [--no-staging] [--timeout-ms N] [--budget-s S]
 
 Exit status: 0 when every kernel is proven, 1 when a violation is found, 2 on a usage or DSL error.
 """
@@ -45,7 +45,7 @@ def _verify(args: argparse.Namespace) -> int:
         shapes = {k: int(v) for k, v in _pairs(args.shape, "--shape").items()}
         policy = _pairs(args.policy, "--policy")
         results = verify_file(args.file, policy or None, shapes or None, kernels=args.kernel or None,
-                              assumptions=args.assume or (), timeout_ms=args.timeout_ms,
+                              assumptions=args.assume or (), timeout_ms=args.timeout_ms, budget_s=args.budget_s,
                               staging=None if args.no_staging else default_staging)
     except (DSLError, ValueError, OSError) as e:
         print(f"argus verify: {e}", file=sys.stderr)
@@ -114,11 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--policy", action="append", metavar="BM=..,num_warps=..",
                    help="constexpr values and launch settings (kernel defaults otherwise)")
     v.add_argument("--assume", action="append", metavar="EXPR",
-                   help="a precondition over shape symbols, constexprs or integer tensors, e.g. 'H % HK == 0'")
+                   help="a precondition over shape symbols, constexprs or integer tensors, e.g. 'H %% HK == 0'")
     v.add_argument("--kernel", action="append", metavar="NAME", help="check only these kernels")
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("--no-staging", action="store_true", help="skip the pipelined-buffer obligations")
     v.add_argument("--timeout-ms", type=int, default=None, help="z3 time limit per obligation")
+    v.add_argument("--budget-s", type=float, default=None,
+                   help="time limit of each kernel's whole verification (default 60); past it: NOT PROVED: budget")
     v.set_defaults(func=_verify)
     from .agent.cli import add_warmup_parser
     add_warmup_parser(sub)

@@ -16,6 +16,7 @@ from ..dsl.ir import KernelIR
 from ..dsl.lowering import resolve_consts
 from ..dsl.policy import LAUNCH_FIELDS, Policy
 from ..dsl.runtime import Kernel, kernels_from_source
+from .base import BudgetExceeded
 from .counterexample import Violation, render, source_line
 from .interpreter import CheckerError, Interpreter, StagingHook, default_staging
 from .obligations import kernel_obligations, solve
@@ -23,6 +24,11 @@ from .tags import free_vars
 
 SPECIALIZED_TIMEOUT_MS = 10_000
 SYMBOLIC_TIMEOUT_MS = 30_000
+# The time one `verify` may take in all (interpretation and every z3 query), unless the caller gives budget_s (the
+# CLI: --budget-s). Past it the result is "NOT PROVED: budget", never a hang: text an LLM wrote (a huge unrolled
+# loop, a shape that makes every query hard) cannot stall the agent, warm-up or a cache load. The library's kernels
+# take 0.1-2 s specialized and up to about 20 s symbolic.
+DEFAULT_BUDGET_S = 60.0
 
 
 @dataclass
@@ -36,15 +42,28 @@ class VerificationResult:
     undecided: list[str] = field(default_factory=list)  # obligations z3 could not settle in time
     errors: list[str] = field(default_factory=list)     # assertions the checker could not read
     notes: list[str] = field(default_factory=list)
+    budget: str = ""  # why the time budget ran out before the proof was done ("" when it did not)
 
     @property
     def proved(self) -> bool:
         """ok, and every obligation was decided (nothing left unknown)."""
         return self.ok and not self.undecided
 
+    @property
+    def status(self) -> str:
+        """'proved', 'violated' (a violation or an unreadable assertion), 'not proved: budget' or 'not proved:
+        undecided'."""
+        if not self.ok:
+            return "violated"
+        if self.budget:
+            return "not proved: budget"
+        return "not proved: undecided" if self.undecided else "proved"
+
     def text(self) -> str:
         if self.proved:
             head = f"{self.kernel}: OK ({self.obligations} obligations proved, {self.mode}, {self.seconds:.2f} s)"
+        elif self.ok and self.budget:
+            head = f"{self.kernel}: NOT PROVED: budget ({self.budget}; {self.mode}, {self.seconds:.2f} s)"
         elif self.ok:
             head = (f"{self.kernel}: NOT PROVED, no violation found but {len(self.undecided)} undecided "
                     f"({self.mode}, {self.seconds:.2f} s)")
@@ -58,10 +77,11 @@ class VerificationResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "ok": self.ok, "proved": self.proved, "mode": self.mode,
+        return {"kernel": self.kernel, "ok": self.ok, "proved": self.proved, "verdict": self.status, "mode": self.mode,
                 "seconds": round(self.seconds, 4), "obligations": self.obligations,
                 "violations": [v.to_json() for v in self.violations], "errors": self.errors,
-                "undecided": self.undecided, **({"notes": self.notes} if self.notes else {})}
+                "undecided": self.undecided, **({"notes": self.notes} if self.notes else {}),
+                **({"budget": self.budget} if self.budget else {})}
 
 
 def as_policy(policy: Policy | Mapping[str, Any] | None) -> Policy:
@@ -84,17 +104,24 @@ def _as_run(kernel_name: str, policy: Policy) -> Policy:
 
 def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None = None,
            shapes: Mapping[str, int] | None = None, *, assumptions: Sequence[str] = (),
-           staging: StagingHook | None = default_staging, timeout_ms: int | None = None) -> VerificationResult:
+           staging: StagingHook | None = default_staging, timeout_ms: int | None = None,
+           budget_s: float | None = None) -> VerificationResult:
     """Prove a kernel's data-flow invariants under a policy (tile sizes are concrete).
 
     shapes: concrete values for some or all shape symbols (M=..., N=...); the rest stay symbolic
     (>= 1, plus `assumptions`). assumptions: Python expressions over shape symbols, constexprs and
     integer tensors (a tensor name stands for every one of its elements), e.g. "H % HK == 0",
     "0 <= block_expert < E". staging: how pipelined loops stage their loads (None: no pipelining check).
+    timeout_ms: z3's limit per obligation. budget_s: the whole verification's limit (DEFAULT_BUDGET_S); past
+    it the result's status is "not proved: budget" (ok, not proved, the reason in `budget` and `undecided`).
     """
     ir = kernel.ir if isinstance(kernel, Kernel) else kernel
     pol = _as_run(ir.name, as_policy(policy))
     t0 = time.perf_counter()
+    budget = DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
+    if not budget > 0:
+        raise ValueError(f"budget_s must be a positive number of seconds, not {budget_s!r}")
+    deadline = t0 + budget
     shapes = dict(shapes or {})
     unknown = sorted(set(shapes) - set(ir.symbols))
     if unknown:
@@ -104,9 +131,13 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     sym = {s: (z3.IntVal(int(shapes[s])) if s in shapes else z3.Int(s)) for s in ir.symbols}
     mode = "specialized" if all(s in shapes for s in ir.symbols) else "symbolic"
     timeout = timeout_ms or (SPECIALIZED_TIMEOUT_MS if mode == "specialized" else SYMBOLIC_TIMEOUT_MS)
-    interp = Interpreter(ir, pol, consts, sym, staging)
+    interp = Interpreter(ir, pol, consts, sym, staging, deadline, budget)
     try:
         interp.run()
+    except BudgetExceeded as e:
+        why = f"{e}, before any obligation was checked (raise it with budget_s= or --budget-s)"
+        return VerificationResult(ir.name, True, [], time.perf_counter() - t0, mode, undecided=[f"budget: {why}"],
+                                  notes=list(dict.fromkeys(interp.notes)), budget=why)
     except CheckerError as e:
         return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode,
                                   errors=[f"line {e.line}: {e}"])
@@ -121,7 +152,7 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     extents = {t.name: [sym[d] for d in t.dims] for t in ir.tensors}
     obligations = interp.obligations + kernel_obligations(interp.accesses, interp.renamer(), extents,
                                                           interp.dim_extent, interp.index_lines)
-    false_assumes = _false_assumes(interp, always + background, timeout)
+    false_assumes = _false_assumes(interp, always + background, _capped(timeout, deadline))
     if false_assumes:  # every obligation would hold vacuously under a precondition that cannot hold
         return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode, len(obligations), errors=[
             f"line {line}: the kernel assumes `{source_line(ir, line).strip()}`, which is false at these shapes and "
@@ -131,20 +162,28 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     undecided: list[str] = []
     seen: set[tuple[str, int]] = set()
     trace = os.environ.get("ARGUS_VERIFY_TRACE") not in (None, "", "0")
-    for ob in obligations:
+    budget_why = ""
+    for k, ob in enumerate(obligations):
         if (ob.kind, ob.op.line) in seen:
             continue
+        if time.perf_counter() >= deadline:
+            left = len(obligations) - k
+            budget_why = (f"the {budget:g} s budget ran out with {left} of {len(obligations)} obligations not checked "
+                          "(raise it with budget_s= or --budget-s)")
+            break
         facts = instantiate_assumes(interp.assumes, pid_vars, ob.formula)
-        out = solve(ob, always + relevant(background + facts, ob.formula), timeout)
+        out = solve(ob, always + relevant(background + facts, ob.formula), _capped(timeout, deadline), deadline)
         if trace:
             print(f"  [{out.seconds:7.3f}s] {out.status:9s} {ob.kind} line {ob.op.line}", file=sys.stderr)
         if out.status == "violated":
             seen.add((ob.kind, ob.op.line))
             violations.append(render(ir, ob, out.model, pol.num_warps, sym))
         elif out.status == "unknown":
-            undecided.append(f"{ob.kind} at line {ob.op.line}")
+            undecided.append(f"{ob.kind} at line {ob.op.line}" + (f": {out.reason}" if out.reason else ""))
     violations.sort(key=lambda v: v.line)
     undecided += list(dict.fromkeys(interp.unfollowed))
+    if budget_why:
+        undecided.append(f"budget: {budget_why}")
     notes = list(dict.fromkeys(interp.notes))
     errors: list[str] = []
     if pol.warp_specialize and staging is not None:
@@ -157,7 +196,13 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
             notes.append(f"the Gluon lowering's rings are proved at {pol.num_stages} slots (fill, "
                          "read-after-fill, release-after-retire, release-once)")
     return VerificationResult(ir.name, not violations and not errors, violations, time.perf_counter() - t0, mode,
-                              len(obligations), undecided, errors=errors, notes=notes)
+                              len(obligations), undecided, errors=errors, notes=notes, budget=budget_why)
+
+
+def _capped(timeout_ms: int, deadline: float) -> int:
+    """z3's time limit for one query: the per-obligation limit, or what is left of the budget (at least 1 ms: z3
+    reads 0 as no limit)."""
+    return max(1, min(timeout_ms, int((deadline - time.perf_counter()) * 1000)))
 
 
 def _false_assumes(interp: Interpreter, facts: list[z3.BoolRef], timeout_ms: int) -> list[int]:
@@ -214,7 +259,7 @@ def relevant(background: list[z3.BoolRef], formula: z3.BoolRef) -> list[z3.BoolR
 def verify_source(source: str, filename: str = "<source>", policy: Policy | Mapping[str, Any] | None = None,
                   shapes: Mapping[str, int] | None = None, *, kernels: Sequence[str] | None = None,
                   assumptions: Sequence[str] = (), staging: StagingHook | None = default_staging,
-                  timeout_ms: int | None = None) -> list[VerificationResult]:
+                  timeout_ms: int | None = None, budget_s: float | None = None) -> list[VerificationResult]:
     """Verify every kernel of a module's source (read, never executed). Policy constants and shapes
     a kernel does not declare are ignored for that kernel."""
     found = kernels_from_source(source, filename)
@@ -229,7 +274,7 @@ def verify_source(source: str, filename: str = "<source>", policy: Policy | Mapp
         ks = {s: v for s, v in (shapes or {}).items() if s in k.ir.symbols}
         names = set(k.ir.symbols) | declared | {t.name for t in k.ir.tensors if t.dtype_kind == "int"}
         ka = [a for a in assumptions if _names(a) <= names]
-        results.append(verify(k, kp, ks, assumptions=ka, staging=staging, timeout_ms=timeout_ms))
+        results.append(verify(k, kp, ks, assumptions=ka, staging=staging, timeout_ms=timeout_ms, budget_s=budget_s))
     return results
 
 
@@ -310,4 +355,5 @@ def verify_file(path: str, policy: Policy | Mapping[str, Any] | None = None, sha
     return verify_source(source, path, policy, shapes, **kw)
 
 
-__all__ = ["verify", "verify_source", "verify_file", "VerificationResult", "parse_assumption", "DSLError"]
+__all__ = ["verify", "verify_source", "verify_file", "VerificationResult", "parse_assumption", "DSLError",
+           "DEFAULT_BUDGET_S"]

@@ -2,6 +2,7 @@
 op family (elementwise, reductions, memory, ghosts, loops), combined in interpreter.Interpreter."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,15 @@ class CheckerError(Exception):
         self.line = line
 
 
+class BudgetExceeded(Exception):
+    """The checker's time budget (verify's budget_s) ran out while it interpreted the op at `line`."""
+
+    def __init__(self, line: int, seconds: float) -> None:
+        super().__init__(f"the {seconds:g} s budget ran out while interpreting line {line}")
+        self.line = line
+        self.seconds = seconds
+
+
 CMP = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
         "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 
@@ -55,8 +65,11 @@ def next_id() -> int:
 
 class InterpreterBase:
     def __init__(self, ir: KernelIR, policy: Policy, consts: dict[str, Any], shapes: dict[str, Expr],
-                 staging: StagingHook | None = default_staging) -> None:
+                 staging: StagingHook | None = default_staging, deadline: float | None = None,
+                 budget_s: float = 0.0) -> None:
         self.ir = ir
+        self.deadline = deadline  # time.perf_counter() past which interpretation stops (BudgetExceeded)
+        self.budget_s = budget_s
         self.policy = policy
         self.consts = consts
         self.shapes = shapes
@@ -78,6 +91,7 @@ class InterpreterBase:
         self.ufs: dict[str, z3.FuncDeclRef] = {}
         self.notes: list[str] = []
         self.unfollowed: list[str] = []  # what no proof may rest on: reported as undecided
+        self.unrolled = 1  # the product of the trip counts of the static loops being unrolled around this point
         self.arg_owner: dict[int, Op] = {}
         for op in ir.walk():
             for blk in op.blocks:
@@ -116,6 +130,8 @@ class InterpreterBase:
 
     def block(self, block: Block) -> None:
         for op in block.ops:
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                raise BudgetExceeded(op.line, self.budget_s)
             handler = getattr(self, f"op_{op.kind}", None)
             if handler is None:
                 raise CheckerError(f"the checker has no rule for '{op.kind}'", op.line)

@@ -44,6 +44,9 @@ from .tags import (
     to_bool,
 )
 
+# How many iterations of (nested) static_range loops the checker unrolls; a longer one is read as a range loop
+STATIC_UNROLL_LIMIT = 1024
+
 
 class Loops(InterpreterBase):
     def op_if(self, op: Op) -> None:
@@ -72,9 +75,16 @@ class Loops(InterpreterBase):
         start, stop, step = (v if v is not None else self.havoc("int") for v in (self.get(a).val for a in op.args[:3]))
         inits = [self.get(a) for a in op.args[3:]]
         if op.attrs.get("static") and not op.attrs.get("symbolic") and \
-                all(as_int(v) is not None for v in (start, stop, step)):
-            self.unroll(op, range(as_int(start), as_int(stop), as_int(step)), inits)
-            return
+                all(as_int(v) is not None for v in (start, stop, step)) and as_int(step) != 0:
+            values = range(as_int(start), as_int(stop), as_int(step))
+            if self.unrolled * len(values) <= STATIC_UNROLL_LIMIT:
+                self.unroll(op, values, inits)
+                return
+            # an unrolling this long (or this deep inside other unrolled loops) would stall the checker: the loop is
+            # read as a range loop instead, one symbolic iteration for all (as unrolled_range is), which is sound
+            self.notes.append(f"line {op.line}: static_range of {len(values)} iterations is checked as a range loop "
+                              f"(one symbolic iteration for all), not unrolled: the checker unrolls at most "
+                              f"{STATIC_UNROLL_LIMIT} iterations of nested static loops")
         var = op.attrs.get("var", "i")
         it = z3.Int(f"it:{var}@{op.line}#{next_id()}")
         self.inst_vars.append(it)
@@ -121,12 +131,16 @@ class Loops(InterpreterBase):
     def unroll(self, op: Op, values: range, inits: list[AVal]) -> None:
         cur = inits
         body = op.blocks[0]
-        for v in values:
-            self.put(body.args[0], AVal((), "int", z3.IntVal(v)))
-            for a, h in zip(body.args[1:], cur):
-                self.put(a, h)
-            self.block(body)
-            cur = [self.get(y) for y in body.yields]
+        self.unrolled *= max(1, len(values))
+        try:
+            for v in values:
+                self.put(body.args[0], AVal((), "int", z3.IntVal(v)))
+                for a, h in zip(body.args[1:], cur):
+                    self.put(a, h)
+                self.block(body)
+                cur = [self.get(y) for y in body.yields]
+        finally:
+            self.unrolled //= max(1, len(values))
         for r, c in zip(op.results, cur):
             self.put(r, c)
 

@@ -624,9 +624,12 @@ class Outcome:
     status: str  # "proved", "violated" or "unknown"
     model: z3.ModelRef | None = None
     seconds: float = 0.0
+    reason: str = ""  # why an "unknown" stayed unknown (z3's reason, or the budget)
 
 
-def solve(ob: Obligation, background: list[Expr], timeout_ms: int) -> Outcome:
+def solve(ob: Obligation, background: list[Expr], timeout_ms: int, deadline: float | None = None) -> Outcome:
+    """Decide one obligation: proved (unsat), violated (a model) or unknown (z3 gave up, or `deadline`, a
+    time.perf_counter() value, passed between the queries of a case split)."""
     t0 = time.perf_counter()
     f = simp(ob.formula) if not _has_quantifier(ob.formula) else ob.formula
     if z3.is_false(f):
@@ -643,23 +646,40 @@ def solve(ob: Obligation, background: list[Expr], timeout_ms: int) -> Outcome:
     s.add(*background)
     s.add(f)
     if ob.split:
-        unknown = False
+        unknown: str | bool = False
         for combo in itertools.product(*[range(n) for _, n in ob.split]):
+            if deadline is not None and time.perf_counter() >= deadline:
+                return Outcome(ob, "unknown", None, time.perf_counter() - t0, "the time budget ran out")
             s.push()
             s.add(*[v == c for (v, _), c in zip(ob.split, combo)])
             r = s.check()
             if r == z3.sat:
                 return Outcome(ob, "violated", s.model(), time.perf_counter() - t0)
-            unknown |= r != z3.unsat
+            if r == z3.unknown:
+                unknown = unknown or _reason(s, timeout_ms, ob)
             s.pop()
-        return Outcome(ob, "unknown" if unknown else "proved", None, time.perf_counter() - t0)
+        return Outcome(ob, "unknown" if unknown else "proved", None, time.perf_counter() - t0, unknown or "")
     r = s.check()
     dt = time.perf_counter() - t0
     if r == z3.unsat:
         return Outcome(ob, "proved", None, dt)
     if r == z3.sat:
         return Outcome(ob, "violated", s.model(), dt)
-    return Outcome(ob, "unknown", None, dt)
+    return Outcome(ob, "unknown", None, dt, _reason(s, timeout_ms, ob))
+
+
+def _reason(s: z3.Solver, timeout_ms: int, ob: Obligation) -> str:
+    """Why z3 left an obligation unknown, for a person: its own reason, the time limit, what makes it hard."""
+    why = s.reason_unknown()
+    what = "z3 ran out of its time limit" if why in ("timeout", "canceled") else f"z3 gave up ({why})"
+    if why in ("timeout", "canceled"):
+        what += f" ({timeout_ms} ms)"
+    hard = []
+    if _has_quantifier(ob.formula):
+        hard.append("the query quantifies over program ids or elements")
+    if any(n.startswith(("uf:",)) for n in free_vars(ob.formula)):
+        hard.append("it reads the contents of index tensors")
+    return what + (": " + "; ".join(hard) if hard else "")
 
 
 def _has_quantifier(e: Expr) -> bool:
