@@ -121,6 +121,15 @@ class InterpreterBase:
                 out.append(op.line)
         return lines(out)
 
+    def snapshot(self) -> tuple[int, ...]:
+        """Where the recorded obligations, accesses, assumptions and notes stand (to take a loop pass back)."""
+        return (len(self.obligations), len(self.accesses), len(self.assumes), len(self.notes), len(self.unfollowed))
+
+    def restore(self, mark: tuple[int, ...]) -> None:
+        ob, acc, asm, notes, unf = mark
+        del self.obligations[ob:], self.accesses[acc:], self.assumes[asm:], self.assume_lines[asm:]
+        del self.notes[notes:], self.unfollowed[unf:]
+
     # ---- driver ---------------------------------------------------------------------------------------
     def run(self) -> None:
         self.block(self.ir.body)

@@ -10,6 +10,8 @@ from typing import Any
 import z3
 
 from ..dsl.ir import Op
+from ..dsl.lang import ACTIVATION_KINDS
+from . import fills
 from .base import CMP, InterpreterBase, kind_of
 from .tags import (
     TRUE,
@@ -56,7 +58,7 @@ class Elementwise(InterpreterBase):
         elif isinstance(v, int):
             self.put(op.result, AVal((), "int", z3.IntVal(v)))
         else:
-            self.put(op.result, AVal((), "float", fconst=float(v), zero=(v == 0)))
+            self.put(op.result, AVal((), "float", fconst=float(v), zero=(v == 0), cls=fills.const(float(v))))
 
     def op_constexpr(self, op: Op) -> None:
         v = self.consts[op.attrs["name"]]
@@ -96,7 +98,7 @@ class Elementwise(InterpreterBase):
         else:
             v = float(v)
             self.put(op.result, AVal(shape, k, fconst=v, zero=(v == 0),
-                                     maxof=Cov(None) if v == -math.inf else None))
+                                     maxof=Cov(None) if v == -math.inf else None, cls=fills.const(v)))
 
     # ---- elementwise ---------------------------------------------------------------------------------
     def op_binary(self, op: Op) -> None:
@@ -108,6 +110,9 @@ class Elementwise(InterpreterBase):
                    merge_tags(a.tags, b.tags, both=kind == "float" and o == "mul"))
         if kind == "float" or o in ("add", "sub", "mul", "truediv", "max", "min"):
             self.float_binary(op, o, a, b, res)
+        if kind == "float":  # an integer operand (a constexpr flag times 1.0) keeps its 0s and 1s
+            ca, cb = (x.cls if x.kind == "float" else fills.of_int(x.val) for x in (a, b))
+            res.cls = fills.binary(o, ca, cb) if o in fills.BINARY else fills.ANY
         self.put(op.result, res)
 
     def int_binary(self, o: str, a: AVal, b: AVal, kind: str) -> Expr | None:
@@ -310,7 +315,15 @@ class Elementwise(InterpreterBase):
                 res.ratio = (Cov(pos.dim, pos.pieces, lines(pos.src, (op.line,))), neg)
         elif o in ("abs", "relu") and x.val is not None and kind == "int":
             res.val = simp(z3.If(x.val >= 0, x.val, -x.val if o == "abs" else z3.IntVal(0)))
+        if kind == "float":
+            res.cls = fills.unary(self.activation_name(op) if o == "activation" else o, x.cls)
         self.put(op.result, res)
+
+    def activation_name(self, op: Op) -> str:
+        """The function an `activation(x, kind)` applies under this policy (none, relu, gelu, silu, gelu_tanh)."""
+        k = op.attrs["kind"]
+        code = int(self.consts[k]) if isinstance(k, str) else int(k)
+        return ACTIVATION_KINDS[code] if 0 <= code < len(ACTIVATION_KINDS) else "?"
 
     def op_where(self, op: Op) -> None:
         shape = self.shape_of(op.result)
@@ -366,12 +379,18 @@ class Elementwise(InterpreterBase):
             elif cb and (a.plain or a.zero):
                 setattr(res, f, cb)
         res.diff = a.diff if b.plain else (b.diff if a.plain else None)
+        if kind == "float":
+            res.cls = fills.select(cv, a.cls or fills.DATA, b.cls or fills.DATA)
         return res
 
     def op_cast(self, op: Op) -> None:
         x = self.get(op.args[0])
         kind = kind_of(op.attrs["dtype"])
         res = replace(x, kind=kind)
+        if kind == "float":  # bits read as a float may be anything; an integer converted keeps its 0s and 1s
+            res.cls = fills.ANY if op.attrs.get("bitcast") else x.cls if x.kind == "float" else fills.of_int(x.val)
+        else:
+            res.cls = None
         if op.attrs.get("bitcast"):  # the bits read as another type: no arithmetic relation survives
             res.val = None
         elif x.val is not None:

@@ -8,7 +8,8 @@ from typing import Any
 import z3
 
 from ..dsl.ir import Op, Value
-from .base import CheckerError, InterpreterBase
+from . import fills
+from .base import CheckerError, InterpreterBase, kind_of
 from .describe import rng_text
 from .tags import (
     PADDING_TAG,
@@ -189,11 +190,15 @@ class Ghosts(InterpreterBase):
                    related=lines(*srcs))
 
     def op_assume(self, op: Op) -> None:
+        if self.float_sign_facts(op):
+            return
         if self.muted:
             return
         p = self.get(op.args[0])
         if p.val is None:
-            raise CheckerError("assume's predicate is not something the checker can evaluate", op.line)
+            raise CheckerError("assume's predicate is not something the checker can evaluate (it compares data, "
+                               "not indices, shapes or a float parameter with a constant): state facts about indices "
+                               "and index tensors, or `assume(p > 0.0)` for a float parameter p", op.line)
         coords = [fresh(f"a{d}") for d in range(p.rank)]
         body = subst(z3.Implies(conj(self.ctx + [p.live]), to_bool(p.val)), [(ax(d), c) for d, c in enumerate(coords)])
         dom = [z3.And(c >= 0, c < n) for c, n in zip(coords, p.shape)]
@@ -202,6 +207,41 @@ class Ghosts(InterpreterBase):
         # instantiated at the program(s) an obligation talks about (api.instantiate_assumes)
         self.assumes.append(z3.ForAll(qv, z3.Implies(conj(dom), body)) if qv else body)
         self.assume_lines.append(op.line)
+
+    def float_sign_facts(self, op: Op) -> bool:
+        """`assume(p > 0.0)` (and conjunctions of such) for a float parameter p: what the host guarantees of its sign
+        (a p-norm's p, a softmax scale), so that p times an infinite fill keeps the fill's sign. The parameter's
+        value class becomes positive from here on (state it before p's first use). False when the predicate is not of
+        that form (then it is read as an assumption over integers)."""
+        facts: list[Value] = []
+
+        def read(v: Value) -> bool:
+            o = v.owner
+            if o is None:
+                return False
+            if o.kind == "binary" and o.attrs["op"] == "and":
+                return all(read(a) for a in o.args)
+            if o.kind != "binary" or o.attrs["op"] not in ("gt", "ge", "lt", "le"):
+                return False
+            a, b = o.args
+            cmp = o.attrs["op"]
+            if a.owner is not None and a.owner.kind == "const" and b.owner is not None and b.owner.kind == "param":
+                a, b, cmp = b, a, {"gt": "lt", "ge": "le", "lt": "gt", "le": "ge"}[cmp]
+            if a.owner is None or a.owner.kind != "param" or kind_of(a.dtype) != "float" or \
+                    b.owner is None or b.owner.kind != "const":
+                return False
+            c = float(b.owner.attrs["value"])
+            if not ((cmp == "gt" and c >= 0) or (cmp == "ge" and c > 0)):
+                raise CheckerError(f"assume on float parameter '{a.owner.attrs['name']}': the checker reads only "
+                                   "that it is positive (`p > 0.0`)", op.line)
+            facts.append(a)
+            return True
+
+        if not read(op.args[0]):
+            return False
+        for v in facts:
+            self.put(v, replace(self.get(v), cls=((fills.POS, TRUE),)))
+        return True
 
 
 def _tag_of_ops(v: Value) -> list[Op]:

@@ -10,16 +10,19 @@ from typing import Any
 import z3
 
 from ..dsl.ir import Op
+from . import fills
 from .base import InterpreterBase, next_id
 from .describe import rng_text
 from .obligations import LoopInfo
 from .staging import Staging, first_user
 from .tags import (
+    TRUE,
     AVal,
     Cov,
     Expr,
     Piece,
     Pieces,
+    Sums,
     Tag,
     Tags,
     as_int,
@@ -27,6 +30,7 @@ from .tags import (
     conjuncts,
     covers_union,
     each_key,
+    empty_piece,
     end_to_end,
     free_vars,
     fresh,
@@ -41,6 +45,7 @@ from .tags import (
     same,
     simp,
     subst,
+    sums_union,
     to_bool,
 )
 
@@ -109,7 +114,14 @@ class Loops(InterpreterBase):
             finally:
                 self.muted -= 1
             heads = self.generalize(info, inits, syms, r1)
-        r3 = self.loop_body(op, info, heads)
+        mark = self.snapshot()
+        for attempt in range(3):
+            r3 = self.loop_body(op, info, heads)
+            wider = self.class_fixpoint(info, heads, r3, attempt) if attempt < 2 else None
+            if wider is None:
+                break
+            self.restore(mark)  # the obligations of this pass rested on classes that were not inductive: again
+            heads = wider
         self.loops.append(info)
         self.ctx.append(info.domain)
         try:
@@ -206,7 +218,34 @@ class Loops(InterpreterBase):
                         setattr(h, f, Cov(cr.dim, g, cr.src))
             if i.kind == "float":
                 self.mark_lost(info, r, h, free)
+                h.cls = fills.join(i.cls or fills.DATA, self.across_iterations(info, r.cls))
         return heads
+
+    def across_iterations(self, info: LoopInfo, cls: fills.Classes | None) -> fills.Classes:
+        """A carried value's classes at one iteration with what moves with the loop (its counter, the values the body
+        made afresh) over-approximated away: the classes it may take at any iteration."""
+        names = {n for _, e in cls or () for n in free_vars(e)
+                 if n == info.it.decl().name() or n.startswith(("hv#", "t#", "carried:"))}
+        return fills.widen(cls, names) or fills.DATA
+
+    def class_fixpoint(self, info: LoopInfo, heads: list[AVal], outs: list[AVal], attempt: int) -> list[AVal] | None:
+        """The heads with their classes widened where an iteration's result may take a class the head did not allow
+        (the guess from one iteration was not inductive: `acc = acc + 1.0` from 0 gives 1, then a finite value); None
+        when every head holds. After one widening, a class that still grows is taken to hold anywhere."""
+        grown = []
+        changed = False
+        for h, o in zip(heads, outs):
+            if h.kind != "float":
+                grown.append(h)
+                continue
+            step = self.across_iterations(info, o.cls)
+            if fills.included(step, h.cls):
+                grown.append(h)
+                continue
+            changed = True
+            cls = fills.join(h.cls or fills.DATA, step)
+            grown.append(replace(h, cls=cls if attempt < 1 else fills.normal((c, TRUE) for c, _ in cls)))
+        return grown if changed else None
 
     def invariant_tags(self, info: LoopInfo, r: AVal, h: AVal, free: Callable[[Expr], bool]) -> Tags:
         """Tags of a loop's accumulator (from zero) whose index is the same every iteration but whose condition
@@ -351,12 +390,14 @@ class Loops(InterpreterBase):
     def exit_value(self, info: LoopInfo, init: AVal, head: AVal) -> AVal:
         trip = info.trip
         if as_int(trip) == 0:
-            return init
+            return self.never_ran(info, init, head)
         out = head.map(lambda e: subst(e, [(info.it, trip)]))
         out.carried = init.carried
         pos = simp(trip > 0)
         if not z3.is_true(pos):
             out.live = simp(z3.If(pos, out.live, init.live))
+            if out.kind == "float":
+                out.cls = fills.select(pos, out.cls or fills.DATA, init.cls or fills.DATA)
             tags: Tags = {}
             for n, alts in out.tags.items():
                 ia = init.tags.get(n, ())
@@ -368,6 +409,31 @@ class Loops(InterpreterBase):
         if head.val is not None and any(n.startswith("hv#") for n in free_vars(head.val)):
             out.val = self.havoc(head.kind)
         return out
+
+    def never_ran(self, info: LoopInfo, init: AVal, head: AVal) -> AVal:
+        """What a loop that runs zero times (at these shapes) leaves in a carried value: its initial value, plus an
+        empty cover of each reduction the loop would have added to it (`range(0, K - BK, BK)` at K = BK, or
+        `range(0, 0, BK)`), so that a store of it reports a reduction that covered nothing instead of none at all. A
+        later loop that does add the terms (attention's diagonal loop after an empty block loop) joins them to the
+        empty cover as to any partial sum."""
+        itn = info.it.decl().name()
+
+        def grows(ps: Pieces) -> bool:  # a cover the loop extends each iteration (not each term's own reduction)
+            return any(mentions(e, itn) for p in ps for e in p.exprs)
+        gained: Sums = {}
+        for d, cs in head.sums.items():
+            if not d.startswith(("done(", "each(", "lost(")) and any(grows(ps) for ps in cs) and \
+                    len(cs) > len(init.sums.get(d, ())):  # not a partial sum the value held before the loop
+                gained[d] = ((empty_piece(info.line),),)
+        maxof = init.maxof
+        if head.maxof is not None and head.maxof.dim is not None and grows(head.maxof.pieces) and \
+                (init.maxof is None or init.maxof.dim is None):
+            maxof = Cov(head.maxof.dim, (empty_piece(info.line),), (info.line,))
+        if not gained and maxof is init.maxof:
+            return init
+        self.notes.append(f"line {info.line}: the loop runs zero times at these shapes; the reductions it would add "
+                          "cover nothing")
+        return replace(init, sums=sums_union(init.sums, gained), maxof=maxof, zero=False)
 
     # ---- pipelining ------------------------------------------------------------------------------------------
     def check_staging(self, op: Op, info: LoopInfo) -> None:

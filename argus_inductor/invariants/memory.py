@@ -8,6 +8,7 @@ from typing import Any
 import z3
 
 from ..dsl.ir import Op, TensorParam
+from . import fills
 from .base import InterpreterBase, bits_of, kind_of
 from .describe import rng_text
 from .obligations import Access, required
@@ -26,6 +27,7 @@ from .tags import (
     conjuncts,
     free_vars,
     fresh,
+    is_empty_piece,
     is_pending,
     is_product,
     lines,
@@ -114,7 +116,9 @@ class Memory(InterpreterBase):
             other = op.attrs.get("other", 0)
             u = self.uf(t.name)(*addr)
             val = simp(z3.If(live, u, z3.IntVal(int(other)))) if kind == "int" else simp(z3.And(live, u != 0))
-        self.put(op.result, AVal(shape, kind, val, live, tags))
+        # a float lane past the mask holds the load's `other` (0 unless given): its value class, for the reductions
+        cls = fills.select(live, fills.DATA, fills.const(float(op.attrs.get("other", 0)))) if kind == "float" else None
+        self.put(op.result, AVal(shape, kind, val, live, tags, cls=cls))
 
     def write(self, op: Op, kind: str) -> None:
         nidx = op.attrs["nidx"]
@@ -197,6 +201,11 @@ class Memory(InterpreterBase):
                     else rng_text((p,)) for i, p in enumerate(ps)]
             dn = reduced_dim(d)
             what = f"{op.kind} writes a value whose {'product' if is_product(d) else 'reduction'} over {dn}"
+            if ps and all(is_empty_piece(p) for p in ps):
+                loops = ", ".join(str(x) for p in ps for x in p.src)
+                return (f"{what} covered nothing ({dn} index {w['x']} of [0, {w['ext']}) left out): the loop at line "
+                        f"{loops} that adds its terms runs zero times at these shapes, so the reduction is empty, "
+                        "not complete")
             if w["live"] is False or not [h for h in here if h is not None]:
                 return (f"{what} covered nothing at this element ({dn} index {w['x']} of [0, {w['ext']}) left out): "
                         "a mask kills its lane in every term, or a where gave it a side that summed nothing, and "

@@ -9,6 +9,7 @@ from typing import Any
 import z3
 
 from ..dsl.ir import Op
+from . import fills
 from .base import InterpreterBase, kind_of
 from .describe import from_line, rng_text
 from .tags import (
@@ -203,7 +204,46 @@ class Reductions(InterpreterBase):
             name = self.primary(list(covers))
             res.maxof = Cov(name, (covers[name],), (op.line,))
             res.scale = x.scale
+        if x.kind == "float" and o in fills.IDENTITY:
+            self.check_fill(op, o, x2.cls, inner, r, n, shape)
+            if res.kind == "float":
+                res.cls = fills.reduce(o, x2.cls, r, n)
         self.put(op.result, res)
+
+    def check_fill(self, op: Op, o: str, cls: fills.Classes | None, inner: dict[str, Tag], r: Expr, n: int,
+                   shape: tuple[int, ...], what: str = "") -> None:
+        """A reduction `o` over r in [0, n) takes only its identity (0 for a sum, -inf for a max, ...) on the lanes that
+        read no input element: those where no tag of the reduced axis holds (a masked load's lane past the mask, a
+        where's other side). `cls` (over r) says what each lane may hold; the counterexample names the element, the
+        lane's index along the reduced dimension and the fill it holds. Elements none of whose lanes read an input
+        (a padding row) are left to the stores' obligations."""
+        want = fills.IDENTITY[o]
+        wrong = fills.bad(cls, want)
+        if not inner or z3.is_false(wrong):
+            return
+        counted = z3.Or(*[t.when for t in inner.values()]) if len(inner) > 1 else next(iter(inner.values())).when
+        r2 = fresh("_r")
+        somewhere = subst(counted, [(r, r2)])
+        if o == "max":  # a lane of 0 (or -inf) cannot raise a max whose lanes that read inputs are all positive
+            low = z3.Not(fills.bad_outside(cls, (fills.NEGINF, fills.ZERO)))
+            high = subst(z3.Not(fills.bad_outside(cls, (*fills.POSITIVE, fills.POSINF))), [(r, r2)])
+            wrong = conj([wrong, z3.Not(z3.And(low, high))])
+        names = sorted(inner, key=lambda k: ("." in k, k))
+        dim = names[0]
+        watch: dict[str, Expr] = {"x": inner[dim].expr, "lane": r}
+        watch.update({f"cls:{c}": e for c, e in cls or fills.DATA if c != want})
+        what = what or f"the {o}"
+
+        def describe(w: dict[str, Any]) -> str:
+            held = [fills.SHOWN[c] for c in fills.ORDER if w.get(f"cls:{c}") is True] or ["a value other than that"]
+            fix = f"other={fills.LITERAL[want]}" if want in fills.LITERAL else "the identity"
+            return (f"{what} over {dim} takes in {dim} index {w['x']} (lane {w['lane']} of the reduced axis), which "
+                    f"reads no input element (masked, or outside the range), holding {held[0]}; a {o} needs "
+                    f"{fills.SHOWN[want]} there (give the masked load {fix}, or a where that puts "
+                    f"{fills.SHOWN[want]} on those lanes)")
+        self.check("reduction-fill", op, shape,
+                   conj([r >= 0, r < n, r2 >= 0, r2 < n, somewhere, z3.Not(counted), wrong]), describe, watch,
+                   related=lines(*(t.src for t in inner.values())))
 
     def op_scan(self, op: Op) -> None:
         """cumsum / cumprod: element j covers, along each dimension tagged on the scan axis, the indices of
@@ -227,6 +267,8 @@ class Reductions(InterpreterBase):
             piece = Piece(p.lo, p.hi, conj([p.cond, bound]), src=p.src)
             res.sums = sums_union(res.sums, {cover_key(key, name): ((piece,),)})
         res.zero = x.zero and o == "cumsum"
+        if res.kind == "float":
+            res.cls = fills.scan(o, x2.cls, r, n)
         self.put(op.result, res)
 
     def primary(self, names: list[str]) -> str:
@@ -259,11 +301,20 @@ class Reductions(InterpreterBase):
             res.scale = A.scale
         elif B.scale and not A.scale:
             res.scale = B.scale
+        # each product's lanes that read no pair of input elements must be 0 (a masked operand's fill)
+        products = fills.binary("mul", A2.cls, B2.cls)
+        pairs = {}
+        for name in inner_names:
+            ts = [t for t in (ia.get(name), ib.get(name)) if t is not None]
+            pairs[name] = Tag(ts[0].expr, conj([t.when for t in ts]), lines(*(t.src for t in ts)))
+        self.check_fill(op, "sum", products, pairs, r, bk, shape, what="the mma's sum of products")
+        res.cls = fills.reduce("sum", products, r, bk)
         if len(op.args) > 2:
             acc = self.get(op.args[2])
             out = AVal(shape, "float", None, conj([acc.live, res.live]) if not acc.zero else res.live,
                        merge_tags(acc.tags, res.tags) if not acc.zero else res.tags)
             self.additive(op, acc, res, out, sub=False)
+            out.cls = fills.binary("add", acc.cls, res.cls)
             res = out
         self.put(op.result, res)
 
