@@ -41,6 +41,7 @@ name standing for each of its elements: "H % HK == 0", "0 <= block_expert <= E".
 from .api import VerificationResult, parse_assumption, verify, verify_file, verify_source
 from .counterexample import Execution, Violation
 from .interpreter import CheckerError, Staging, StagingHook, default_staging
+from .readsets import ReadSet, read_set
 
 __all__ = ["verify", "verify_source", "verify_file", "parse_assumption", "VerificationResult", "Violation",
-           "Execution", "Staging", "StagingHook", "default_staging", "CheckerError"]
+           "Execution", "Staging", "StagingHook", "default_staging", "CheckerError", "ReadSet", "read_set"]

@@ -20,6 +20,7 @@ from .base import BudgetExceeded
 from .counterexample import Violation, render, source_line
 from .interpreter import CheckerError, Interpreter, StagingHook, default_staging
 from .obligations import kernel_obligations, solve
+from .readsets import ReadSet
 from .tags import free_vars
 
 SPECIALIZED_TIMEOUT_MS = 10_000
@@ -105,7 +106,7 @@ def _as_run(kernel_name: str, policy: Policy) -> Policy:
 def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None = None,
            shapes: Mapping[str, int] | None = None, *, assumptions: Sequence[str] = (),
            staging: StagingHook | None = default_staging, timeout_ms: int | None = None,
-           budget_s: float | None = None) -> VerificationResult:
+           budget_s: float | None = None, reads: Sequence[ReadSet] = ()) -> VerificationResult:
     """Prove a kernel's data-flow invariants under a policy (tile sizes are concrete).
 
     shapes: concrete values for some or all shape symbols (M=..., N=...); the rest stay symbolic
@@ -114,6 +115,8 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     "0 <= block_expert < E". staging: how pipelined loops stage their loads (None: no pipelining check).
     timeout_ms: z3's limit per obligation. budget_s: the whole verification's limit (DEFAULT_BUDGET_S); past
     it the result's status is "not proved: budget" (ok, not proved, the reason in `budget` and `undecided`).
+    reads: the op's read sets (readsets.ReadSet, from argus_inductor.agent.opspecs.reads): what each element of an
+    output must read, proved at its stores (none: the kernel-wide obligations and the kernel's own assertions only).
     """
     ir = kernel.ir if isinstance(kernel, Kernel) else kernel
     pol = _as_run(ir.name, as_policy(policy))
@@ -131,7 +134,13 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     sym = {s: (z3.IntVal(int(shapes[s])) if s in shapes else z3.Int(s)) for s in ir.symbols}
     mode = "specialized" if all(s in shapes for s in ir.symbols) else "symbolic"
     timeout = timeout_ms or (SPECIALIZED_TIMEOUT_MS if mode == "specialized" else SYMBOLIC_TIMEOUT_MS)
-    interp = Interpreter(ir, pol, consts, sym, staging, deadline, budget)
+    outputs = {tp.name for tp in ir.tensors}
+    stray = [r.output for r in reads if r.output not in outputs]
+    if stray:
+        raise ValueError(f"kernel '{ir.name}' has no tensor {', '.join(sorted(set(stray)))} that its read set "
+                         f"names as the output (its tensors: {', '.join(sorted(outputs))}): keep the op's parameter "
+                         "names")
+    interp = Interpreter(ir, pol, consts, sym, staging, deadline, budget, reads)
     try:
         interp.run()
     except BudgetExceeded as e:
@@ -259,7 +268,8 @@ def relevant(background: list[z3.BoolRef], formula: z3.BoolRef) -> list[z3.BoolR
 def verify_source(source: str, filename: str = "<source>", policy: Policy | Mapping[str, Any] | None = None,
                   shapes: Mapping[str, int] | None = None, *, kernels: Sequence[str] | None = None,
                   assumptions: Sequence[str] = (), staging: StagingHook | None = default_staging,
-                  timeout_ms: int | None = None, budget_s: float | None = None) -> list[VerificationResult]:
+                  timeout_ms: int | None = None, budget_s: float | None = None,
+                  reads: Sequence[ReadSet] = ()) -> list[VerificationResult]:
     """Verify every kernel of a module's source (read, never executed). Policy constants and shapes
     a kernel does not declare are ignored for that kernel."""
     found = kernels_from_source(source, filename)
@@ -274,7 +284,10 @@ def verify_source(source: str, filename: str = "<source>", policy: Policy | Mapp
         ks = {s: v for s, v in (shapes or {}).items() if s in k.ir.symbols}
         names = set(k.ir.symbols) | declared | {t.name for t in k.ir.tensors if t.dtype_kind == "int"}
         ka = [a for a in assumptions if _names(a) <= names]
-        results.append(verify(k, kp, ks, assumptions=ka, staging=staging, timeout_ms=timeout_ms, budget_s=budget_s))
+        tensors = {tp.name for tp in k.ir.tensors}
+        kr = [r for r in reads if r.output in tensors]
+        results.append(verify(k, kp, ks, assumptions=ka, staging=staging, timeout_ms=timeout_ms, budget_s=budget_s,
+                              reads=kr))
     return results
 
 

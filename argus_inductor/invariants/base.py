@@ -3,7 +3,7 @@ op family (elementwise, reductions, memory, ghosts, loops), combined in interpre
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import z3
@@ -12,6 +12,7 @@ from ..dsl.ir import Block, KernelIR, Op, TensorParam, Value
 from ..dsl.policy import Policy
 from ..dsl.types import TileType
 from .obligations import Access, Instance, LoopInfo, Obligation, Renamer
+from .readsets import ReadSet
 from .staging import StagingHook, default_staging
 from .tags import (
     AVal,
@@ -66,8 +67,9 @@ def next_id() -> int:
 class InterpreterBase:
     def __init__(self, ir: KernelIR, policy: Policy, consts: dict[str, Any], shapes: dict[str, Expr],
                  staging: StagingHook | None = default_staging, deadline: float | None = None,
-                 budget_s: float = 0.0) -> None:
+                 budget_s: float = 0.0, reads: Sequence[ReadSet] = ()) -> None:
         self.ir = ir
+        self.reads = tuple(reads)  # the op's read sets (readsets.py): what each output element must read
         self.deadline = deadline  # time.perf_counter() past which interpretation stops (BudgetExceeded)
         self.budget_s = budget_s
         self.policy = policy
@@ -92,6 +94,7 @@ class InterpreterBase:
         self.notes: list[str] = []
         self.unfollowed: list[str] = []  # what no proof may rest on: reported as undecided
         self.unrolled = 1  # the product of the trip counts of the static loops being unrolled around this point
+        self.yielded: set[int] = set()  # the values the loop bodies around this point hand to their next iteration
         self.arg_owner: dict[int, Op] = {}
         for op in ir.walk():
             for blk in op.blocks:

@@ -30,6 +30,7 @@ from .tags import (
     done_key,
     each_key,
     expand,
+    fresh,
     gated,
     is_pending,
     is_product,
@@ -43,11 +44,15 @@ from .tags import (
     reshape,
     same,
     simp,
+    subst,
     sums_union,
     to_bool,
     to_int,
     transpose,
 )
+
+# the element-wise ops a loop accumulates with, and the identity a term must hold where its mask is off
+ACCUMULATES = {"add": fills.ZERO, "sub": fills.ZERO, "max": fills.NEGINF, "min": fills.POSINF, "mul": fills.ONE}
 
 
 class Elementwise(InterpreterBase):
@@ -113,7 +118,44 @@ class Elementwise(InterpreterBase):
         if kind == "float":  # an integer operand (a constexpr flag times 1.0) keeps its 0s and 1s
             ca, cb = (x.cls if x.kind == "float" else fills.of_int(x.val) for x in (a, b))
             res.cls = fills.binary(o, ca, cb) if o in fills.BINARY else fills.ANY
+            if o in ACCUMULATES:
+                self.check_accumulated_fill(op, o, a, b, ca, cb, shape)
         self.put(op.result, res)
+
+    def check_accumulated_fill(self, op: Op, o: str, a: AVal, b: AVal, ca: fills.Classes | None,
+                               cb: fills.Classes | None, shape: tuple[int, ...]) -> None:
+        """A loop's running sum, max, min or product (`acc = maximum(acc, v)`, a pooling window's taps one per
+        iteration) takes only its identity from a term that reads no input element at this iteration: the term's tags
+        that move with the loop (its index along the accumulated dimension) are defined nowhere there (a masked
+        load's lane, a where's other side). There the term must be 0 for a sum, -inf for a max, +inf for a min, 1
+        for a product. Elements whose term reads no input at any iteration (padding rows) are left to the stores."""
+        want = ACCUMULATES[o]
+        if op.result.id not in self.yielded:  # not the loop's next accumulator (a prefix plus its carry, stored)
+            return
+        for acc, x, cx in ((a, b, cb), (b, a, ca)):
+            if not acc.carried or x.carried or (o == "sub" and x is a):
+                continue
+            wrong = fills.bad(cx, want)
+            moving = [t for alts in x.tags.values() for t in alts if mentions(t.expr, acc.carried)]
+            loops = [lp for lp in self.loops if lp.it.decl().name() in acc.carried]
+            if not moving or not loops or z3.is_false(wrong):
+                continue
+            counted = simp(z3.Or(*[t.when for t in moving]))
+            other = [(lp.it, fresh("it")) for lp in loops]
+            somewhere = conj([conj([v >= 0, v < lp.trip]) for lp, (_, v) in zip(loops, other)] +
+                             [subst(counted, other)])
+            watch = {f"cls:{c}": e for c, e in cx or fills.DATA if c != want}
+            what = {"add": "sum", "sub": "sum", "max": "max", "min": "min", "mul": "product"}[o]
+
+            def describe(w: dict[str, Any], what: str = what) -> str:
+                held = [fills.SHOWN[c] for c in fills.ORDER if w.get(f"cls:{c}") is True] or ["another value"]
+                fix = f"other={fills.LITERAL[want]}" if want in fills.LITERAL else "the identity"
+                return (f"the loop's running {what} takes in a term that reads no input element at this iteration "
+                        f"(masked, or outside the range), holding {held[0]}; a running {what} needs "
+                        f"{fills.SHOWN[want]} there (give the masked load {fix}, or a where that puts "
+                        f"{fills.SHOWN[want]} on those lanes)")
+            self.check("reduction-fill", op, shape, conj([somewhere, z3.Not(counted), wrong]), describe, watch,
+                       related=lines(*(t.src for t in moving)))
 
     def int_binary(self, o: str, a: AVal, b: AVal, kind: str) -> Expr | None:
         if a.val is None or b.val is None:

@@ -9,7 +9,8 @@ on that form; the obligations of this second run hold for every iteration, and t
 
 The rules are grouped by IR op family, one module each: base (state, obligations), elementwise (constants,
 arithmetic, selects, shape changes), reductions (reduce, scan, mma, covers), memory (loads, stores), ghosts
-(tags, assertions, assumptions), loops (if, for, staging); staging holds the pipelining model.
+(tags, assertions, assumptions), loops (if, for, staging), readcheck (an op's read set at its stores);
+staging holds the pipelining model.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from .elementwise import Elementwise
 from .ghosts import Ghosts
 from .loops import Loops
 from .memory import Memory
+from .readcheck import ReadChecks
 from .reductions import Reductions
 from .staging import (
     Staging,
@@ -31,7 +33,7 @@ from .staging import (
 from .tags import PADDING_TAG, padding
 
 
-class Interpreter(Elementwise, Reductions, Memory, Ghosts, Loops, InterpreterBase):
+class Interpreter(Elementwise, Reductions, Memory, ReadChecks, Ghosts, Loops, InterpreterBase):
     """The checker's abstract interpreter: every IR op's rule (op_<kind>) from the family modules."""
 
 

@@ -163,11 +163,14 @@ class Loops(InterpreterBase):
             self.put(a, h)
         self.loops.append(info)
         self.ctx.append(info.domain)
+        outer = self.yielded
+        self.yielded = outer | {y.id for y in body.yields}
         try:
             self.block(body)
         finally:
             self.ctx.pop()
             self.loops.pop()
+            self.yielded = outer
         return [self.get(y) for y in body.yields]
 
     def generalize(self, info: LoopInfo, inits: list[AVal], syms: list[Expr | None], r1: list[AVal]) -> list[AVal]:

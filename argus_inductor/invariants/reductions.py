@@ -205,13 +205,13 @@ class Reductions(InterpreterBase):
             res.maxof = Cov(name, (covers[name],), (op.line,))
             res.scale = x.scale
         if x.kind == "float" and o in fills.IDENTITY:
-            self.check_fill(op, o, x2.cls, inner, r, n, shape)
+            self.check_fill(op, o, x2.cls, inner, r, n, shape, related=self.def_lines([op.args[0]]))
             if res.kind == "float":
                 res.cls = fills.reduce(o, x2.cls, r, n)
         self.put(op.result, res)
 
     def check_fill(self, op: Op, o: str, cls: fills.Classes | None, inner: dict[str, Tag], r: Expr, n: int,
-                   shape: tuple[int, ...], what: str = "") -> None:
+                   shape: tuple[int, ...], what: str = "", related: tuple[int, ...] = ()) -> None:
         """A reduction `o` over r in [0, n) takes only its identity (0 for a sum, -inf for a max, ...) on the lanes that
         read no input element: those where no tag of the reduced axis holds (a masked load's lane past the mask, a
         where's other side). `cls` (over r) says what each lane may hold; the counterexample names the element, the
@@ -243,7 +243,7 @@ class Reductions(InterpreterBase):
                     f"{fills.SHOWN[want]} on those lanes)")
         self.check("reduction-fill", op, shape,
                    conj([r >= 0, r < n, r2 >= 0, r2 < n, somewhere, z3.Not(counted), wrong]), describe, watch,
-                   related=lines(*(t.src for t in inner.values())))
+                   related=lines(related, *(t.src for t in inner.values())))
 
     def op_scan(self, op: Op) -> None:
         """cumsum / cumprod: element j covers, along each dimension tagged on the scan axis, the indices of
@@ -307,7 +307,8 @@ class Reductions(InterpreterBase):
         for name in inner_names:
             ts = [t for t in (ia.get(name), ib.get(name)) if t is not None]
             pairs[name] = Tag(ts[0].expr, conj([t.when for t in ts]), lines(*(t.src for t in ts)))
-        self.check_fill(op, "sum", products, pairs, r, bk, shape, what="the mma's sum of products")
+        self.check_fill(op, "sum", products, pairs, r, bk, shape, what="the mma's sum of products",
+                        related=self.def_lines(op.args[:2]))
         res.cls = fills.reduce("sum", products, r, bk)
         if len(op.args) > 2:
             acc = self.get(op.args[2])
