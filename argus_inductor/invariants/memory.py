@@ -143,18 +143,17 @@ class Memory(InterpreterBase):
                            {"tag": tag.expr, "addr": addr[d]}, bits, lines(tag.src, self.def_lines([op.args[d]])))
         # a lane the kernel named padding may be left an empty sum (no live term), never a partial one
         owed = conj([active, z3.Not(z3.And(padding(value), z3.Not(value.live)))])
-        decided: set[str] = set()  # reduced dimensions the op's read set speaks about (exactly its range)
-        for rs in self.reads:
+        for rs in self.reads:  # the op's read sets: what each element must read (what completeness leaves open)
             if rs.output == t.name:
-                decided |= self.check_read_set(op, rs, t, value, addr, active, owed, shape, bits, kind)
+                self.check_read_set(op, rs, t, value, addr, active, owed, shape, bits, kind)
         if kind == "store":
             for d, cs in value.sums.items():
-                if is_pending(d) and not self.accumulated_reduction(d, cs, t) or reduced_dim(d) in decided:
+                if is_pending(d) and not self.accumulated_reduction(d, cs, t):
                     continue
                 for ps in cs:
                     self.check_complete(op, reduced_dim(d) if is_pending(d) else d, ps, owed, shape, bits, addr,
                                         value.live)
-            if value.maxof and value.maxof.dim and value.maxof.dim not in decided:
+            if value.maxof and value.maxof.dim:
                 self.check_complete(op, value.maxof.dim, value.maxof.pieces, owed, shape, bits, addr, value.live)
         if not self.muted:
             parts = self.ctx + conjuncts(active)

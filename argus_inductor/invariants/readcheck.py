@@ -9,25 +9,23 @@ import z3
 
 from ..dsl.ir import Op, TensorParam
 from .base import CheckerError, InterpreterBase
+from .obligations import required
 from .readsets import ReadSet, SpecError, alternatives, boolean, evaluate, names_in
 from .tags import AVal, Expr, Pieces, conj, fresh, is_pending, lines, member, reduced_dim
 
 
 class ReadChecks(InterpreterBase):
     def check_read_set(self, op: Op, rs: ReadSet, t: TensorParam, value: AVal, addr: list[Expr], active: Expr,
-                       owed: Expr, shape: tuple[int, ...], bits: int, kind: str) -> set[str]:
-        """Prove the facts and (for a store) the reductions of `rs` at this write; returns the reduced dimensions the
-        read set decided (their plain completeness check is then redundant)."""
+                       owed: Expr, shape: tuple[int, ...], bits: int, kind: str) -> None:
+        """Prove the facts and (for a store) the reductions of `rs` at this write."""
         if len(set(t.dims)) != len(t.dims):
             raise CheckerError(f"the read set of {rs.op or 'the op'} names output {t.name}, whose dimensions repeat "
                                f"({', '.join(t.dims)}): its coordinates have no names", op.line)
         coords = {d.lower(): a for d, a in zip(t.dims, addr)}
         for fact in rs.facts:
             self.read_fact(op, rs, fact, t, value, coords, active, shape, bits)
-        if kind != "store":
-            return set()
-        self.read_reductions(op, rs, t, value, coords, owed, shape, bits)
-        return set(rs.reduced)
+        if kind == "store":
+            self.read_reductions(op, rs, t, value, coords, owed, shape, bits)
 
     def spec_env(self, rs: ReadSet, text: str, coords: dict[str, Expr], extra: dict[str, Expr] | None = None
                  ) -> tuple[Any, Any]:
@@ -125,7 +123,10 @@ class ReadChecks(InterpreterBase):
                 return (f"{t.name}[{at}]'s reduction over {d} never includes {d} index {w['x']}, which {what} "
                         f"reads there (it reads {rule})")
             inside = conj([value.live, member(ps, x)])
-            self.check("read-set", op, shape, conj([owed, x >= 0, x < ext, z3.Xor(inside, pred)]), describe, watch,
+            # an index the kernel's own masks require is the completeness obligation's (check_complete): here the
+            # indices read that the op does not, and those the op reads that the kernel's masks leave out
+            wrong = z3.Or(z3.And(inside, z3.Not(pred)), z3.And(pred, z3.Not(inside), z3.Not(required(ps, x))))
+            self.check("read-set", op, shape, conj([owed, x >= 0, x < ext, wrong]), describe, watch,
                        bits, lines(*(p.src for p in ps)))
         have = {d for d, _ in found}
         for d, text in spec.items():
