@@ -9,6 +9,7 @@ import z3
 
 from ..dsl.ir import Op, Value
 from . import fills
+from .assumptions import parse_assumption
 from .base import CheckerError, InterpreterBase, kind_of
 from .describe import rng_text
 from .tags import (
@@ -190,6 +191,15 @@ class Ghosts(InterpreterBase):
                    related=lines(*srcs))
 
     def op_assume(self, op: Op) -> None:
+        if "text" in op.attrs:  # assume("nondecreasing(cu_seqlens)"): what the host guarantees, for every program
+            if not self.muted:
+                try:
+                    self.assumes.append(parse_assumption(op.attrs["text"], self))
+                except ValueError as e:
+                    raise CheckerError(f"{e}; write e.g. assume(\"nondecreasing(cu_seqlens)\") or "
+                                       "assume(\"cu_seqlens[i] <= cu_seqlens[i + 1]\")", op.line) from None
+                self.assume_lines.append(op.line)
+            return
         if self.float_sign_facts(op):
             return
         if self.muted:
