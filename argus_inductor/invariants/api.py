@@ -22,7 +22,7 @@ from .counterexample import Violation, render, source_line
 from .interpreter import CheckerError, Interpreter, StagingHook, default_staging
 from .obligations import kernel_obligations, solve
 from .readsets import ReadSet
-from .tags import free_vars
+from .tags import ax, free_vars, simp, subst
 
 SPECIALIZED_TIMEOUT_MS = 10_000
 SYMBOLIC_TIMEOUT_MS = 30_000
@@ -196,13 +196,14 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     if budget_why:
         undecided.append(f"budget: {budget_why}")
     notes = list(dict.fromkeys(interp.notes))
-    errors: list[str] = []
+    errors = list(dict.fromkeys(interp.errors))
+    errors += [] if budget_why else _vacuous_assertions(interp, always + background, deadline, timeout)
     if pol.warp_specialize and staging is not None:
         # the policy runs a hand-written Gluon lowering (_as_run kept the request): prove from its source that it
         # keeps the ring discipline the staging hook assumed (argus_inductor.hopper.rings)
         from ..hopper import ring_proof
 
-        errors = [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
+        errors += [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
         if not errors:
             notes.append(f"the Gluon lowering's rings are proved at {pol.num_stages} slots (fill, "
                          "read-after-fill, release-after-retire, release-once)")
@@ -214,6 +215,30 @@ def _capped(timeout_ms: int, deadline: float) -> int:
     """z3's time limit for one query: the per-obligation limit, or what is left of the budget (at least 1 ms: z3
     reads 0 as no limit)."""
     return max(1, min(timeout_ms, int((deadline - time.perf_counter()) * 1000)))
+
+
+def _vacuous_assertions(interp: Interpreter, facts: list[z3.BoolRef], deadline: float, timeout_ms: int) -> list[str]:
+    """The assert_tags that hold only because the tags they read are defined at no element at all where the program
+    reaches them (a tag a where masked everywhere, a tag_of a range that is empty): an error naming the assertion,
+    never a silent pass. An assertion in code no program reaches at these shapes (a loop that runs zero times) is
+    not one."""
+    out = []
+    for op, shape, ctx, live in interp.vacuity:
+        if z3.is_true(simp(live)) or time.perf_counter() >= deadline:
+            continue
+        coords = [z3.Int(f"vac:{d}") for d in range(len(shape))]
+        sub = [(ax(d), c) for d, c in enumerate(coords)]
+        dom = [z3.And(c >= 0, c < n) for c, n in zip(coords, shape)]
+        def sat(*extra: z3.BoolRef) -> bool:
+            s = z3.Solver()
+            s.set("timeout", _capped(min(timeout_ms, 2000), deadline))
+            s.add(*facts, *interp.background, *dom, subst(ctx, sub), *extra)
+            return s.check() == z3.sat
+        if not sat(subst(live, sub)) and sat():  # applies nowhere, though the program reaches it
+            text = source_line(interp.ir, op.line).strip()
+            out.append(f"line {op.line}: `{text}` holds vacuously: the tags it reads are defined at no element here "
+                       "(masked, or an empty range), so it states nothing; assert on a value that carries them")
+    return out
 
 
 def _false_assumes(interp: Interpreter, facts: list[z3.BoolRef], timeout_ms: int) -> list[int]:

@@ -95,6 +95,10 @@ class InterpreterBase:
         self.unfollowed: list[str] = []  # what no proof may rest on: reported as undecided
         self.unrolled = 1  # the product of the trip counts of the static loops being unrolled around this point
         self.yielded: set[int] = set()  # the values the loop bodies around this point hand to their next iteration
+        self.errors: list[str] = []  # the checker-only statements that could not be read (line: why)
+        self.unreadable: set[int] = set()  # the values those made: what reads them is skipped
+        # each assert_tag's (op, shape, context, where its tags are defined): one that applies nowhere is an error
+        self.vacuity: list[tuple[Op, tuple[int, ...], Expr, Expr]] = []
         self.arg_owner: dict[int, Op] = {}
         for op in ir.walk():
             for blk in op.blocks:
@@ -147,7 +151,23 @@ class InterpreterBase:
             handler = getattr(self, f"op_{op.kind}", None)
             if handler is None:
                 raise CheckerError(f"the checker has no rule for '{op.kind}'", op.line)
-            handler(op)
+            if not op.checker_only:
+                handler(op)
+                continue
+            # a statement for the checker alone (a tag, an assertion) that cannot be read is an error of its own: the
+            # rest of the kernel is still checked (its read sets and obligations give their counterexamples), and
+            # what the statement made is left out of every later statement that reads it
+            if any(a.id in self.unreadable for a in op.args):
+                self.unreadable.update(r.id for r in op.results)
+                continue
+            try:
+                handler(op)
+            except CheckerError as e:
+                if not self.muted:
+                    self.errors.append(f"line {e.line}: {e}")
+                self.unreadable.update(r.id for r in op.results)
+                if op.kind == "tag":
+                    self.unreadable.add(op.args[0].id)
 
     def get(self, v: Value) -> AVal:
         return self.env[v.id]

@@ -16,6 +16,7 @@ from .tags import (
     PADDING_TAG,
     TRUE,
     AVal,
+    Pieces,
     Tag,
     among,
     ax,
@@ -43,7 +44,9 @@ class Ghosts(InterpreterBase):
         for name, e in zip(op.attrs["names"], op.args[1:]):
             ev = broadcast(self.get(e), x.shape)
             if ev.val is None:
-                raise CheckerError(f"tag '{name}' is not an integer expression the checker can follow", op.line)
+                raise CheckerError(f"tag '{name}' is not an integer expression the checker can follow: tag with index "
+                                   "arithmetic (aranges, program ids, loop variables, shapes, loaded index tensors), "
+                                   "not data", op.line)
             tags[name] = (Tag(to_int(ev.val), conj([x.live, ev.live]), (op.line,)),)
         self.put(op.args[0], replace(x, tags=tags))
 
@@ -123,21 +126,25 @@ class Ghosts(InterpreterBase):
         what = op.args[0].hint or "the tile"
         if kind in ("sum", "prod", "each"):
             covers = x.sums.get(each_key(d) if kind == "each" else cover_key(kind, d), ())
-            if len(covers) != 1:
-                raise CheckerError(f"tag_of({what}, {name!r}): {what} has {len(covers)} reductions over {d}, not one",
-                                   op.line)
-            ps = covers[0]
+            if not covers:
+                have = ", ".join(sorted(x.sums)) or "none"
+                raise CheckerError(f"tag_of({what}, {name!r}): {what} holds no {kind} over {d} here (its reductions: "
+                                   f"{have}); read the bound of a value that reduces over {d}", op.line)
+            ps = self.outermost(op, what, name, d, covers)
         else:
             c = x.maxof if kind == "max" else x.scale
             if c is None or (c.dim not in (d, None)):
                 role = "a running max" if kind == "max" else "normalised to a running max"
-                raise CheckerError(f"tag_of({what}, {name!r}): {what} is not {role} over {d}", op.line)
+                raise CheckerError(f"tag_of({what}, {name!r}): {what} is not {role} over {d}"
+                                   f"{f' (its max is over {c.dim})' if c is not None else ''}; read 'sum({d}).lo' of a "
+                                   f"sum, or the tag of the value that is", op.line)
             ps = c.pieces
         ps = merge_pieces(ps)
         if not ps:
             return AVal(x.shape, "int", z3.IntVal(0), x.live)
         if len(ps) != 1 or ps[0].t is not None:
-            raise CheckerError(f"tag_of({what}, {name!r}): the range is not one contiguous interval ({rng_text(ps)})",
+            raise CheckerError(f"tag_of({what}, {name!r}): the range is not one contiguous interval ({rng_text(ps)}), "
+                               "so it has no single lo and hi: assert on each loop's part before they are joined",
                                op.line)
         p = ps[0]
         if kind == "each":  # an element that took one index in the range took them all (a dead lane none)
@@ -162,8 +169,8 @@ class Ghosts(InterpreterBase):
         what = op.args[0].hint or "the tile"
         if not alts:
             have = ", ".join(sorted(x.tags)) or "none"
-            raise CheckerError(f"tag_of({what}, {name!r}): {what} carries no tag '{name}' here (it has: {have})",
-                               op.line)
+            raise CheckerError(f"tag_of({what}, {name!r}): {what} carries no tag '{name}' here (it has: {have}): "
+                               f"read one of those, or tag it first (tag({what}, {name}=...))", op.line)
         if len(alts) > 1:
             raise CheckerError(f"tag_of({what}, {name!r}) is ambiguous: its operands disagree on '{name}'; name the "
                                f"origin (e.g. 'T.{name}' for tensor T) or tag it explicitly", op.line)
@@ -172,7 +179,11 @@ class Ghosts(InterpreterBase):
     def op_assert_tag(self, op: Op) -> None:
         p = self.get(op.args[0])
         if p.val is None:
-            raise CheckerError("assert_tag's predicate is not something the checker can evaluate", op.line)
+            tags = ", ".join(f"tag_of({w.args[0].hint or 'x'}, {w.attrs['name']!r})" for w in _tag_of_ops(op.args[0]))
+            raise CheckerError("assert_tag's predicate is not something the checker can evaluate"
+                               f"{' (it reads ' + tags + ')' if tags else ''}: it compares data, not tags and "
+                               "indices; compare integer tags, indices and shapes, e.g. tag_of(s, 'T') <= tag_of(s, "
+                               "'S')", op.line)
         watch = {}
         for w in _tag_of_ops(op.args[0]):
             v = broadcast(self.get(w.result), p.shape)
@@ -189,6 +200,20 @@ class Ghosts(InterpreterBase):
         srcs = [t.src for w in _tag_of_ops(op.args[0]) for t in self.get(w.args[0]).tags.get(w.attrs["name"], ())]
         self.check("assert-tag", op, p.shape, conj([p.live, z3.Not(to_bool(p.val))]), describe, watch,
                    related=lines(*srcs))
+        if not self.muted:  # an assertion its tags make hold nowhere at all is not a pass: checked after solving
+            self.vacuity.append((op, p.shape, conj(self.ctx), p.live))
+
+    def outermost(self, op: Op, what: str, name: str, d: str, covers: tuple[Pieces, ...]) -> Pieces:
+        """Of several reductions over d that a value holds (a LayerNorm's variance sum holds its mean's and its own),
+        the outermost: the one its latest reduction made (its source lines the last), said in a note."""
+        if len(covers) == 1:
+            return covers[0]
+        last = [max((x for p in ps for x in p.src), default=0) for ps in covers]
+        k = max(range(len(covers)), key=lambda i: last[i])
+        self.notes.append(f"line {op.line}: tag_of({what}, {name!r}): {what} holds {len(covers)} reductions over {d} "
+                          f"(made at lines {', '.join(str(x) for x in sorted(last))}); the outermost, line "
+                          f"{last[k]}'s, is read")
+        return covers[k]
 
     def op_assume(self, op: Op) -> None:
         if "text" in op.attrs:  # assume("nondecreasing(cu_seqlens)"): what the host guarantees, for every program

@@ -3,6 +3,8 @@ the line it feeds) by the read set of its op or the fill-value obligation, the u
 read set, and the checker stays within its time target."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from argus_inductor.agent.opspecs.reads import kernel_reads, op_reads
@@ -18,6 +20,13 @@ def reads(m: ReadMutant):
     if m.kernel == "row_sums":
         return ROW_SUMS_READS
     return op_reads("attention", m.epilogue) if m.kernel == "attention" else kernel_reads(m.kernel, m.epilogue)
+
+
+def cpu_seconds(f, *a, **kw):
+    """What f took of this process's CPU (the checker and z3 run in it): the 2 s target, fair on a loaded machine."""
+    t0 = time.process_time()
+    out = f(*a, **kw)
+    return out, time.process_time() - t0
 
 
 def run(m: ReadMutant, text: str, symbolic: bool = False) -> VerificationResult:
@@ -36,9 +45,9 @@ def base_text(m: ReadMutant) -> str:
 def test_mutant_is_rejected_by_its_read_set_or_fill(m: ReadMutant) -> None:
     text = base_text(m)
     assert m.old in text, f"{m.kernel} changed: update the mutant {m.name!r}"
-    ok = run(m, text)
+    ok, cpu = cpu_seconds(run, m, text)
     assert ok.proved, ok.text()
-    assert ok.seconds < 2.0, f"{m.kernel} took {ok.seconds:.2f} s"
+    assert cpu < 2.0, f"{m.kernel} took {cpu:.2f} s of CPU"
     bad = text.replace(m.old, m.new, 1)
     res = run(m, bad)
     assert not res.ok, f"mutant survived: {m.name}\n{res.text()}"
@@ -76,10 +85,11 @@ def test_library_kernel_proves_against_its_read_set(name: str) -> None:
     pol, shapes, pre = LIBRARY[name]
     k = library_kernels()[name]
     plain = verify(k, Policy.make(**pol), shapes, assumptions=pre)
-    res = verify(k, Policy.make(**pol), shapes, assumptions=pre, reads=kernel_reads(name, EPILOGUES.get(name, "")))
+    res, cpu = cpu_seconds(verify, k, Policy.make(**pol), shapes, assumptions=pre,
+                           reads=kernel_reads(name, EPILOGUES.get(name, "")))
     assert res.proved, res.text()
     assert res.obligations > plain.obligations
-    assert res.seconds < 2.0, f"{name} took {res.seconds:.2f} s"
+    assert cpu < 2.0, f"{name} took {cpu:.2f} s of CPU"
 
 
 def test_a_causal_off_by_one_passes_the_kernel_wide_obligations_but_not_the_read_set() -> None:
