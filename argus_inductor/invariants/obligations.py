@@ -236,12 +236,55 @@ def _write_all(tensor: str, accs: list[Access], ren: Renamer, exts: list[Expr]) 
     geo = [replace(a, active=a.geometry) if a.geometry is not None else a for a in accs]
     wit = [w for w in (_witness_write(a, addr, ren) for a in geo) if w is not None]
     shortcut = conj(inbox + [z3.Not(z3.Or(*wit))]) if wit else None
+    every = [_enumerated_writes(a, addr, ren) for a in geo]
+    if all(e is not None for e in every):
+        # a small grid of concrete size: which program writes an address is solved program by program, so the
+        # query has no quantifier left (a grouped program order's div, mod and min, the Triton tutorial's, is then
+        # decided, either way: an address no program writes is a counterexample)
+        formula, shortcut = conj(inbox + [z3.Not(z3.Or(*every))]), None
 
     def describe(w: dict[str, Any]) -> str:
         return f"{_fmt_addr(tensor, [w[f'addr{d}'] for d in range(len(addr))])} is never written: no program and " \
                f"element of the grid stores to it"
 
     return Obligation("write-all", accs[0].op, formula, describe, [], watch, shortcut)
+
+
+# the most programs a write-all obligation enumerates (a specialized grid); a larger grid keeps the quantified query
+ENUMERATE_PROGRAMS = 2048
+
+
+def _enumerated_writes(acc: Access, addr: list[Expr], ren: Renamer) -> Expr | None:
+    """'Some execution of acc writes addr', exactly and without a quantifier, for a grid of concrete size: each
+    program's address is solved for its element (and loop iteration) as _witness_write does, with the program ids
+    fixed. None where the grid is symbolic or too large, or some program's address cannot be solved that way."""
+    sizes = []
+    for _, var, e in ren.pids:
+        n = simp(e)
+        if not z3.is_int_value(n):
+            return None
+        sizes.append((var, max(0, n.as_long())))
+    total = 1
+    for _, n in sizes:
+        total *= n
+    if total > ENUMERATE_PROGRAMS:
+        return None
+    ext, _, names = _access_names(acc, ren)
+    names = names - {v.decl().name() for v, _ in sizes}
+    alts = []
+    for combo in itertools.product(*[range(n) for _, n in sizes]):
+        fix = [(v, z3.IntVal(c)) for (v, _), c in zip(sizes, combo)]
+        one = replace(acc, addr=[simp(subst(x, fix)) for x in acc.addr], active=simp(subst(acc.active, fix)))
+        if z3.is_false(one.active):
+            continue
+        assign = solve_witness(list(zip(one.addr, addr)), ext, names)
+        if assign is None:
+            return None
+        h = _witness_holds(one, assign, ren, [e == a for e, a in zip(one.addr, addr)])
+        if h is None:
+            return None
+        alts.append(h)
+    return z3.Or(*alts) if len(alts) > 1 else (alts[0] if alts else z3.BoolVal(False))
 
 
 def _linear(e: Expr, names: set[str]) -> tuple[dict[str, tuple[Expr, Expr]], Expr] | None:
