@@ -2,6 +2,7 @@
 
     argus verify FILE.py [--shape M=200,N=136] [--policy BM=64,BN=64,num_warps=4] [--assume "H % HK == 0"]
                          [--kernel NAME] [--json] [--no-staging] [--timeout-ms N] [--budget-s S]
+                         [--op attention [--causal] [--epilogue E]]
 
 Exit status: 0 when every kernel is proven, 1 when a violation is found, 2 on a usage or DSL error.
 """
@@ -44,9 +45,13 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         shapes = {k: int(v) for k, v in _pairs(args.shape, "--shape").items()}
         policy = _pairs(args.policy, "--policy")
+        reads = _op_reads(args) if args.op else ()
+        if reads and not any(r.output in {t.name for t in k.ir.tensors} for r in reads for k in _kernels(args.file)):
+            raise ValueError(f"no kernel of {args.file} has the tensor {reads[0].output} that {args.op}'s read set "
+                             "names as its output: keep the op's parameter names")
         results = verify_file(args.file, policy or None, shapes or None, kernels=args.kernel or None,
                               assumptions=args.assume or (), timeout_ms=args.timeout_ms, budget_s=args.budget_s,
-                              staging=None if args.no_staging else default_staging)
+                              staging=None if args.no_staging else default_staging, reads=reads)
     except (DSLError, ValueError, OSError) as e:
         print(f"argus verify: {e}", file=sys.stderr)
         return 2
@@ -60,6 +65,24 @@ def _verify(args: argparse.Namespace) -> int:
     if not all(r.ok for r in results):
         return 1
     return 0 if all(r.proved for r in results) else 3
+
+
+def _op_reads(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The read sets `--op NAME [--causal] [--epilogue E]` checks the file's kernels against."""
+    from .agent.opspecs.reads import op_reads
+
+    epilogue = ",".join(p for p in (args.epilogue or "", "causal" if args.causal else "") if p)
+    try:
+        return op_reads(args.op, epilogue)
+    except KeyError as e:
+        raise ValueError(str(e).strip("'\"")) from None
+
+
+def _kernels(path: str) -> list[Any]:
+    from .dsl.runtime import kernels_from_source
+
+    with open(path) as f:
+        return list(kernels_from_source(f.read(), path).values())
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -119,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("--no-staging", action="store_true", help="skip the pipelined-buffer obligations")
     v.add_argument("--timeout-ms", type=int, default=None, help="z3 time limit per obligation")
+    v.add_argument("--op", default=None, metavar="NAME",
+                   help="check each kernel against the read set of this op (attention, gemm, bmm, moe, moe_down, "
+                        "softmax, rmsnorm, layernorm, reduce): what every output element must read")
+    v.add_argument("--causal", action="store_true", help="with --op attention: the causal variant (keys t <= s)")
+    v.add_argument("--epilogue", default=None, metavar="E", help="with --op: the variant, e.g. bias+silu, gqa4, mask")
     v.add_argument("--budget-s", type=float, default=None,
                    help="time limit of each kernel's whole verification (default 60); past it: NOT PROVED: budget")
     v.set_defaults(func=_verify)
