@@ -225,16 +225,17 @@ def unary(o: str, a: Classes | None) -> Classes:
 def project(e: Expr, names: frozenset[str] | set[str], positive: bool = True) -> Expr:
     """e with every atom that mentions one of `names` replaced by True (positive) or False: an over-approximation of
     `exists names: e` (positive=True), read through And, Or, Not and boolean If."""
-    memo: dict[tuple[int, bool], Expr] = {}
     names = frozenset(names)
+    if len(_PROJECTED) > 200_000:
+        _PROJECTED.clear()
 
     def go(e: Expr, positive: bool) -> Expr:
         if not (free_vars(e) & names):
             return e
-        key = (e.get_id(), positive)
-        hit = memo.get(key)
-        if hit is not None:
-            return hit
+        key = (e.get_id(), positive, names)
+        hit = _PROJECTED.get(key)
+        if hit is not None and hit[0].eq(e):
+            return hit[1]
         if z3.is_and(e) or z3.is_or(e):
             kids = [go(c, positive) for c in e.children()]
             out = z3.And(*kids) if z3.is_and(e) else z3.Or(*kids)
@@ -247,9 +248,12 @@ def project(e: Expr, names: frozenset[str] | set[str], positive: bool = True) ->
             out = z3.Or(z3.And(go(c, positive), go(x, positive)), z3.And(go(z3.Not(c), positive), go(y, positive)))
         else:
             out = TRUE if positive else FALSE
-        memo[key] = out
+        _PROJECTED[key] = (e, out)  # e kept alive, so its id is not reused while the entry stands
         return out
     return go(e, positive)
+
+
+_PROJECTED: dict[tuple[int, bool, frozenset[str]], tuple[Expr, Expr]] = {}
 
 
 def widen(cls: Classes | None, names: frozenset[str] | set[str]) -> Classes | None:
@@ -260,14 +264,18 @@ def widen(cls: Classes | None, names: frozenset[str] | set[str]) -> Classes | No
     return normal((c, simp(project(e, names))) for c, e in cls)
 
 
-def included(a: Classes | None, b: Classes | None) -> bool:
-    """Whether every class a may take, b may take under a condition at least as weak (checked structurally: b's
-    condition is True or the same term)."""
+def included(a: Classes | None, b: Classes | None, given: Expr = TRUE) -> bool:
+    """Whether every class a may take, b may take under a condition at least as weak (b's condition True or the same
+    term, or z3 shows a's implies it where `given` holds)."""
     bd = dict(b or DATA)
     for c, e in a or DATA:
+        if z3.is_false(simp(e)):
+            continue
         if c not in bd:
+            if _implies(conj([given, e]), FALSE):
+                continue
             return False
-        if not (z3.is_true(bd[c]) or simp(bd[c]).eq(simp(e)) or _implies(e, bd[c])):
+        if not (z3.is_true(bd[c]) or simp(bd[c]).eq(simp(e)) or _implies(conj([given, e]), bd[c])):
             return False
     return True
 

@@ -114,10 +114,12 @@ class Loops(InterpreterBase):
             finally:
                 self.muted -= 1
             heads = self.generalize(info, inits, syms, r1)
+            heads = [self.monotone_bound(info, op, i, h, init, r)
+                     for i, (h, init, r) in enumerate(zip(heads, inits, r1))]
         mark = self.snapshot()
         for attempt in range(3):
             r3 = self.loop_body(op, info, heads)
-            wider = self.class_fixpoint(info, heads, r3, attempt) if attempt < 2 else None
+            wider = self.class_fixpoint(info, heads, r3, everything=attempt == 1) if attempt < 2 else None
             if wider is None:
                 break
             self.restore(mark)  # the obligations of this pass rested on classes that were not inductive: again
@@ -231,23 +233,48 @@ class Loops(InterpreterBase):
                  if n == info.it.decl().name() or n.startswith(("hv#", "t#", "carried:"))}
         return fills.widen(cls, names) or fills.DATA
 
-    def class_fixpoint(self, info: LoopInfo, heads: list[AVal], outs: list[AVal], attempt: int) -> list[AVal] | None:
-        """The heads with their classes widened where an iteration's result may take a class the head did not allow
+    def monotone_bound(self, info: LoopInfo, op: Op, i: int, head: AVal, init: AVal, r1: AVal) -> AVal:
+        """A running maximum (`m = maximum(m, x)`) is -inf at iteration it only if it was -inf before the loop and after
+        its first iteration (a max never falls): the head's -inf kept to that, instead of anywhere (a causal row whose
+        later key blocks are all masked still has the first block's max: no -inf - -inf there). A running minimum,
+        +inf alike."""
+        body = op.blocks[0]
+        y = body.yields[i].owner if i < len(body.yields) else None
+        if head.kind != "float" or y is None or y.kind != "binary" or y.attrs["op"] not in ("max", "min") or \
+                not any(a.id == body.args[i + 1].id for a in y.args):
+            return head
+        c = fills.NEGINF if y.attrs["op"] == "max" else fills.POSINF
+        it, zero = info.it, z3.IntVal(0)
+        first = dict(r1.cls or fills.DATA).get(c, z3.BoolVal(False))
+        before = dict(init.cls or fills.DATA).get(c, z3.BoolVal(False))
+        if z3.is_false(before) and z3.is_false(first):
+            return head
+        bound = simp(z3.Or(z3.And(it == 0, before), z3.And(it >= 1, subst(first, [(it, zero)]))))
+        cls = [(k, bound if k == c else e) for k, e in head.cls or fills.DATA]
+        return replace(head, cls=fills.normal(cls))
+
+    def class_fixpoint(self, info: LoopInfo, heads: list[AVal], outs: list[AVal], everything: bool = False
+                       ) -> list[AVal] | None:
+        """The heads with the classes an iteration's result may take beyond what the head allowed made possible anywhere
         (the guess from one iteration was not inductive: `acc = acc + 1.0` from 0 gives 1, then a finite value); None
-        when every head holds. After one widening, a class that still grows is taken to hold anywhere."""
+        when every head holds: the head at it + 1 allows what iteration it leaves. `everything`: a head that still
+        grows (after one widening) may be anything, which holds whatever an iteration does."""
         grown = []
         changed = False
+        given = conj([info.it >= 0, info.it < info.trip])
         for h, o in zip(heads, outs):
             if h.kind != "float":
                 grown.append(h)
                 continue
-            step = self.across_iterations(info, o.cls)
-            if fills.included(step, h.cls):
+            nxt = dict(fills.map_classes(h.cls, lambda e: subst(e, [(info.it, info.it + 1)])) or fills.DATA)
+            extra = [c for c, e in o.cls or fills.DATA if not fills.included(((c, e),), ((c, nxt[c]),) if c in nxt
+                                                                              else (), given)]
+            if not extra:
                 grown.append(h)
                 continue
             changed = True
-            cls = fills.join(h.cls or fills.DATA, step)
-            grown.append(replace(h, cls=cls if attempt < 1 else fills.normal((c, TRUE) for c, _ in cls)))
+            grown.append(replace(h, cls=fills.ANY if everything else
+                                 fills.normal([*(h.cls or fills.DATA), *((c, TRUE) for c in extra)])))
         return grown if changed else None
 
     def invariant_tags(self, info: LoopInfo, r: AVal, h: AVal, free: Callable[[Expr], bool]) -> Tags:

@@ -135,3 +135,30 @@ def test_a_read_set_naming_a_missing_output_or_name_is_an_error() -> None:
     assert not res.ok and any("names 'row'" in e for e in res.errors), res.text()
     res = verify(k, Policy.make(**pol), shapes, reads=[read_set("Y", ["Q.R == r"], {"C": ""})])
     assert res.ok and not res.proved and any("carries no tag Q.R" in u for u in res.undecided), res.text()
+
+
+VARIANTS = [
+    ("attention_fwd", dict(BM=64, BN=32, BD=64, CAUSAL=1), dict(Z=1, H=8, HK=1, S=100, T=100, D=64), "causal,gqa8"),
+    ("attention_fwd", dict(BM=32, BN=64, BD=64, CAUSAL=1), dict(Z=1, H=2, HK=1, S=300, T=300, D=64), "causal,gqa2"),
+    ("attention_fwd", dict(BM=32, BN=32, BD=64, CAUSAL=1, HAS_MASK=1), dict(Z=2, H=4, HK=2, S=50, T=50, D=64),
+     "causal,mask,gqa2"),
+    ("attention_fwd", dict(BM=32, BN=64, BD=64, CAUSAL=0, HAS_MASK=1), dict(Z=2, H=4, HK=4, S=50, T=70, D=40),
+     "mask"),
+    ("attention_decode", dict(BG=16, BN=64, BD=64, HAS_MASK=1), dict(Z=2, H=8, HK=2, S=1, T=130, D=64), "mask,gqa4"),
+    ("gemm_epilogue", dict(BM=1, BN=64, BK=64, GEMV=1, HAS_BIAS=0, ACT=3), dict(M=1, N=136, K=300, NB=136), "silu"),
+    ("moe_gate_up", dict(BM=16, BN=32, BK=32, TOPK=2, GATHERED=1), dict(T=64, HD=40, E=4, I2=48, I=24, P=64, NB=4),
+     ""),
+]
+PRE = {"attention_fwd": ["H % HK == 0", "D <= BD"], "attention_decode": ["H % HK == 0", "D <= BD", "H // HK <= BG"],
+       "moe_gate_up": ["0 <= block_expert <= E", "I2 == 2 * I", "P == NB * BM", "T == P"], "gemm_epilogue": []}
+
+
+@pytest.mark.parametrize("name,pol,shapes,epilogue", VARIANTS, ids=[f"{v[0]}-{v[3]}-{v[1]}" for v in VARIANTS])
+def test_library_variants_prove_against_their_read_sets(name, pol, shapes, epilogue) -> None:
+    """The tilings and variants the backend runs (a causal query block wider than the key block, whose later key
+    blocks are all masked for some rows: the running max keeps the first block's value, never -inf - -inf), masks,
+    the CUDA-core GEMV and gathered MoE rows: no false alarm."""
+    res, cpu = cpu_seconds(verify, library_kernels()[name], Policy.make(**pol), shapes, assumptions=PRE[name],
+                           reads=kernel_reads(name, epilogue))
+    assert res.proved, res.text()
+    assert cpu < 2.0, f"{name} took {cpu:.2f} s of CPU"
