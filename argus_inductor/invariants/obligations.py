@@ -77,6 +77,8 @@ class Obligation:
     shortcut: Expr | None = None
     related: tuple[int, ...] = ()  # other source lines the violation involves
     split: list[tuple[Expr, int]] = field(default_factory=list)  # small variables to case-split on
+    # a quantifier-free formula equivalent to `formula`, built on demand when the shortcut does not prove it
+    exact: Callable[[], Expr | None] | None = None
 
 
 @dataclass
@@ -236,22 +238,23 @@ def _write_all(tensor: str, accs: list[Access], ren: Renamer, exts: list[Expr]) 
     geo = [replace(a, active=a.geometry) if a.geometry is not None else a for a in accs]
     wit = [w for w in (_witness_write(a, addr, ren) for a in geo) if w is not None]
     shortcut = conj(inbox + [z3.Not(z3.Or(*wit))]) if wit else None
-    every = [_enumerated_writes(a, addr, ren) for a in geo]
-    if all(e is not None for e in every):
+
+    def exact() -> Expr | None:
         # a small grid of concrete size: which program writes an address is solved program by program, so the
         # query has no quantifier left (a grouped program order's div, mod and min, the Triton tutorial's, is then
         # decided, either way: an address no program writes is a counterexample)
-        formula, shortcut = conj(inbox + [z3.Not(z3.Or(*every))]), None
+        every = [_enumerated_writes(a, addr, ren) for a in geo]
+        return conj(inbox + [z3.Not(z3.Or(*every))]) if all(e is not None for e in every) else None
 
     def describe(w: dict[str, Any]) -> str:
         return f"{_fmt_addr(tensor, [w[f'addr{d}'] for d in range(len(addr))])} is never written: no program and " \
                f"element of the grid stores to it"
 
-    return Obligation("write-all", accs[0].op, formula, describe, [], watch, shortcut)
+    return Obligation("write-all", accs[0].op, formula, describe, [], watch, shortcut, exact=exact)
 
 
 # the most programs a write-all obligation enumerates (a specialized grid); a larger grid keeps the quantified query
-ENUMERATE_PROGRAMS = 2048
+ENUMERATE_PROGRAMS = 1024
 
 
 def _enumerated_writes(acc: Access, addr: list[Expr], ren: Renamer) -> Expr | None:
@@ -684,6 +687,10 @@ def solve(ob: Obligation, background: list[Expr], timeout_ms: int, deadline: flo
         s.add(ob.shortcut)
         if s.check() == z3.unsat:
             return Outcome(ob, "proved", None, time.perf_counter() - t0)
+    if ob.exact is not None:
+        g = ob.exact()
+        if g is not None:
+            f = g
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*background)
