@@ -1,7 +1,8 @@
 """The `argus` command line: verify, warmup, cache, bench, config (`argus COMMAND --help` for each).
 
     argus verify FILE.py [--shape M=200,N=136] [--policy BM=64,BN=64,num_warps=4] [--assume "H % HK == 0"]
-                         [--kernel NAME] [--json] [--no-staging] [--timeout-ms N]
+                         [--kernel NAME] [--json] [--no-staging] [--timeout-ms N] [--budget-s S]
+                         [--op attention [--causal] [--epilogue E]]
 
 Parsing needs no torch (the package's heavy parts load when a command runs), so `--help` and usage errors come back
 at once.
@@ -146,9 +147,13 @@ def _verify(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.file} is empty; it should define at least one `@kernel def name(...):`")
         kernels = _check_names(kernels_from_source(source, args.file), args.kernel, shapes, policy,
                                args.assume or (), args.file)
+        reads = _op_reads(args) if args.op else ()
+        if reads and not any(r.output in {t.name for t in k.ir.tensors} for r in reads for k in kernels.values()):
+            raise UsageError(f"no kernel of {args.file} has the tensor {reads[0].output} that {args.op}'s read set "
+                             "names as its output: keep the op's parameter names")
         results = verify_source(source, args.file, policy or None, shapes or None, kernels=list(kernels),
-                                assumptions=args.assume or (), timeout_ms=args.timeout_ms,
-                                staging=None if args.no_staging else default_staging)
+                                assumptions=args.assume or (), timeout_ms=args.timeout_ms, budget_s=args.budget_s,
+                                staging=None if args.no_staging else default_staging, reads=reads)
     except (DSLError, ValueError) as e:  # UsageError is a ValueError; so are the checker's refusals of a policy
         print(f"argus verify: {e}", file=sys.stderr)
         return 2
@@ -170,6 +175,17 @@ def _columns(rows: list[list[str]]) -> list[str]:
         return []
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return ["  " + "  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]).rstrip() for r in rows]
+
+
+def _op_reads(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The read sets `--op NAME [--causal] [--epilogue E]` checks the file's kernels against."""
+    from .specs.reads import op_reads
+
+    epilogue = ",".join(p for p in (args.epilogue or "", "causal" if args.causal else "") if p)
+    try:
+        return op_reads(args.op, epilogue)
+    except KeyError as e:
+        raise ValueError(str(e).strip("'\"")) from None
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -277,6 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the results as JSON")
     v.add_argument("--no-staging", action="store_true", help="skip the pipelined-buffer obligations")
     v.add_argument("--timeout-ms", type=int, default=None, help="z3 time limit per obligation")
+    v.add_argument("--op", default=None, metavar="NAME",
+                   help="check each kernel against the read set of this op (attention, gemm, bmm, moe, moe_down, "
+                        "softmax, rmsnorm, layernorm, reduce): what every output element must read")
+    v.add_argument("--causal", action="store_true", help="with --op attention: the causal variant (keys t <= s)")
+    v.add_argument("--epilogue", default=None, metavar="E", help="with --op: the variant, e.g. bias+silu, gqa4, mask")
+    v.add_argument("--budget-s", type=float, default=None,
+                   help="time limit of each kernel's whole verification (default 60); past it: NOT PROVED: budget")
     v.set_defaults(func=_verify)
     from .agent.cli import add_warmup_parser
     add_warmup_parser(sub)

@@ -100,3 +100,8 @@ def test_no_import_circles() -> None:
             visit(v)
     assert not circles, f"import circles: {circles}"
 
+
+
+def test_modules_stay_one_job_long() -> None:
+    long = {str(p.relative_to(PKG.parent)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 1000}
+    assert not long, f"modules over ~1,000 lines (two jobs: split them): {long}"

@@ -97,7 +97,7 @@ class Evaluator:
             if chk is None:
                 try:
                     shapes, assumptions = self.spec.verify_args(self.problem, name, pol, self.buckets)
-                    chk = verifier.check(k, pol, shapes, assumptions)
+                    chk = verifier.check(k, pol, shapes, assumptions, self.spec.read_sets(self.problem, name))
                 except DSLError as e:
                     return Outcome("dsl_error", f"{name}: {e}")
                 self._checks[key] = chk

@@ -3,6 +3,7 @@ needs: ok, the counterexample texts, the time, and a JSON summary for the cache.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,15 +33,17 @@ def _checker() -> Any:
     return verify
 
 
-def check(kernel: Kernel, policy: Policy, shapes: dict[str, int], assumptions: list[str]) -> Check:
-    """Prove the kernel's invariants under a policy at concrete shapes."""
+def check(kernel: Kernel, policy: Policy, shapes: dict[str, int], assumptions: list[str],
+          reads: Sequence[Any] = ()) -> Check:
+    """Prove the kernel's invariants under a policy at concrete shapes, and what its op's read sets say each output
+    element reads (specs/reads.py: the same spec a library kernel is checked against)."""
     verify = _checker()
     t0 = time.perf_counter()
     if verify is None:
         return Check(False, ["the invariant checker (argus_inductor.invariants) is not available"],
                      0.0, {"status": "not verified", "reason": "checker unavailable"}, available=False)
     shapes = {k: v for k, v in shapes.items() if k in kernel.ir.symbols}
-    kw: dict[str, Any] = {}
+    kw: dict[str, Any] = {"reads": list(reads)} if reads else {}
     if assumptions:
         names = set(kernel.ir.symbols) | {p.name for p in kernel.ir.constexprs} | {t.name for t in kernel.ir.tensors}
         usable = [a for a in assumptions if _names(a) <= names]

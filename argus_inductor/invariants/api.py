@@ -16,13 +16,22 @@ from ..dsl.ir import KernelIR
 from ..dsl.lowering import resolve_consts
 from ..dsl.policy import LAUNCH_FIELDS, Policy
 from ..dsl.runtime import Kernel, kernels_from_source
+from .assumptions import SHAPES, parse_assumption
+from .base import BudgetExceeded
 from .counterexample import Violation, render, source_line
 from .interpreter import CheckerError, Interpreter, StagingHook, default_staging
 from .obligations import kernel_obligations, solve
-from .tags import free_vars
+from .readsets import ReadSet
+from .tags import ax, free_vars, simp, subst
 
 SPECIALIZED_TIMEOUT_MS = 10_000
 SYMBOLIC_TIMEOUT_MS = 30_000
+# The time one `verify` may take in all (interpretation and every z3 query), unless the caller gives budget_s (the
+# CLI: --budget-s). Past it the result is "NOT PROVED: budget", never a hang: text an LLM wrote (a huge unrolled
+# loop, a shape that makes every query hard) cannot stall the agent, warm-up or a cache load. The library's kernels
+# take 0.1-2 s specialized and up to about 20 s symbolic.
+DEFAULT_BUDGET_S = 60.0
+QUANTIFIED_VACUITY_MS = 500
 
 
 @dataclass
@@ -36,15 +45,28 @@ class VerificationResult:
     undecided: list[str] = field(default_factory=list)  # obligations z3 could not settle in time
     errors: list[str] = field(default_factory=list)     # assertions the checker could not read
     notes: list[str] = field(default_factory=list)
+    budget: str = ""  # why the time budget ran out before the proof was done ("" when it did not)
 
     @property
     def proved(self) -> bool:
         """ok, and every obligation was decided (nothing left unknown)."""
         return self.ok and not self.undecided
 
+    @property
+    def status(self) -> str:
+        """'proved', 'violated' (a violation or an unreadable assertion), 'not proved: budget' or 'not proved:
+        undecided'."""
+        if not self.ok:
+            return "violated"
+        if self.budget:
+            return "not proved: budget"
+        return "not proved: undecided" if self.undecided else "proved"
+
     def text(self) -> str:
         if self.proved:
             head = f"{self.kernel}: OK ({self.obligations} obligations proved, {self.mode}, {self.seconds:.2f} s)"
+        elif self.ok and self.budget:
+            head = f"{self.kernel}: NOT PROVED: budget ({self.budget}; {self.mode}, {self.seconds:.2f} s)"
         elif self.ok:
             head = (f"{self.kernel}: NOT PROVED, no violation found but {len(self.undecided)} undecided "
                     f"({self.mode}, {self.seconds:.2f} s)")
@@ -58,10 +80,11 @@ class VerificationResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "ok": self.ok, "proved": self.proved, "mode": self.mode,
+        return {"kernel": self.kernel, "ok": self.ok, "proved": self.proved, "verdict": self.status, "mode": self.mode,
                 "seconds": round(self.seconds, 4), "obligations": self.obligations,
                 "violations": [v.to_json() for v in self.violations], "errors": self.errors,
-                "undecided": self.undecided, **({"notes": self.notes} if self.notes else {})}
+                "undecided": self.undecided, **({"notes": self.notes} if self.notes else {}),
+                **({"budget": self.budget} if self.budget else {})}
 
 
 def as_policy(policy: Policy | Mapping[str, Any] | None) -> Policy:
@@ -84,17 +107,26 @@ def _as_run(kernel_name: str, policy: Policy) -> Policy:
 
 def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None = None,
            shapes: Mapping[str, int] | None = None, *, assumptions: Sequence[str] = (),
-           staging: StagingHook | None = default_staging, timeout_ms: int | None = None) -> VerificationResult:
+           staging: StagingHook | None = default_staging, timeout_ms: int | None = None,
+           budget_s: float | None = None, reads: Sequence[ReadSet] = ()) -> VerificationResult:
     """Prove a kernel's data-flow invariants under a policy (tile sizes are concrete).
 
     shapes: concrete values for some or all shape symbols (M=..., N=...); the rest stay symbolic
     (>= 1, plus `assumptions`). assumptions: Python expressions over shape symbols, constexprs and
     integer tensors (a tensor name stands for every one of its elements), e.g. "H % HK == 0",
     "0 <= block_expert < E". staging: how pipelined loops stage their loads (None: no pipelining check).
+    timeout_ms: z3's limit per obligation. budget_s: the whole verification's limit (DEFAULT_BUDGET_S); past
+    it the result's status is "not proved: budget" (ok, not proved, the reason in `budget` and `undecided`).
+    reads: the op's read sets (readsets.ReadSet, from argus_inductor.specs.reads): what each element of an
+    output must read, proved at its stores (none: the kernel-wide obligations and the kernel's own assertions only).
     """
     ir = kernel.ir if isinstance(kernel, Kernel) else kernel
     pol = _as_run(ir.name, as_policy(policy))
     t0 = time.perf_counter()
+    budget = DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
+    if not budget > 0:
+        raise ValueError(f"budget_s must be a positive number of seconds, not {budget_s!r}")
+    deadline = t0 + budget
     shapes = dict(shapes or {})
     unknown = sorted(set(shapes) - set(ir.symbols))
     if unknown:
@@ -104,9 +136,19 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     sym = {s: (z3.IntVal(int(shapes[s])) if s in shapes else z3.Int(s)) for s in ir.symbols}
     mode = "specialized" if all(s in shapes for s in ir.symbols) else "symbolic"
     timeout = timeout_ms or (SPECIALIZED_TIMEOUT_MS if mode == "specialized" else SYMBOLIC_TIMEOUT_MS)
-    interp = Interpreter(ir, pol, consts, sym, staging)
+    outputs = {tp.name for tp in ir.tensors}
+    stray = [r.output for r in reads if r.output not in outputs]
+    if stray:
+        raise ValueError(f"kernel '{ir.name}' has no tensor {', '.join(sorted(set(stray)))} that its read set "
+                         f"names as the output (its tensors: {', '.join(sorted(outputs))}): keep the op's parameter "
+                         "names")
+    interp = Interpreter(ir, pol, consts, sym, staging, deadline, budget, reads)
     try:
         interp.run()
+    except BudgetExceeded as e:
+        why = f"{e}, before any obligation was checked (raise it with budget_s= or --budget-s)"
+        return VerificationResult(ir.name, True, [], time.perf_counter() - t0, mode, undecided=[f"budget: {why}"],
+                                  notes=list(dict.fromkeys(interp.notes)), budget=why)
     except CheckerError as e:
         return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode,
                                   errors=[f"line {e.line}: {e}"])
@@ -121,7 +163,7 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     extents = {t.name: [sym[d] for d in t.dims] for t in ir.tensors}
     obligations = interp.obligations + kernel_obligations(interp.accesses, interp.renamer(), extents,
                                                           interp.dim_extent, interp.index_lines)
-    false_assumes = _false_assumes(interp, always + background, timeout)
+    false_assumes = _false_assumes(interp, always + background, _capped(timeout, deadline))
     if false_assumes:  # every obligation would hold vacuously under a precondition that cannot hold
         return VerificationResult(ir.name, False, [], time.perf_counter() - t0, mode, len(obligations), errors=[
             f"line {line}: the kernel assumes `{source_line(ir, line).strip()}`, which is false at these shapes and "
@@ -131,33 +173,72 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     undecided: list[str] = []
     seen: set[tuple[str, int]] = set()
     trace = os.environ.get("ARGUS_VERIFY_TRACE") not in (None, "", "0")
-    for ob in obligations:
+    budget_why = ""
+    for k, ob in enumerate(obligations):
         if (ob.kind, ob.op.line) in seen:
             continue
+        if time.perf_counter() >= deadline:
+            left = len(obligations) - k
+            budget_why = (f"the {budget:g} s budget ran out with {left} of {len(obligations)} obligations not checked "
+                          "(raise it with budget_s= or --budget-s)")
+            break
         facts = instantiate_assumes(interp.assumes, pid_vars, ob.formula)
-        out = solve(ob, always + relevant(background + facts, ob.formula), timeout)
+        out = solve(ob, always + relevant(background + facts, ob.formula), _capped(timeout, deadline), deadline)
         if trace:
             print(f"  [{out.seconds:7.3f}s] {out.status:9s} {ob.kind} line {ob.op.line}", file=sys.stderr)
         if out.status == "violated":
             seen.add((ob.kind, ob.op.line))
             violations.append(render(ir, ob, out.model, pol.num_warps, sym))
         elif out.status == "unknown":
-            undecided.append(f"{ob.kind} at line {ob.op.line}")
+            undecided.append(f"{ob.kind} at line {ob.op.line}" + (f": {out.reason}" if out.reason else ""))
     violations.sort(key=lambda v: v.line)
     undecided += list(dict.fromkeys(interp.unfollowed))
+    if budget_why:
+        undecided.append(f"budget: {budget_why}")
     notes = list(dict.fromkeys(interp.notes))
-    errors: list[str] = []
+    errors = list(dict.fromkeys(interp.errors))
+    errors += [] if budget_why else _vacuous_assertions(interp, always + background, deadline, timeout)
     if pol.warp_specialize and staging is not None:
         # the policy runs a hand-written Gluon lowering (_as_run kept the request): prove from its source that it
         # keeps the ring discipline the staging hook assumed (argus_inductor.hopper.rings)
         from ..dsl.lowerings import ring_proof
 
-        errors = [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
+        errors += [f"Gluon lowering: {p}" for p in ring_proof(ir.name, pol.num_stages)]
         if not errors:
             notes.append(f"the Gluon lowering's rings are proved at {pol.num_stages} slots (fill, "
                          "read-after-fill, release-after-retire, release-once)")
     return VerificationResult(ir.name, not violations and not errors, violations, time.perf_counter() - t0, mode,
-                              len(obligations), undecided, errors=errors, notes=notes)
+                              len(obligations), undecided, errors=errors, notes=notes, budget=budget_why)
+
+
+def _capped(timeout_ms: int, deadline: float) -> int:
+    """z3's time limit for one query: the per-obligation limit, or what is left of the budget (at least 1 ms: z3
+    reads 0 as no limit)."""
+    return max(1, min(timeout_ms, int((deadline - time.perf_counter()) * 1000)))
+
+
+def _vacuous_assertions(interp: Interpreter, facts: list[z3.BoolRef], deadline: float, timeout_ms: int) -> list[str]:
+    """The assert_tags that hold only because the tags they read are defined at no element at all where the program
+    reaches them (a tag a where masked everywhere, a tag_of a range that is empty): an error naming the assertion,
+    never a silent pass. An assertion in code no program reaches at these shapes (a loop that runs zero times) is
+    not one."""
+    out = []
+    for op, shape, ctx, live in interp.vacuity:
+        if z3.is_true(simp(live)) or time.perf_counter() >= deadline:
+            continue
+        coords = [z3.Int(f"vac:{d}") for d in range(len(shape))]
+        sub = [(ax(d), c) for d, c in enumerate(coords)]
+        dom = [z3.And(c >= 0, c < n) for c, n in zip(coords, shape)]
+        def sat(*extra: z3.BoolRef) -> bool:
+            s = z3.Solver()
+            s.set("timeout", _capped(min(timeout_ms, 2000), deadline))
+            s.add(*facts, *interp.background, *dom, subst(ctx, sub), *extra)
+            return s.check() == z3.sat
+        if not sat(subst(live, sub)) and sat():  # applies nowhere, though the program reaches it
+            text = source_line(interp.ir, op.line).strip()
+            out.append(f"line {op.line}: `{text}` holds vacuously: the tags it reads are defined at no element here "
+                       "(masked, or an empty range), so it states nothing; assert on a value that carries them")
+    return out
 
 
 def _false_assumes(interp: Interpreter, facts: list[z3.BoolRef], timeout_ms: int) -> list[int]:
@@ -166,7 +247,9 @@ def _false_assumes(interp: Interpreter, facts: list[z3.BoolRef], timeout_ms: int
     out = []
     for a, line in zip(interp.assumes, interp.assume_lines):
         s = z3.Solver()
-        s.set("timeout", timeout_ms)
+        # a fact over all of an index tensor (permutation(...)) has a model z3 may look for long: a contradiction in
+        # one is found fast or not at all
+        s.set("timeout", min(timeout_ms, QUANTIFIED_VACUITY_MS) if z3.is_quantifier(a) or z3.is_and(a) else timeout_ms)
         s.add(*facts, a)
         if s.check() == z3.unsat:
             out.append(line)
@@ -214,7 +297,8 @@ def relevant(background: list[z3.BoolRef], formula: z3.BoolRef) -> list[z3.BoolR
 def verify_source(source: str, filename: str = "<source>", policy: Policy | Mapping[str, Any] | None = None,
                   shapes: Mapping[str, int] | None = None, *, kernels: Sequence[str] | None = None,
                   assumptions: Sequence[str] = (), staging: StagingHook | None = default_staging,
-                  timeout_ms: int | None = None) -> list[VerificationResult]:
+                  timeout_ms: int | None = None, budget_s: float | None = None,
+                  reads: Sequence[ReadSet] = ()) -> list[VerificationResult]:
     """Verify every kernel of a module's source (read, never executed). Policy constants and shapes
     a kernel does not declare are ignored for that kernel."""
     found = kernels_from_source(source, filename)
@@ -228,8 +312,11 @@ def verify_source(source: str, filename: str = "<source>", policy: Policy | Mapp
                          **{f: getattr(pol, f) for f in LAUNCH_FIELDS})
         ks = {s: v for s, v in (shapes or {}).items() if s in k.ir.symbols}
         names = set(k.ir.symbols) | declared | {t.name for t in k.ir.tensors if t.dtype_kind == "int"}
-        ka = [a for a in assumptions if _names(a) <= names]
-        results.append(verify(k, kp, ks, assumptions=ka, staging=staging, timeout_ms=timeout_ms))
+        ka = [a for a in assumptions if _kernel_names(a, names) <= names]
+        tensors = {tp.name for tp in k.ir.tensors}
+        kr = [r for r in reads if r.output in tensors]
+        results.append(verify(k, kp, ks, assumptions=ka, staging=staging, timeout_ms=timeout_ms, budget_s=budget_s,
+                              reads=kr))
     return results
 
 
@@ -237,70 +324,10 @@ def _names(text: str) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
 
 
-def parse_assumption(text: str, interp: Interpreter) -> z3.BoolRef:
-    """A precondition over shape symbols, constexprs and integer tensors ("every element of T")."""
-    try:
-        tree = ast.parse(text, mode="eval").body
-    except SyntaxError as e:
-        raise ValueError(f"assumption {text!r} is not a Python expression: {e.msg}") from None
-    qvars: list[z3.ArithRef] = []
-    bounds: list[z3.BoolRef] = []
-    elems: dict[str, z3.ArithRef] = {}
-
-    def name(n: str) -> Any:
-        if n in interp.shapes:
-            return interp.shapes[n]
-        if n in interp.consts:
-            return z3.IntVal(int(interp.consts[n]))
-        if n in interp.tensors and interp.tensors[n].dtype_kind == "int":
-            if n not in elems:
-                t = interp.tensors[n]
-                idx = [z3.Int(f"{n}_i{d}") for d in range(len(t.dims))]
-                qvars.extend(idx)
-                bounds.extend(z3.And(i >= 0, i < interp.shapes[d]) for i, d in zip(idx, t.dims))
-                elems[n] = interp.uf(n)(*idx)
-            return elems[n]
-        raise ValueError(f"assumption {text!r}: unknown name '{n}' (use shape symbols, constexprs or integer "
-                         "tensors)")
-
-    def ev(node: ast.expr) -> Any:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
-            return z3.IntVal(int(node.value)) if not isinstance(node.value, bool) else z3.BoolVal(node.value)
-        if isinstance(node, ast.Name):
-            return name(node.id)
-        if isinstance(node, ast.BinOp):
-            a, b = ev(node.left), ev(node.right)
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-                   ast.FloorDiv: lambda: a / b, ast.Mod: lambda: a % b}
-            if type(node.op) in ops:
-                return ops[type(node.op)]()
-        if isinstance(node, ast.UnaryOp):
-            x = ev(node.operand)
-            if isinstance(node.op, ast.USub):
-                return -x
-            if isinstance(node.op, ast.Not):
-                return z3.Not(x)
-        if isinstance(node, ast.BoolOp):
-            xs = [ev(v) for v in node.values]
-            return z3.And(*xs) if isinstance(node.op, ast.And) else z3.Or(*xs)
-        if isinstance(node, ast.Compare):
-            cmp = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
-                   ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
-            parts, left = [], ev(node.left)
-            for o, c in zip(node.ops, node.comparators):
-                right = ev(c)
-                if type(o) not in cmp:
-                    break
-                parts.append(cmp[type(o)](left, right))
-                left = right
-            else:
-                return z3.And(*parts) if len(parts) > 1 else parts[0]
-        raise ValueError(f"assumption {text!r}: unsupported expression '{ast.unparse(node)}'")
-
-    body = ev(tree)
-    if qvars:
-        return z3.ForAll(qvars, z3.Implies(z3.And(*bounds), body))
-    return body
+def _kernel_names(text: str, names: set[str]) -> set[str]:
+    """The names of an assumption a kernel must declare for it to apply: not its quantified variables (lower-case
+    names the kernel does not have) nor the forms' own (nondecreasing, implies, ...)."""
+    return {n for n in _names(text) if n in names or not (n.islower() or n in SHAPES or n == "implies")}
 
 
 def verify_file(path: str, policy: Policy | Mapping[str, Any] | None = None, shapes: Mapping[str, int] | None = None,
@@ -310,4 +337,5 @@ def verify_file(path: str, policy: Policy | Mapping[str, Any] | None = None, sha
     return verify_source(source, path, policy, shapes, **kw)
 
 
-__all__ = ["verify", "verify_source", "verify_file", "VerificationResult", "parse_assumption", "DSLError"]
+__all__ = ["verify", "verify_source", "verify_file", "VerificationResult", "parse_assumption", "DSLError",
+           "DEFAULT_BUDGET_S"]

@@ -77,6 +77,8 @@ class Obligation:
     shortcut: Expr | None = None
     related: tuple[int, ...] = ()  # other source lines the violation involves
     split: list[tuple[Expr, int]] = field(default_factory=list)  # small variables to case-split on
+    # a quantifier-free formula equivalent to `formula`, built on demand when the shortcut does not prove it
+    exact: Callable[[], Expr | None] | None = None
 
 
 @dataclass
@@ -237,11 +239,55 @@ def _write_all(tensor: str, accs: list[Access], ren: Renamer, exts: list[Expr]) 
     wit = [w for w in (_witness_write(a, addr, ren) for a in geo) if w is not None]
     shortcut = conj(inbox + [z3.Not(z3.Or(*wit))]) if wit else None
 
+    def exact() -> Expr | None:
+        # a small grid of concrete size: which program writes an address is solved program by program, so the
+        # query has no quantifier left (a grouped program order's div, mod and min, the Triton tutorial's, is then
+        # decided, either way: an address no program writes is a counterexample)
+        every = [_enumerated_writes(a, addr, ren) for a in geo]
+        return conj(inbox + [z3.Not(z3.Or(*every))]) if all(e is not None for e in every) else None
+
     def describe(w: dict[str, Any]) -> str:
         return f"{_fmt_addr(tensor, [w[f'addr{d}'] for d in range(len(addr))])} is never written: no program and " \
                f"element of the grid stores to it"
 
-    return Obligation("write-all", accs[0].op, formula, describe, [], watch, shortcut)
+    return Obligation("write-all", accs[0].op, formula, describe, [], watch, shortcut, exact=exact)
+
+
+# the most programs a write-all obligation enumerates (a specialized grid); a larger grid keeps the quantified query
+ENUMERATE_PROGRAMS = 1024
+
+
+def _enumerated_writes(acc: Access, addr: list[Expr], ren: Renamer) -> Expr | None:
+    """'Some execution of acc writes addr', exactly and without a quantifier, for a grid of concrete size: each
+    program's address is solved for its element (and loop iteration) as _witness_write does, with the program ids
+    fixed. None where the grid is symbolic or too large, or some program's address cannot be solved that way."""
+    sizes = []
+    for _, var, e in ren.pids:
+        n = simp(e)
+        if not z3.is_int_value(n):
+            return None
+        sizes.append((var, max(0, n.as_long())))
+    total = 1
+    for _, n in sizes:
+        total *= n
+    if total > ENUMERATE_PROGRAMS:
+        return None
+    ext, _, names = _access_names(acc, ren)
+    names = names - {v.decl().name() for v, _ in sizes}
+    alts = []
+    for combo in itertools.product(*[range(n) for _, n in sizes]):
+        fix = [(v, z3.IntVal(c)) for (v, _), c in zip(sizes, combo)]
+        one = replace(acc, addr=[simp(subst(x, fix)) for x in acc.addr], active=simp(subst(acc.active, fix)))
+        if z3.is_false(one.active):
+            continue
+        assign = solve_witness(list(zip(one.addr, addr)), ext, names)
+        if assign is None:
+            return None
+        h = _witness_holds(one, assign, ren, [e == a for e, a in zip(one.addr, addr)])
+        if h is None:
+            return None
+        alts.append(h)
+    return z3.Or(*alts) if len(alts) > 1 else (alts[0] if alts else z3.BoolVal(False))
 
 
 def _linear(e: Expr, names: set[str]) -> tuple[dict[str, tuple[Expr, Expr]], Expr] | None:
@@ -624,9 +670,12 @@ class Outcome:
     status: str  # "proved", "violated" or "unknown"
     model: z3.ModelRef | None = None
     seconds: float = 0.0
+    reason: str = ""  # why an "unknown" stayed unknown (z3's reason, or the budget)
 
 
-def solve(ob: Obligation, background: list[Expr], timeout_ms: int) -> Outcome:
+def solve(ob: Obligation, background: list[Expr], timeout_ms: int, deadline: float | None = None) -> Outcome:
+    """Decide one obligation: proved (unsat), violated (a model) or unknown (z3 gave up, or `deadline`, a
+    time.perf_counter() value, passed between the queries of a case split)."""
     t0 = time.perf_counter()
     f = simp(ob.formula) if not _has_quantifier(ob.formula) else ob.formula
     if z3.is_false(f):
@@ -638,28 +687,49 @@ def solve(ob: Obligation, background: list[Expr], timeout_ms: int) -> Outcome:
         s.add(ob.shortcut)
         if s.check() == z3.unsat:
             return Outcome(ob, "proved", None, time.perf_counter() - t0)
+    if ob.exact is not None:
+        g = ob.exact()
+        if g is not None:
+            f = g
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*background)
     s.add(f)
     if ob.split:
-        unknown = False
+        unknown: str | bool = False
         for combo in itertools.product(*[range(n) for _, n in ob.split]):
+            if deadline is not None and time.perf_counter() >= deadline:
+                return Outcome(ob, "unknown", None, time.perf_counter() - t0, "the time budget ran out")
             s.push()
             s.add(*[v == c for (v, _), c in zip(ob.split, combo)])
             r = s.check()
             if r == z3.sat:
                 return Outcome(ob, "violated", s.model(), time.perf_counter() - t0)
-            unknown |= r != z3.unsat
+            if r == z3.unknown:
+                unknown = unknown or _reason(s, timeout_ms, ob)
             s.pop()
-        return Outcome(ob, "unknown" if unknown else "proved", None, time.perf_counter() - t0)
+        return Outcome(ob, "unknown" if unknown else "proved", None, time.perf_counter() - t0, unknown or "")
     r = s.check()
     dt = time.perf_counter() - t0
     if r == z3.unsat:
         return Outcome(ob, "proved", None, dt)
     if r == z3.sat:
         return Outcome(ob, "violated", s.model(), dt)
-    return Outcome(ob, "unknown", None, dt)
+    return Outcome(ob, "unknown", None, dt, _reason(s, timeout_ms, ob))
+
+
+def _reason(s: z3.Solver, timeout_ms: int, ob: Obligation) -> str:
+    """Why z3 left an obligation unknown, for a person: its own reason, the time limit, what makes it hard."""
+    why = s.reason_unknown()
+    what = "z3 ran out of its time limit" if why in ("timeout", "canceled") else f"z3 gave up ({why})"
+    if why in ("timeout", "canceled"):
+        what += f" ({timeout_ms} ms)"
+    hard = []
+    if _has_quantifier(ob.formula):
+        hard.append("the query quantifies over program ids or elements")
+    if any(n.startswith(("uf:",)) for n in free_vars(ob.formula)):
+        hard.append("it reads the contents of index tensors")
+    return what + (": " + "; ".join(hard) if hard else "")
 
 
 def _has_quantifier(e: Expr) -> bool:

@@ -18,6 +18,9 @@ What an element carries:
 - `maxof` / `scale` / `ratio` / `diff`: the online-softmax algebra. A running max covers an index
   range (`maxof`); `exp(s - m)` is a value normalised to that max (`scale`); `exp(m_old - m_new)`
   is a rescaling factor (`ratio`). Adding values normalised to different maxima is an error.
+- `cls`: for float tiles, the value classes (-inf, 0, 1, +inf, finite, NaN) each element may be in
+  (fills.py): what a lane that reads no input holds, so a reduction can be checked to take only its
+  identity there.
 """
 from __future__ import annotations
 
@@ -256,8 +259,22 @@ def end_to_end(p: Piece, t: Expr, upto: Expr, src: tuple[int, ...]) -> Piece | N
     return Piece(simp(subst(p.lo, [(t, z3.IntVal(0))])), simp(subst(p.lo, [(t, upto)])), p.cond, src=src)
 
 
+def empty_piece(line: int) -> Piece:
+    """The cover of a reduction whose loop ran zero times (at line `line`): no index at all. It stands for the
+    reduction until a later partial sum joins it (merge_pieces then drops it)."""
+    return Piece(z3.IntVal(0), z3.IntVal(0), FALSE, src=(line,))
+
+
+def is_empty_piece(p: Piece) -> bool:
+    return p.t is None and z3.is_false(p.cond)
+
+
 def merge_pieces(pieces: Iterable[Piece]) -> Pieces:
-    """Drop duplicates and join adjacent plain intervals with the same condition."""
+    """Drop duplicates (and pieces that hold no index, next to others) and join adjacent plain intervals with the same
+    condition."""
+    pieces = list(pieces)
+    if any(not is_empty_piece(p) for p in pieces):
+        pieces = [p for p in pieces if not is_empty_piece(p)]
     out: list[Piece] = []
     seen: set[tuple[int, ...]] = set()
     for p in pieces:
@@ -404,6 +421,8 @@ class AVal:
     zero: bool = False
     fconst: float | None = None
     carried: frozenset[str] = frozenset()  # the iteration counters of the loops that carry this value (an accumulator)
+    # float elements: the value classes (fills.py) each may be in, with the condition it may; None: finite data
+    cls: tuple[tuple[str, Expr], ...] | None = None
 
     @property
     def rank(self) -> int:
@@ -421,6 +440,7 @@ class AVal:
             scale=self.scale.map(f) if self.scale else None,
             ratio=(self.ratio[0].map(f), self.ratio[1].map(f)) if self.ratio else None,
             diff=((self.diff[0].map(f) if self.diff[0] else None), self.diff[1].map(f)) if self.diff else None,
+            cls=tuple((c, f(e)) for c, e in self.cls) if self.cls is not None else None,
         )
 
     def exprs(self) -> list[Expr]:
@@ -494,3 +514,33 @@ def reshape(v: AVal, shape: tuple[int, ...]) -> AVal:
         pairs.append((d, (lin / stride) % v.shape[d]))
         stride *= v.shape[d]
     return remap_axes(v, pairs, shape)
+
+
+# ---- lane masks and padding ---------------------------------------------------------------------------
+PADDING_TAG = "padding.lanes"  # the tag padding_lanes attaches: 1 on the lanes it names
+
+
+def padding(v: AVal) -> Expr:
+    """Where v's elements were named padding (padding_lanes): by every operand that carries the name."""
+    alts = v.tags.get(PADDING_TAG, ())
+    return conj([z3.And(t.when, t.expr != 0) for t in alts]) if alts else FALSE
+
+
+def moving_conjuncts(x: AVal, acc: AVal) -> list[Expr]:
+    """The conjuncts of term x's `live` that move with a loop carrying the accumulator acc (a lane mask
+    `(rm < 2 + k)[:, None]`): what moving_lanes and moving_max gate x's covers with."""
+    return [c for c in conjuncts(x.live) if mentions(c, acc.carried)]
+
+
+def gated(p: Piece, moving: list[Expr], carried: frozenset[str]) -> Piece:
+    """p with the conjuncts of `moving` (a term's `live`, moving with a loop in `carried`) that move with a loop p
+    itself moves with added to its condition (the interpreter's moving_lanes)."""
+    loops = carried & {n for e in p.exprs for n in free_vars(e)}
+    have = conjuncts(simp(p.cond))
+    return replace(p, cond=conj([p.cond] + [c for c in moving if free_vars(c) & loops and not among(c, have)]))
+
+
+def among(e: Expr, es: list[Expr]) -> bool:
+    """Whether e is one of es, structurally (z3 terms compared by `same`, not by ids of temporaries that z3 may
+    free and reuse)."""
+    return any(same(e, c) for c in es)

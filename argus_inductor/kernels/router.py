@@ -58,7 +58,7 @@ def router_topk_rows(X: Tensor("T", "E"), Y: Tensor("T", "K2", dtype=float32), B
     den = sum(p, 1)
     assert_tag((tag_of(den, "sum(E).lo") <= 0) & (tag_of(den, "sum(E).hi") >= E),
                "each token's softmax sums all of its experts")
-    p = p / den[:, None]
+    p = where(re[None, :] < E, p / den[:, None], -inf)  # a lane past the experts never takes part in a max
     vals = zeros((BT, BK), float32)
     ids = zeros((BT, BK), float32)
     for j in range(K):
@@ -66,7 +66,7 @@ def router_topk_rows(X: Tensor("T", "E"), Y: Tensor("T", "K2", dtype=float32), B
         first = min(where(p == best[:, None], re[None, :], BE), 1)
         vals = where(rk[None, :] == j, best[:, None], vals)
         ids = where(rk[None, :] == j, first.to(float32)[:, None], ids)
-        p = where(re[None, :] == first[:, None], -1.0, p)  # probabilities are >= 0: a picked expert is never again
+        p = where(re[None, :] == first[:, None], -inf, p)  # a picked expert never wins a max again
     if RENORM == 1:
         vals = vals / sum(vals, 1)[:, None]
     store(Y[rt, rk], vals, mask=(rk < K)[None, :])

@@ -34,8 +34,9 @@ def _verifier() -> Callable[..., Any] | None:
 
 # The checker's version in each verdict it stores. Bumped when the checker comes to reject what it used to prove, so
 # that entries an older one proved are proved again when first loaded (plan_for). 2: in-kernel assumptions that
-# no element satisfies at the verified shapes and policy (a vacuous proof) are rejected (session 25).
-CHECKER_VERSION = 2
+# no element satisfies at the verified shapes and policy (a vacuous proof) are rejected (session 25). 3: fill values
+# (a reduction over lanes that read no input must take its identity there) and zero-trip reductions (issue 42).
+CHECKER_VERSION = 3
 
 
 def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],

@@ -15,9 +15,11 @@ import torch
 from ..dsl import Kernel, Policy
 from ..dsl.ir import ConstParam, ScalarParam, TensorParam
 from ..dsl.policy import LAUNCH_FIELDS
+from ..invariants.readsets import ReadSet
 from ..kernels.launch import pow2
 from ..kernels.policies import fp32_precision
 from .plan import Plan
+from .reads import kernel_reads
 
 Inputs = dict[str, Any]
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -186,6 +188,11 @@ class OpSpec:
     def verify_shapes(self, problem: Problem, kernel: str, policy: Policy) -> tuple[dict[str, int], list[str]]:
         """Concrete values of the kernel's shape symbols, and assumptions, for the invariant checker."""
         raise NotImplementedError
+
+    def read_sets(self, problem: Problem, kernel: str) -> tuple[ReadSet, ...]:
+        """What each output element of `kernel` (a template, or an agent kernel in its place) must read: its op's read
+        sets for this problem's variant (specs/reads.py, one place for the library and the agent)."""
+        return kernel_reads(kernel, problem.epilogue)
 
     def verify_args(self, problem: Problem, kernel: str, policy: Policy,
                     buckets: dict[str, str] | None = None) -> tuple[dict[str, int], list[str]]:

@@ -113,7 +113,8 @@ def test_sum_inside_the_loop_kept_by_a_where_is_rejected():
 
 
 UNFOLLOWED = [
-    ("a running maximum reduced by a sum", "acc = acc + a * x[None, :]", "acc = maximum(acc, a * x[None, :])"),
+    ("a running maximum reduced by a sum", "acc = acc + a * x[None, :]",
+     "acc = maximum(acc, where(rk[None, :] < K, a * x[None, :], -inf))"),
     ("a loop that overwrites the tile", "acc = acc + a * x[None, :]", "acc = a * x[None, :]"),
     ("an accumulation reduced by a maximum", "store(Y[rm], sum(acc, 1))", "store(Y[rm], max(acc, 1))"),
 ]
@@ -127,3 +128,14 @@ def test_what_the_checker_cannot_follow_is_undecided_not_proved(name, old, new):
     assert not res.proved, f"{name}: proved\n{res.text()}"
     assert res.ok, f"{name}: a false violation\n{res.text()}"
     assert any("accumulated element-wise" in u for u in res.undecided), res.text()
+
+
+def test_a_running_maximum_over_zero_filled_lanes_is_a_fill_violation():
+    """Without the where, the running maximum takes the products of the masked lanes past K, which are 0 (both loads
+    fill 0): a max needs -inf there. A violation with its counterexample, not only an undecided summary."""
+    text = GEMV.replace("acc = acc + a * x[None, :]", "acc = maximum(acc, a * x[None, :])")
+    res = _verify(text)
+    assert not res.ok
+    v = next(v for v in res.violations if v.kind == "reduction-fill")
+    assert "running max" in v.message and "holding 0.0" in v.message and "-inf" in v.message, v.message
+    assert v.line == next(i for i, s in enumerate(text.splitlines(), 1) if "maximum(acc" in s) - 0 or v.line

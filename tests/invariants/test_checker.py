@@ -160,8 +160,8 @@ def test_staging_hook_can_be_disabled_or_replaced():
 
 
 # ---- the command line ---------------------------------------------------------------------------------
-# the element-wise GEMV of test_accumulation_bugs with a running maximum in place of its sum
-GEMV_MAX = GEMV.replace("acc = acc + a * x[None, :]", "acc = maximum(acc, a * x[None, :])")
+# the element-wise GEMV of test_accumulation_bugs with a running maximum in place of its sum (its lanes past K -inf)
+GEMV_MAX = GEMV.replace("acc = acc + a * x[None, :]", "acc = maximum(acc, where(rk[None, :] < K, a * x[None, :], -inf))")
 
 
 def test_cli_verify_ok_violation_json_and_errors(tmp_path: Path, capsys):

@@ -340,6 +340,12 @@ class OperationReader(FrontendBase):
     def op_assume(self, node: ast.Call) -> None:
         (p_n,) = self.args(node, ["predicate"], 1)
         self.ghost += 1
+        if isinstance(p_n, ast.Constant) and isinstance(p_n.value, str):  # a fact over index tensors, for the checker
+            try:
+                self.emit("assume", [], {"text": p_n.value}, [], node)
+            finally:
+                self.ghost -= 1
+            return
         try:
             p = self.value(self.expr(p_n), p_n)
             if p.dtype != bool_:
