@@ -495,7 +495,8 @@ def in_reference_layout(out: Tensor, strides: tuple[int, ...] | None) -> Tensor:
     """`out` with the reference's strides (a copy where the kernels wrote another layout): the op's result must
     have the layout its fake promised, or the compiled graph's stride check raises (and any view of it reads the
     wrong elements)."""
-    if strides is None or tuple(out.stride()) == strides or len(strides) != out.dim():
+    if strides is None or tuple(out.stride()) == strides or len(strides) != out.dim() or \
+            any(st == 0 and n > 1 for st, n in zip(strides, out.shape)):  # (a broadcast layout: no copy target)
         return out
     return torch.empty_strided(out.shape, strides, dtype=out.dtype, device=out.device).copy_(out)
 

@@ -48,8 +48,8 @@ def test_a_kernel_planted_wrong_is_reported_wrong(cache: KernelCache, capsys) ->
     difference on fresh random inputs, names the entry and exits 1."""
     key = signature_for(GEMM, "cpu").key()
     entry = cache.get(key)
-    assert entry is not None and "acc = activation(acc, ACT)" in entry.dsl_source
-    bad = entry.dsl_source.replace("acc = activation(acc, ACT)", "acc = activation(acc, ACT) + 0.5")
+    assert entry is not None and "store(C[rm, rn], acc)" in entry.dsl_source
+    bad = entry.dsl_source.replace("store(C[rm, rn], acc)", "store(C[rm, rn], acc + 0.5)")
     cache.put(key, dataclasses.replace(entry, dsl_source=bad))
     assert main(["bench", "--cache-dir", str(cache.root), "--json"]) == 1
     rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)}

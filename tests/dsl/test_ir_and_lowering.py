@@ -86,7 +86,19 @@ def test_activation_lowers_the_code_its_constexpr_is_given():
     a DSLError at the line that asks for it, with the fix."""
     markers = ("tl.maximum(", "tl.erf(", "tl.sigmoid(", "1.5957691216057308")  # gelu_tanh: a scaled sigmoid
     expect = {0: set(), 1: {"tl.maximum("}, 2: {"tl.erf("}, 3: {"tl.sigmoid("}, 4: {"tl.sigmoid(", "1.5957691216057308"}}
+    act = kernels_from_source("""from argus_inductor.dsl import *
+
+@kernel
+def act(X: Tensor("N"), Y: Tensor("N"), ACT: constexpr = 0, B: constexpr = 16):
+    (p,) = tile_grid(cdiv(N, B))
+    r = p * B + arange(B)
+    store(Y[r], activation(load(X[r]), ACT))
+""")["act"]
     for code, want in expect.items():
+        text = act.triton_source(Policy.make(B=16, ACT=code))
+        assert {m for m in markers if m in text} == want, code
+    # gemm_epilogue's own ReLU is a select that keeps NaN (max(x, 0) drops it on a GPU); the others are activation's
+    for code, want in {**expect, 1: set()}.items():
         text = gemm_epilogue.triton_source(Policy.make(BM=32, BN=32, BK=32, ACT=code))
         assert {m for m in markers if m in text} == want, code
     rebound = """from argus_inductor.dsl import *
