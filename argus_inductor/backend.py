@@ -165,7 +165,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
     # that copy costs more than the host launch work the graph saves (measured on the H100 with replayed launches,
     # argus_inductor.runtime.replay: about 0.1 ms per Argus op, the copy of some 100 MB; default 32 MB per op), so such
     # graphs run without one.
-    # A graph whose Argus ops were all inlined has no Python of Argus per call left to hide: it takes CUDA graphs
+    # A graph whose Argus ops were all inlined (or that has none left: the measured swap-in gave them all back to
+    # Inductor) has no Python of Argus per call left to hide: it takes CUDA graphs
     # as Inductor does, only where `mode` asks (measured on the H100 with every op inlined, overhead.py: graphs
     # made 9 of 10 KernelBench-format problems slower, by 0.002-0.6 ms, the replay's input copies and bookkeeping
     # costing more than the launches they save; NOTES.md, "Compile time and host overhead").
@@ -196,7 +197,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
             return compile_fx(graph, example_inputs, config_patches=config)
 
     try:
-        compiled = compile_with(gm, inductor_config(0 < argus_ops == inlined))
+        compiled = compile_with(gm, inductor_config(argus_ops == inlined))  # none left: exactly Inductor's choice
     except Exception as e:
         if not inlined or isinstance(e, RestartAnalysis):
             # a restart is Dynamo's signal, not a failure (TensorifyScalarRestartAnalysis: trace again with a Python

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-VERSION = "0.1.0"  # argus_inductor.__version__ (pyproject.toml says the same)
+VERSION = "0.2.0"  # argus_inductor.__version__ (pyproject.toml says the same); part of every signature
 ON_MISS = ("synthesize", "default", "fallback")
 SWAPIN = ("measure", "always", "never")
 OPS = ("gemm", "attention", "moe", "conv", "norm", "scan", "pool", "reduce", "loss", "pointwise")
@@ -79,6 +79,9 @@ SETTINGS: tuple[Setting, ...] = (
             "(all: every kind)", "backend", "ops"),
     Setting("ARGUS_VERIFY", True, _bool, "run the invariant checker on every kernel before it is stored or served",
             "backend", "verify"),
+    Setting("ARGUS_VERIFY_BUDGET", 20.0, _number(float, positive=True), "seconds the checker may spend on one kernel "
+            "of a plan; past it the kernel is 'not proved: budget' (undecided: it runs, and warmup tries again)",
+            "backend", "verify_budget"),
     Setting("ARGUS_OPTIMIZE", True, _bool, "rewrite traced MoE experts blocks into one argus::moe call", "backend",
             "optimize"),
     Setting("ARGUS_CUDAGRAPHS", True, _bool, "on a GPU, let Inductor capture the compiled graph in CUDA graphs",
@@ -176,6 +179,7 @@ class Options:
     cache_dir: str = _default("cache_dir")
     ops: str = _default("ops")
     verify: bool = _default("verify")
+    verify_budget: float = _default("verify_budget")
     optimize: bool = _default("optimize")
     cudagraphs: bool = _default("cudagraphs")
     cudagraph_copy_mb: float = _default("cudagraph_copy_mb")

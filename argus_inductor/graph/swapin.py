@@ -25,6 +25,7 @@ import torch
 from torch import fx
 
 from .. import ops
+from ..kernels.policies import fp32_precision
 from ..ops import dispatch, references
 from ..ops import swapin as decide
 from ..ops.library import LIBRARY
@@ -41,9 +42,17 @@ FALLBACKS = {"argus::linear": "cuBLAS + Inductor epilogue", "argus::linear_resid
              "argus::gate_up": "cuBLAS x2 + Inductor epilogue", "argus::linear_cat": "cuBLAS x3 + Inductor cat",
              "argus::bmm": "cuBLAS bmm", "argus::attention": "SDPA (flash/cuDNN/efficient, as Inductor picks)",
              "argus::attention_mask": "SDPA with the mask (as Inductor picks)", "argus::moe": "grouped_mm + Inductor",
-             "argus::library": "Inductor's kernels (cuDNN for convolutions)", "argus::rms_norm": "Inductor's kernel",
+             "argus::library": "Inductor's kernels", "argus::rms_norm": "Inductor's kernel",
              "argus::embedding_rms_norm": "Inductor's kernels"}
 CompileFallback = Callable[[Callable[..., torch.Tensor], tuple[Any, ...], dict[str, Any]], Callable[..., Any]]
+
+
+def fallback_name(node: fx.Node) -> str:
+    """What the fallback side of `node` is, for the report: a library op by its class (cuDNN for a convolution)."""
+    name = node.target.name()
+    if name == "argus::library" and node.args and str(node.args[0]).startswith("conv"):
+        return "cuDNN + Inductor epilogue"
+    return FALLBACKS.get(name, "Inductor")
 
 
 def _node_id(node: fx.Node) -> str | None:
@@ -100,7 +109,6 @@ def measure_node(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any], t
                  compile_fallback: CompileFallback = compile_alone) -> decide.Verdict:
     """Time the op (its plan) against its reference compiled alone, on `args` and rotated copies of them."""
     target = node.target
-    name = target.name()
     ref = references.reference_for(target)
     size = sum(t.numel() * t.element_size() for t in _tensors((args, kwargs)))
     copies = [(args, kwargs)] + [_timing_copy(target, args, kwargs) for _ in range(timing.rotation(size))]
@@ -124,7 +132,7 @@ def measure_node(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any], t
             fallback_fns = None
             why = f"the fallback failed to compile or run ({type(e).__name__}: {str(e).strip()[:200]})"
         with report.phase("swap-in: timing"):
-            return decide.measure(argus_fns, fallback_fns, FALLBACKS.get(name, "Inductor"), timer,
+            return decide.measure(argus_fns, fallback_fns, fallback_name(node), timer,
                                   why_no_fallback=why)
 
 
@@ -289,7 +297,7 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
             why = f"the fallback failed to compile or run ({type(e).__name__}: {str(e).strip()[:200]})"
         with report.phase("swap-in: timing"):
             return decide.measure(argus_fns, fallback_fns, "Inductor across the group (" + " + ".join(
-                FALLBACKS.get(m.node.target.name(), "Inductor") for m in group) + ")", timer, why_no_fallback=why)
+                fallback_name(m.node) for m in group) + ")", timer, why_no_fallback=why)
 
 
 def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, timer: decide.Timer | None = None,
@@ -330,6 +338,8 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
         last = group[-1]
         try:
             model = device_model(_tensors((last.args, last.kwargs))[0].device)
+            if any("float32" in m.sig.dtypes for m in group):  # a verdict timed at one float32 precision is not
+                model += f" | fp32 {fp32_precision(last.sig.op)}"  # another's (tf32 against full float32)
             slot = model if len(group) == 1 else f"{model} | {_group_key(group)}"
             key = last.sig.key() + "|" + slot
             verdict = verdicts.get(key) or decide.stored(ops.kernel_cache().get(last.sig.key()), slot)

@@ -64,7 +64,7 @@ def _verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], polic
         shapes, assumptions = checks.get(name) or checks.get(k.ir.name, ({}, []))
         want = {s: v for s, v in shapes.items() if s in k.ir.symbols}
         try:
-            r = fn(k, pol, want, assumptions=assumptions) if assumptions else fn(k, pol, want)
+            r = fn(k, pol, want, assumptions=assumptions, budget_s=active_options().verify_budget)
             js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
         except Exception as e:  # the checker is young: its failure is a result, not a crash
             js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}

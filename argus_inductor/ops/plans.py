@@ -162,8 +162,10 @@ def _default_plan(spec: OpSpec, sig: Signature, target: str, cache: KernelCache)
         say_once(f"argus: cannot read the kernel cache in {cache.root} ({e})")
     if near is not None:
         entry, dist = near
-        try:
-            return plan_from_entry(spec, sig, entry, "default", f"policy of nearest solved {entry.sig().short()}")
+        try:  # its policy, the library's kernels: the neighbour's own text (an agent's) was proved for it, not here
+            pols = spec.policies(entry.policy, sig)
+            return Plan(library_kernels(spec, pols), pols, "default", f"policy of nearest solved {entry.sig().short()}",
+                        policy=dict(entry.policy))
         except Exception as e:
             say_once(f"argus: cached entry for {entry.sig().short()} is unusable ({e}); using the template")
     policy = spec.template(sig, target)

@@ -156,7 +156,7 @@ def test_an_undecided_obligation_is_stored_as_undecided(fresh_cache: Path, monke
         def to_json(self) -> dict:
             return {"ok": True, "violations": [], "undecided": ["write-all at line 12"]}
 
-    monkeypatch.setattr(ops.entries, "_verifier", lambda: (lambda kernel, policy, shapes: Result()))
+    monkeypatch.setattr(ops.entries, "_verifier", lambda: (lambda kernel, policy, shapes, **kw: Result()))
     e = ops.warm(_sig(epi="bias"))
     assert e.verification["status"] == "undecided" and e.verification["undecided"] == 1
     assert "1 obligation(s) undecided" in ops.core.verification_summary(e.verification)

@@ -109,7 +109,7 @@ def test_swap_in_applies_the_verdict_and_stores_it(fresh_cache: Path, argus_ms, 
     entries = cache.entries()
     assert len(entries) == 2 and all(e.origin == "default" and e.verification["status"] == "verified"
                                      for e in entries)
-    assert all(decide.stored(e, "cpu").winner == winner for e in entries)
+    assert all(decide.stored(e, "cpu | fp32 ieee").winner == winner for e in entries)
     notes = [n for e in report_mod.entries() for n in e.notes]
     assert sum("swap-in: " + ("argus" if winner == "argus" else "fallback") in n for n in notes) == 2, notes
 
@@ -144,7 +144,7 @@ def test_ops_that_feed_only_each_other_are_decided_together(fresh_cache: Path, a
     entries = ops.kernel_cache().entries()
     assert len(entries) == 2
     slots = [s for e in entries for s in e.swapin]
-    assert len(slots) == 1 and slots[0].startswith("cpu | group ")
+    assert len(slots) == 1 and slots[0].startswith("cpu | fp32 ieee | group ")
     gm2, inputs2 = _graph(_chain)
     clock2 = Clock(RuntimeError("must not time"), RuntimeError("must not time"))
     assert {v.winner for _, v in swap_in(gm2, inputs2, "interpret", timer=clock2, devices=("cpu",))} == {winner}
@@ -173,7 +173,7 @@ def test_an_old_format_entry_is_read_and_measured(fresh_cache: Path) -> None:
     assert isinstance(cache.get(sig.key()), CacheEntry) and cache.get(sig.key()).swapin == {}
     swap_in(gm, inputs, "interpret", timer=Clock(1.0, 2.0), compile_fallback=_eager, devices=("cpu",))
     again = cache.get(sig.key())
-    assert again.origin == "warmup" and decide.stored(again, "cpu").winner == "argus"
+    assert again.origin == "warmup" and decide.stored(again, "cpu | fp32 ieee").winner == "argus"
     assert json.loads(cache.path(sig.key()).read_text())["format"] == FORMAT
 
 
