@@ -240,6 +240,31 @@ def time_call(fn: Any, args: list[Any], device: str, warmup: int, reps: int) -> 
     return statistics.median(times)
 
 
+def _captures(fn: Any, args: list[Any]) -> bool:
+    """Whether a call of `fn` can be captured in a CUDA graph (and replayed)."""
+    import torch
+
+    try:
+        fn(*args)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn(*args)
+        g.replay()
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        torch.cuda.synchronize()
+        return False
+
+
+def graph_time(fn: Any, args: list[Any], rep_ms: int = 100) -> float:
+    """Median milliseconds per call, by CUDA-graph replay."""
+    import triton.testing
+
+    return float(triton.testing.do_bench_cudagraph(lambda: fn(*args), rep=rep_ms, return_mode="median"))
+
+
 def load_problem(path: Path) -> Any:
     import importlib.util
 
@@ -364,10 +389,15 @@ def _gpu_phase(mod: Any, model: Any, args: argparse.Namespace, device: str, repo
                                     for e in reporting.entries()]
         phase = "timing"
         with _timing_slot():
-            for b, fn in fns.items():
-                if results[b]["correct"]:
-                    torch.manual_seed(args.seed)
-                    results[b]["ms"] = time_call(fn, inputs, device, args.warmup, args.reps)
+            timed = {b: fn for b, fn in fns.items() if results[b]["correct"]}
+            # device time by CUDA-graph replay where every backend's call captures (the host's launch latency,
+            # which other jobs' compiles make noisy, out of all of them alike), else CUDA events per call for all
+            graphs = device.startswith("cuda") and args.graphs and all(_captures(fn, inputs) for fn in timed.values())
+            row["timing"] = "CUDA-graph replay, median" if graphs else "CUDA events per call, median"
+            for b, fn in timed.items():
+                torch.manual_seed(args.seed)
+                results[b]["ms"] = graph_time(fn, inputs) if graphs else \
+                    time_call(fn, inputs, device, args.warmup, args.reps)
         row["backends"] = results
     except Exception as e:
         if _is_oom(e):
@@ -411,8 +441,9 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
                "--device", args.device, "--backends", ",".join(args.backends), "--trials", str(args.trials),
                "--warmup", str(args.warmup), "--reps", str(args.reps), "--seed", str(args.seed),
                "--argus-ops", args.argus_ops, "--on-miss", args.on_miss,
-               "--memory-budget", str(args.memory_budget)] + (["--memory-pool", args.memory_pool]
-                                                               if args.memory_pool else [])
+               "--memory-budget", str(args.memory_budget)]
+        cmd += ([] if args.graphs else ["--no-graphs"]) + (["--memory-pool", args.memory_pool] if args.memory_pool
+                                                           else [])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         t0 = time.monotonic()
         # A session of its own, so that a time-out kills the child's compile workers too.
@@ -428,7 +459,13 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
                     "stderr_tail": (err or "")[-2000:], "wall_s": round(time.monotonic() - t0, 2), "backends": {}}
         wall = round(time.monotonic() - t0, 2)
         if out.exists():
-            return {**base, **json.loads(out.read_text()), "wall_s": wall}
+            row = {**base, **json.loads(out.read_text()), "wall_s": wall}
+            if args.first_call:  # each backend cold, alone: the first-call numbers the table uses
+                for b in ("argus", "inductor"):
+                    if b in row.get("backends", {}):
+                        row["backends"][b]["first_call_s"] = first_call_isolated(path, b, args)
+                row["first_call_isolated"] = True
+            return row
         err = (err or "")[-2000:]
         oom = proc.returncode in (-9, 137) or "out of memory" in err.lower() or "MemoryError" in err
         status = "oom" if oom else "crash"
@@ -590,6 +627,14 @@ def main(argv: list[str] | None = None) -> int:
                          "operands first (the agent for GEMM/attention/MoE, a policy search for the other classes); "
                          "default runs template policies (default)")
     ap.add_argument("--name", default=None, help="file stem of the outputs (default kernelbench-<date>)")
+    ap.add_argument("--no-graphs", dest="graphs", action="store_false",
+                    help="on a GPU, time every call with CUDA events even where the calls capture in a CUDA graph "
+                         "(default: CUDA-graph replay where every backend's call captures: device time, the host's "
+                         "launch latency out)")
+    ap.add_argument("--first-call", action="store_true",
+                    help="time argus's and inductor's first call (compile included) each in a process of its own "
+                         "with empty caches (two more processes a problem); without it the first calls are those of "
+                         "the worker, where Argus compiles first and Inductor finds some of its work cached")
     ap.add_argument("--jobs", type=int, default=1,
                     help="problems compiled and checked at once (each times alone, under a lock; default 1)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
@@ -682,6 +727,44 @@ def main(argv: list[str] | None = None) -> int:
             show(i, row, " (run again alone)")
             write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends, final=n == len(retry) - 1)
     return 0
+
+
+FIRST_CALL = """
+import sys, time, torch
+sys.path.insert(0, {runner!r})
+import argus_inductor  # noqa: F401
+from run import load_problem
+torch.set_grad_enabled(False)
+mod = load_problem(__import__("pathlib").Path({path!r}))
+torch.manual_seed(0)
+model = mod.Model(*mod.get_init_inputs()).to({device!r}).eval()
+inputs = [x.to({device!r}) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+kw = {{"options": {{"ops": {ops!r}}}}} if {backend!r} == "argus" else {{}}
+fn = torch.compile(model, backend={backend!r}, **kw)
+t0 = time.perf_counter()
+fn(*inputs)
+torch.cuda.synchronize() if {device!r}.startswith("cuda") else None
+print("FIRST_CALL_S", time.perf_counter() - t0)
+"""
+
+
+def first_call_isolated(path: Path, backend: str, args: argparse.Namespace) -> float | None:
+    """`backend`'s first call of the problem in a process of its own with empty Inductor, Triton and Argus caches:
+    what a user's first run pays (a worker compiles several backends in one process, where one's caches serve the
+    next)."""
+    with tempfile.TemporaryDirectory(prefix="argus-kb-first-") as tmp:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor", "TRITON_CACHE_DIR": f"{tmp}/triton",
+               "ARGUS_CACHE_DIR": f"{tmp}/argus",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        code = FIRST_CALL.format(runner=str(HERE), path=str(path), device=args.device, ops=args.argus_ops,
+                                 backend=backend)
+        try:
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                  timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("FIRST_CALL_S ")), None)
+        return float(line.split()[1]) if line else None
 
 
 def _oom_rows(done: dict[int, dict[str, Any]], jobs: int) -> list[int]:
