@@ -12,13 +12,16 @@ ARGUS_SWAPIN: measure (the default), always (Argus's plan, unmeasured), never (I
 """
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 TIE = 0.02           # Argus must be more than 2% faster to replace Inductor's code
-REP_MS = 10          # timing per side (tens of ms of device time a signature with the warm-ups)
+REP_MS = 4           # timing per side and round (tens of ms of device time a signature with the warm-ups)
+ROUNDS = 3           # the sides timed in turn, A B A B A B, each keeping its median: a transient load on the device
+#                      (another process's work) lands on both sides, not on one
 Timer = Callable[[list[Callable[[], Any]], str, int, str | None], tuple[float, str]]
 
 
@@ -87,21 +90,27 @@ def measure(argus_fns: list[Callable[[], Any]], fallback_fns: list[Callable[[], 
             timer: Timer, target: str = "cuda", rep_ms: int = REP_MS, why_no_fallback: str = "") -> Verdict:
     """Time both sides (each list: the same call on independent operand copies, each already run once) and decide.
     `timer` is runtime.timing.time_ms (a fake clock in tests). A side whose timing raises is not timed."""
-    why = []
-    argus_ms = fallback_ms = None
+    why: list[str] = []
+    times: dict[str, list[float]] = {"argus": [], "fallback": []}
     method = ""
-    try:
-        argus_ms, method = timer(argus_fns, target, rep_ms, None)
-    except Exception as e:
-        why.append(f"the Argus plan failed to time ({type(e).__name__}: {e})")
     if fallback_fns is None:
         why.append(why_no_fallback or "no fallback to time")
-    else:
-        try:
-            fallback_ms, method_f = timer(fallback_fns, target, rep_ms, method or None)
-            method = method or method_f
-        except Exception as e:
-            why.append(f"the fallback failed to time ({type(e).__name__}: {e})")
+    sides: dict[str, list[Callable[[], Any]] | None] = {"argus": argus_fns or None, "fallback": fallback_fns}
+    for _ in range(ROUNDS):
+        for side, fns in sides.items():
+            if fns is None:
+                continue
+            try:
+                ms, how = timer(fns, target, rep_ms, method or None)
+            except Exception as e:  # a side that fails to time is not timed at all
+                what = "the Argus plan" if side == "argus" else "the fallback"
+                why.append(f"{what} failed to time ({type(e).__name__}: {e})")
+                sides[side], times[side] = None, []
+                continue
+            times[side].append(ms)
+            method = method or how
+    argus_ms = statistics.median(times["argus"]) if times["argus"] else None
+    fallback_ms = statistics.median(times["fallback"]) if times["fallback"] else None
     return Verdict(choose(argus_ms, fallback_ms), argus_ms, fallback_ms, fallback, method, "; ".join(why),
                    time.time())
 
