@@ -424,8 +424,10 @@ def conv_allows_tf32() -> bool:
 # the longest run of K a float32 GEMM at "ieee" sums in one sequential chain of fused multiply-adds: a float32 sum's
 # rounding grows with the length of its chain (terms of one sign: about K * eps / 4 relative, 2.7e-5 at K = 262144
 # against 1.2e-6 for 16 chains of 16384 added, simulated), so a longer K is split (gemm_splitk's partitions, summed
-# in float32), as a vendor SGEMM splits a long K over few output tiles
-IEEE_CHAIN_K = 8192
+# in float32), as a vendor SGEMM splits a long K over few output tiles. 2048: on the H200 one chain of 8192 left
+# 4.3e-7 componentwise against cuBLAS SGEMM's 1.8e-7 (2048^2 x 8192, magnitude 1e-3; gpu-tests-fp32-swapin-h200-
+# 2026-11-28.log); four chains of 2048 halve the chain's part of it
+IEEE_CHAIN_K = 2048
 
 
 def ieee_chain_split(policy: Policy, k: int) -> Policy:
