@@ -79,7 +79,8 @@ def reduce_rows(X: Tensor("O", "R"), Y: Tensor("O"), scale: float, BO: constexpr
             rr = r0 + arange(BR)
             x = load(X[ro, rr], other=-inf).to(float32)
             acc = maximum(acc, max(x, 1))
-            nans = nans + sum(where(x != x, x, 0.0), 1)
+            z = load(X[ro, rr], other=0.0).to(float32)  # the same elements (cached), 0 on padded lanes
+            nans = nans + sum(where(z != z, z, 0.0), 1)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the max over all of its row")
         acc = where(nans != nans, nans, acc)
@@ -90,7 +91,8 @@ def reduce_rows(X: Tensor("O", "R"), Y: Tensor("O"), scale: float, BO: constexpr
             rr = r0 + arange(BR)
             x = 0.0 - load(X[ro, rr], other=inf).to(float32)
             acc = maximum(acc, max(x, 1))
-            nans = nans + sum(where(x != x, x, 0.0), 1)
+            z = load(X[ro, rr], other=0.0).to(float32)  # the same elements (cached), 0 on padded lanes
+            nans = nans + sum(where(z != z, z, 0.0), 1)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the min over all of its row")
         acc = where(nans != nans, nans, 0.0 - acc)
@@ -125,7 +127,8 @@ def reduce_cols(X: Tensor("O", "R", "I"), Y: Tensor("O", "I"), scale: float, BR:
             rr = r0 + arange(BR)
             x = load(X[o, rr, ri], other=-inf).to(float32)
             acc = maximum(acc, max(x, 0))
-            nans = nans + sum(where(x != x, x, 0.0), 0)
+            z = load(X[o, rr, ri], other=0.0).to(float32)  # the same elements (cached), 0 on padded lanes
+            nans = nans + sum(where(z != z, z, 0.0), 0)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the max over all of its column")
         acc = where(nans != nans, nans, acc)
@@ -136,7 +139,8 @@ def reduce_cols(X: Tensor("O", "R", "I"), Y: Tensor("O", "I"), scale: float, BR:
             rr = r0 + arange(BR)
             x = 0.0 - load(X[o, rr, ri], other=inf).to(float32)
             acc = maximum(acc, max(x, 0))
-            nans = nans + sum(where(x != x, x, 0.0), 0)
+            z = load(X[o, rr, ri], other=0.0).to(float32)  # the same elements (cached), 0 on padded lanes
+            nans = nans + sum(where(z != z, z, 0.0), 0)
         assert_tag((tag_of(acc, "max(R).lo") <= 0) & (tag_of(acc, "max(R).hi") >= R),
                    "each output is the min over all of its column")
         acc = where(nans != nans, nans, 0.0 - acc)

@@ -18,6 +18,11 @@ from argus_inductor.graph import rewrite
 from argus_inductor.runtime import reporting as report_mod
 from argus_inductor.runtime.signature import bucket, make_signature
 
+from .graphs import capture
+
+# a graph of Argus ops compiled for a pretend GPU: no launches recorded (inlining) and none timed (swap-in)
+NO_DEVICE_WORK = {"inline": False, "swapin": "always"}
+
 
 class MLP(nn.Module):
     def __init__(self) -> None:
@@ -162,9 +167,13 @@ def test_cuda_graphs_are_asked_of_inductor_on_a_gpu(monkeypatch, options, mode, 
     monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
     monkeypatch.setattr(backend, "_devices", lambda inputs: {torch.device("cuda", 0)})
     monkeypatch.setattr(backend, "target_for", lambda device, opts=None: "cuda")
-    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
-    backend.argus_backend(gm, [torch.randn(2, 4)], mode=mode, options=options)
+    options = {**options, **NO_DEVICE_WORK}
+    gm, example = capture(F.linear, torch.randn(2, 4), torch.randn(4, 4))
+    backend.argus_backend(gm, list(example), mode=mode, options=options)
     assert seen.get("triton.cudagraphs") is graphs, seen
+    seen.clear()  # a graph with no Argus op in it is Inductor's alone: no graphs where Inductor's mode has none
+    backend.argus_backend(torch.fx.symbolic_trace(nn.Linear(4, 4)), [torch.randn(2, 4)], mode=mode, options=options)
+    assert seen.get("triton.cudagraphs") is (mode == "reduce-overhead"), seen
 
 
 def test_mode_gives_the_rest_of_the_graph_inductors_options_for_it(monkeypatch) -> None:
@@ -198,8 +207,6 @@ def test_a_graph_whose_ops_were_all_inlined_takes_cuda_graphs_as_inductor_does(m
 
     from argus_inductor import backend
     from argus_inductor.graph import inline
-
-    from .graphs import capture
 
     calls = []  # the config of each compile_fx call; the last is the one that compiled
 
@@ -237,9 +244,9 @@ def test_no_cuda_graph_when_the_replay_would_copy_large_inputs(monkeypatch, copy
     monkeypatch.setattr(cfx, "compile_fx", lambda gm, ex, config_patches=None: seen.update(config_patches) or gm)
     monkeypatch.setattr(backend, "_devices", lambda inputs: {torch.device("cuda", 0)})
     monkeypatch.setattr(backend, "target_for", lambda device, opts=None: "cuda")
-    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
     x = torch.randn(128, 128)
-    backend.argus_backend(gm, [x], options={"cudagraph_copy_mb": copy_mb})
+    gm, example = capture(F.linear, x, torch.randn(4, 128))
+    backend.argus_backend(gm, list(example), options={"cudagraph_copy_mb": copy_mb, **NO_DEVICE_WORK})
     assert seen.get("triton.cudagraphs") is graphs, seen
     static = torch.randn(1024, 1024)
     torch._dynamo.mark_static_address(static)
@@ -274,8 +281,6 @@ def test_attention_writes_the_layout_its_transpose_reads(fresh_cache, masked):
     copy between the op and the projection (Inductor's clone kernel, a 16 MB copy a layer at Llama-3-8B's 1x2048
     prefill). The kernels and the aten fallback write that layout alike, and agree with SDPA."""
     from torch._inductor.utils import run_and_get_code
-
-    from .graphs import capture
 
     torch.manual_seed(0)
     q = torch.randn(2, 16, 4, 16).transpose(1, 2)  # (Z, H, S, D) in (Z, S, H, D) memory, as a model's q is
@@ -317,8 +322,6 @@ def test_a_bool_mask_is_converted_in_the_graph_once(fresh_cache, monkeypatch):
     mask), so the op launches no conversion of its own; the compiled function still agrees with eager, hidden keys
     and all."""
     from argus_inductor import ops
-
-    from .graphs import capture
 
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)

@@ -33,9 +33,11 @@ def test_the_trees_are_replaced_only_while_inductor_compiles_with_graphs(monkeyp
     monkeypatch.setattr(cfx, "compile_fx", fake_compile_fx)
     monkeypatch.setattr(backend, "_devices", lambda inputs: {torch.device("cuda", 0)})
     monkeypatch.setattr(backend, "target_for", lambda device, opts=None: "cuda")
-    gm = torch.fx.symbolic_trace(nn.Linear(4, 4))
+    from .graphs import capture
+
+    gm, example = capture(F.linear, torch.randn(2, 4), torch.randn(4, 4))  # a graph with an Argus op
     for options in ({}, {"graph_replay": False}, {"cudagraphs": False}):
-        backend.argus_backend(gm, [torch.randn(2, 4)], options=options)
+        backend.argus_backend(gm, list(example), options={**options, "inline": False, "swapin": "always"})
         assert cfx.cudagraphify is original
     assert seen == [(True, True), (True, False), (False, False)]
 
