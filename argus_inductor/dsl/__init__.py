@@ -7,6 +7,8 @@
         (pid,) = tile_grid(cdiv(N, BLOCK))
         r = pid * BLOCK + arange(BLOCK)
         store(Out[r], load(X[r]) + load(Y[r]))
+
+May import: nothing of argus_inductor outside dsl/ (torch and triton only). Imported by every layer above it.
 """
 from . import lang
 from .errors import DSLError, LaunchError

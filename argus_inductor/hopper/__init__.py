@@ -4,7 +4,9 @@ cannot express. A DSL kernel with a lowering here takes it on NVIDIA sm_90 when 
 `warp_specialize=True` and the launch meets the lowering's preconditions; every other launch of it runs the Triton
 lowering of the same kernel. The checker proves the DSL kernel under the ring discipline these lowerings keep
 (argus_inductor.invariants.interpreter.warp_specialized_staging), and `rings` proves from each lowering's own
-Gluon source that it keeps it (fill, read-after-fill, release-after-retire, release-once)."""
+Gluon source that it keeps it (fill, read-after-fill, release-after-retire, release-once).
+
+May import: dsl, kernels. Registers its lowerings in dsl.lowerings; imported by specs, ops and above."""
 from __future__ import annotations
 
 import importlib

@@ -57,6 +57,8 @@ name standing for each of its elements: "H % HK == 0", "0 <= block_expert <= E",
 
 A bound read off a value with several reductions over one dimension (a LayerNorm's variance) is the outermost's;
 an assertion the checker cannot read, or one whose tags hold nowhere, is an error naming it, never a pass.
+
+May import: dsl, layout (and z3). Imported by specs, ops, agent and cli; never imports them.
 """
 from .api import VerificationResult, parse_assumption, verify, verify_file, verify_source
 from .counterexample import Execution, Violation

@@ -3,6 +3,8 @@
 Conventions: coordinates are colexicographic (leftmost mode fastest), layouts default to
 compact column-major strides, and a TV layout maps ``(thread, value)`` to the colex index
 of a tile element (``row + rows * col``). Thread ``t`` is ``warp * warp_size + lane``.
+
+May import: nothing of argus_inductor (pure functions). Imported by invariants.
 """
 
 from .inttuple import (

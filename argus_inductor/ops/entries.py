@@ -11,6 +11,7 @@ from ..dsl import Kernel, Policy
 from ..runtime import reporting as _report
 from ..runtime.cache import CacheEntry, KernelCache, checksum
 from ..runtime.signature import Signature
+from ..specs.reads import kernel_reads
 from .core import LOCK, OpSpec, active_options, dsl_source, kernel_cache, library_kernels, spec_for
 
 
@@ -36,7 +37,9 @@ def _verifier() -> Callable[..., Any] | None:
 # that entries an older one proved are proved again when first loaded (plan_for). 2: in-kernel assumptions that
 # no element satisfies at the verified shapes and policy (a vacuous proof) are rejected (session 25). 3: fill values
 # (a reduction over lanes that read no input must take its identity there) and zero-trip reductions (issue 42).
-CHECKER_VERSION = 3
+# 4: each kernel is proved against its op's read sets (specs/reads.py: what every output element must read), on the
+# backend's path as on the agent's.
+CHECKER_VERSION = 4
 
 
 def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
@@ -64,7 +67,8 @@ def _verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], polic
         shapes, assumptions = checks.get(name) or checks.get(k.ir.name, ({}, []))
         want = {s: v for s, v in shapes.items() if s in k.ir.symbols}
         try:
-            r = fn(k, pol, want, assumptions=assumptions, budget_s=active_options().verify_budget)
+            r = fn(k, pol, want, assumptions=assumptions, budget_s=active_options().verify_budget,
+                   reads=kernel_reads(k.ir.name, sig.epilogue))
             js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
         except Exception as e:  # the checker is young: its failure is a result, not a crash
             js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}

@@ -68,6 +68,8 @@ copy (one more copy of the experts' weights; the CPU path is for testing, its ke
 
 :func:`register` is idempotent, never raises (a failure is logged; what was registered before it stays,
 nothing more is), and logs one line naming what it replaced and what it left to vLLM.
+
+May import: config, runtime, ops, graph (the top layer, beside backend and cli; nothing imports it).
 """
 from __future__ import annotations
 
