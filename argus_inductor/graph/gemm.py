@@ -27,6 +27,7 @@ from .patterns import (
     known_eq,
     only_user,
     same_shape,
+    static_shape,
 )
 
 EINSUM = {torch.einsum, getattr(torch.functional, "einsum", torch.einsum)}
@@ -148,6 +149,8 @@ def match_gemm(g: fx.Graph, node: fx.Node, gid: int) -> Match | None:
             return None
         if xv.dim() == 3 and bv.dim() == 3 and known_eq(xv.shape[0], bv.shape[0]):
             return replace_call(g, node, "bmm", (x, b), gid, [node.name])
+        if xv.dim() >= 2 and bv.dim() >= 3:
+            return batched_matmul(g, node, x, b, gid)
         if xv.dim() < 2 or bv.dim() != 2:
             return None
         w, wt = None, b
@@ -270,6 +273,47 @@ def match_linear_cats(g: fx.Graph, gid: int, amp: set[fx.Node]) -> list[Match]:
         erase_unused(g, lins)
         matches.append(Match("gemm", names))
     return matches
+
+
+def _as_batch(g: fx.Graph, n: fx.Node, full: tuple[int, ...], flat: tuple[int, int, int]) -> fx.Node:
+    """n broadcast to `full` and its batch dims flattened: a view where they are n's own and contiguous, else the
+    copy torch.matmul makes for them too. The new nodes carry their fake values, as Dynamo's do."""
+    v = fake_value(n)
+    assert v is not None
+    if tuple(v.shape) != full:
+        n, v = g.call_method("expand", (n, *full)), v.expand(full)
+        n.meta["val"] = v
+    out = g.call_method("reshape", (n, *flat))
+    out.meta["val"] = v.reshape(flat)
+    return out
+
+
+def batched_matmul(g: fx.Graph, node: fx.Node, x: fx.Node, b: fx.Node, gid: int) -> Match | None:
+    """matmul(x, b) with b batched, (..., M, K) @ (..., K, N) whose batch dims broadcast ((4, 1, M, K) @ (1, 8, K, N),
+    or a 2-D x against a batch of b) -> argus::bmm over the broadcast batch flattened into one, its output viewed
+    back. Static shapes only."""
+    xs, bs = static_shape(x), static_shape(b)
+    if xs is None or bs is None or xs[-1] != bs[-2]:
+        return None
+    try:
+        batch = tuple(torch.broadcast_shapes(xs[:-2], bs[:-2]))
+    except RuntimeError:
+        return None
+    m, k, n = xs[-2], xs[-1], bs[-1]
+    nb = math.prod(batch)
+    node_id = f"g{gid}:{node.name}"
+    with g.inserting_before(node):
+        a3 = _as_batch(g, x, (*batch, m, k), (nb, m, k))
+        b3 = _as_batch(g, b, (*batch, k, n), (nb, k, n))
+        mm = g.call_function(torch.ops.argus.bmm.default, (a3, b3, node_id))
+        out = g.call_method("reshape", (mm, *batch, m, n))
+    mm.meta.update(node.meta)
+    mm.meta["val"] = fake_value(node).reshape(nb, m, n)
+    out.meta.update(node.meta)
+    report.record_match(node_id, "gemm", f"{node.name} (batch {'x'.join(map(str, batch))} broadcast)")
+    node.replace_all_uses_with(out)
+    erase_unused(g, [node])
+    return Match("bmm", [node.name])
 
 
 def replace_call(g: fx.Graph, node: fx.Node, kind: str, args: tuple, gid: int, names: list[str]) -> Match:

@@ -387,6 +387,15 @@ def test_bmm_with_an_empty_dim(shape: tuple[int, int, int, int]) -> None:
     assert [e.op for e in rows] == ["gemm"]  # the report's kind for argus::bmm too
 
 
+@pytest.mark.parametrize("shapes", [((3, 1, 5, 12), (1, 2, 12, 6)), ((5, 12), (2, 12, 6)), ((0, 1, 5, 12), (1, 2, 12, 6))],
+                         ids=["broadcast", "matrix-times-batch", "empty-batch"])
+def test_matmul_with_broadcast_batch_dims(shapes) -> None:
+    """A matmul whose batch dims broadcast runs Argus's batched kernel, called twice, with eager's values (an empty
+    batch: eager's empty result)."""
+    a, b = (torch.randn(*s) for s in shapes)
+    compiled_twice(lambda a, b: torch.matmul(a, b) + 1.0, a, b, argus=0 not in shapes[0])
+
+
 def test_gate_up_and_residual_with_zero_rows_or_features() -> None:
     """The fused gate*up and residual GEMMs with no rows (an empty batch) or no input features."""
     for rows, feats in ((0, 16), (4, 0)):

@@ -208,6 +208,21 @@ def test_einsum_matmuls_are_gemms(eq, shapes, kinds) -> None:
     _check(f, a, b, kinds=kinds)
 
 
+@pytest.mark.parametrize("shapes", [((4, 1, 8, 16), (1, 3, 16, 8)), ((8, 16), (3, 16, 8)),
+                                    ((2, 3, 8, 16), (2, 3, 16, 4)), ((2, 8, 16), (1, 16, 8))],
+                         ids=["both-broadcast", "matrix-times-batch", "4d-same-batch", "3d-broadcast"])
+def test_matmuls_whose_batch_dims_broadcast_are_one_bmm(shapes) -> None:
+    """(4, 1, M, K) @ (1, 3, K, N): one argus::bmm over the broadcast batch flattened (the operands broadcast and
+    reshaped in the graph, the output viewed back), the values torch.matmul's."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(*s) for s in shapes)
+    _check(torch.matmul, a, b, kinds=["bmm"])
+    gm, _ = capture(torch.matmul, a, b)
+    rewrite(gm, ALL)
+    ops = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.argus.bmm.default]
+    assert len(ops) == 1 and all(a.meta["val"].dim() == 3 for a in ops[0].args[:2]), gm.graph
+
+
 def test_outer_products_are_left_to_inductor() -> None:
     """A reduced dim of 1 (rotary embeddings' inv_freq @ position_ids) is one multiply an element: no GEMM op, and
     a matmul or bmm of that form becomes the broadcast multiply, which Inductor fuses into the cos and sin that read
