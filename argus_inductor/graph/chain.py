@@ -1,7 +1,8 @@
 """Elementwise chains in the graph Dynamo hands the backend: a region of elementwise ops (arithmetic, the
 activations, clamps, powers) that only its last op's readers see becomes one synthesized DSL kernel
 (argus_inductor.kernels.pointwise), or the epilogue of the Argus GEMM or convolution it follows when nothing else
-reads that result (`linear_chain`, `conv_chain`)."""
+reads that result (`linear_chain`, `conv_chain`); a region whose one reader sums or averages all of it is summed in the
+same kernel (`pointwise_sum`), so its result is never written."""
 from __future__ import annotations
 
 import json
@@ -170,8 +171,12 @@ def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
         if not inputs or result_dtype([fake_value(n) for n in inputs]) != fake_value(root).dtype:
             continue
         anchor = _anchor(inputs, order, shape)
+        total = _summed_by(root) if anchor is None else None
         try:
-            if anchor is None:
+            if total is not None:  # summed where it is computed: the chain's result is never written
+                steps = _chain(order, inputs)
+                name, tensors, args = "pointwise_sum", inputs, {"chain": steps, "mean": total[1]}
+            elif anchor is None:
                 steps = _chain(order, inputs)
                 name, tensors, args = "pointwise", inputs, {"chain": steps}
             else:
@@ -193,8 +198,28 @@ def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
         nodes = order + ([anchor[1]] if anchor is not None else [])
         if anchor is not None:  # the GEMM/convolution is now the fused kernel's
             report.forget_match(anchor[1].args[-1])
-        matches.append(emit(g, gid, (name, list(tensors), args, root, nodes)))
+        last = root
+        if total is not None:  # the reduction is now the fused kernel's
+            last = total[0]
+            report.forget_match(last.args[-1])
+            nodes.append(last)
+        matches.append(emit(g, gid, (name, list(tensors), args, last, nodes)))
     return matches
+
+
+def _summed_by(root: fx.Node) -> tuple[fx.Node, bool] | None:
+    """(the reduction, whether it is a mean) where the one reader of `root` is an Argus reduction of all of it to
+    one number (x.sum(), x.mean(), torch.mean(x), rewritten to argus::library("reduce") before the chains)."""
+    users = list(root.users)
+    if len(users) != 1:
+        return None
+    u = users[0]
+    if u.target is not torch.ops.argus.library.default or u.args[0] != "reduce" or list(u.args[1]) != [root]:
+        return None
+    a = json.loads(u.args[2])
+    if a.get("kind") not in ("sum", "mean") or a.get("dim") is not None or a.get("keepdim"):
+        return None
+    return u, a["kind"] == "mean"
 
 
 def _shift(steps: list[Any], pre: list[Any]) -> list[Any]:

@@ -386,9 +386,10 @@ Tags = dict[str, tuple[Tag, ...]]
 def merge_tags(a: Tags, b: Tags, both: bool = False) -> Tags:
     """Union of two operands' tags; a name both carry with different expressions keeps both (a store must match
     each; a reduction or a loop's accumulation over the name reads them together and checks that they agree:
-    Interpreter.joint_tag). `both`: the result has a term only where both operands do (a product), so a name both
-    carry with the same expression holds where both say it does (the conjunction of their conditions, as an mma's
-    operands' are), not where the first does."""
+    Interpreter.joint_tag). A name both carry with the same expression holds where either says it does (a sum's
+    element reads that position where either term does: `where(x < 0, 0.0, x) + y` is at y's position even where
+    its first term is the constant), or, with `both`, where both do (a product has a term only where both operands
+    do, as an mma's operands')."""
     out: Tags = dict(a)
     for name, alts in b.items():
         if name not in out:
@@ -399,9 +400,10 @@ def merge_tags(a: Tags, b: Tags, both: bool = False) -> Tags:
             i = next((i for i, c in enumerate(cur) if same(t.expr, c.expr)), None)
             if i is None:
                 cur.append(t)
-            elif both:
+            else:
                 c = cur[i]
-                cur[i] = Tag(c.expr, simp(z3.And(c.when, t.when)), tuple(dict.fromkeys(c.src + t.src)))
+                when = z3.And(c.when, t.when) if both else z3.Or(c.when, t.when)
+                cur[i] = Tag(c.expr, simp(when), tuple(dict.fromkeys(c.src + t.src)))
         out[name] = tuple(cur)
     return out
 

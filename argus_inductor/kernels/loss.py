@@ -45,6 +45,7 @@ from ..dsl.lang import (
 from ..dsl.runtime import Kernel, kernel
 from .launch import pow2_between
 from .launch import resolve_target as _target
+from .reduce import sum_partials_kernel
 
 __all__ = [
     "KERNELS", "LOSSES", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "hinge_loss", "kl_div",
@@ -120,17 +121,6 @@ def loss_partial_kernel(P: Tensor("N"), T: Tensor("N"), Partial: Tensor("S"), al
                & (tag_of(part, "sum(N).hi") >= minimum(N, (s + 1) * CHUNK * BLOCK)),
                "partial sum s covers all of its chunk [s * CHUNK * BLOCK, (s + 1) * CHUNK * BLOCK) of the elements")
     store(Partial[s + arange(1)], part)
-
-
-@kernel
-def sum_partials_kernel(Partial: Tensor("S"), Out: Tensor("O"), scale: float, BLOCK: constexpr = 1024):
-    """Out[0] = scale * sum(Partial), in order, by one program."""
-    (z,) = tile_grid(O)
-    total = zeros((1,), float32)
-    for i0 in range(0, S, BLOCK):
-        ri = i0 + arange(BLOCK)
-        total = total + sum(load(Partial[ri]), 0)
-    store(Out[z + arange(1)], total * scale)
 
 
 @kernel

@@ -31,10 +31,12 @@ from .gemm import gemm_epilogue
 from .launch import pick as _pick
 from .launch import pow2_between
 from .launch import resolve_target as _target
+from .reduce import sum_partials_kernel
 
 __all__ = [
     "Step", "Chain", "Operand", "OPS", "KERNELS", "pointwise", "pointwise_policies", "pointwise_kernel",
-    "pointwise_source", "linear_chain", "linear_chain_policies", "linear_chain_kernel", "linear_chain_source",
+    "pointwise_source", "pointwise_sum", "pointwise_sum_policies", "pointwise_sum_kernel", "pointwise_sum_source",
+    "linear_chain", "linear_chain_policies", "linear_chain_kernel", "linear_chain_source",
     "conv_chain", "conv_chain_policies", "conv_chain_kernel", "conv_chain_source",
 ]
 
@@ -561,6 +563,124 @@ def pointwise(chain: Chain, inputs: Sequence[torch.Tensor], *, policies: dict[st
     pol = _pick(policies, default.name, "pointwise") or pointwise_policies(views[-1].shape, tgt)["pointwise"]
     kern(*views, policy=pol, target=tgt)
     return out
+
+
+# ---- an elementwise chain summed in the same pass ----------------------------------------------------------------
+def pointwise_sum_source(chain: Chain, n_inputs: int) -> str:
+    """DSL source of one @kernel writing, for each program, the float32 sum of `chain` over its tile: rows
+    [p2 * B2, p2 * B2 + B2) of view (i0, i1) = divmod(p01, D1) and the CHUNK * B3 columns from p3 * CHUNK * B3, into
+    Partial[p01, p2, p3]. The chain's values are summed where they are computed: no element of it is stored."""
+    _check_arity(chain, n_inputs)
+    name = f"pointwise_sum_{chain.key()}_{n_inputs}"
+    params = "".join(f"X{i}: Tensor({_DIMS}), " for i in range(n_inputs))
+    used = sorted({a[1] for s in chain.steps for a in s.args if a[0] == "in"})
+    idx = ("i0", "i1", "r2[:, None]", "r3[None, :]")
+    part = 'Partial: Tensor("P0", "P2", "P3")'
+    lines = [
+        "from argus_inductor.dsl import *",
+        "",
+        "",
+        "@kernel",
+        f"def {name}({params}{part}, B2: constexpr = 1, B3: constexpr = 16, CHUNK: constexpr = 1):",
+        f'    """Partial[p01, p2, p3] = the sum over the program\'s tile of {chain.describe()}, in float32."""',
+        "    assume((P0 == D0 * D1) & (P2 == cdiv(D2, B2)) & (P3 == cdiv(D3, CHUNK * B3)))  # the host's buffer",
+        "    p01, p2, p3 = tile_grid(P0, P2, P3)",
+        "    i0 = p01 // D1",
+        "    i1 = p01 % D1",
+        "    r2 = p2 * B2 + arange(B2)",
+        "    lo = p3 * (CHUNK * B3)",
+        "    acc = zeros((B2,), float32)",
+        "    for j in range(0, CHUNK):",
+        "        r3 = lo + j * B3 + arange(B3)",
+    ]
+    for i in used:
+        lines.append(f"        x{i} = load(X{i}[i0, i1, r2, r3]).to(float32)")
+        lines.append(f"        assert_tag({_same_place(f'x{i}', idx, ('D0', 'D1', 'D2', 'D3'))},")
+        lines.append('                   "each input element read sits at the position of the element summed")')
+    x = f"x{used[0]}"
+    lines += [
+        f'        assert_tag((tag_of({x}, "D0") * D1 + tag_of({x}, "D1") == p01) & (tag_of({x}, "D2") // B2 == p2)',
+        f'                   & (tag_of({x}, "D3") // (CHUNK * B3) == p3),',
+        '                   "program (p01, p2, p3) reads only its own tile: the partials cover each element once")',
+    ]
+    em = _Emitter(chain, [f"x{i}" for i in range(n_inputs)], indent="        ")
+    res = em.run()
+    lines += em.lines
+    cols = '(tag_of(part, "sum(D3).lo") == lo) & (tag_of(part, "sum(D3).hi") >= minimum(D3, lo + CHUNK * B3))'
+    rows = '(tag_of(part, "sum(D2).lo") == p2 * B2) & (tag_of(part, "sum(D2).hi") >= minimum(D2, p2 * B2 + B2))'
+    lines += [
+        f"        acc = acc + sum(where((r2[:, None] < D2) & (r3[None, :] < D3), {res}, 0.0), 1)",
+        "    part = zeros((1,), float32) + sum(acc, 0)",
+        f"    assert_tag({cols}",
+        f"               & {rows},",
+        '               "the partial covers its tile: rows [p2 * B2, p2 * B2 + B2), columns [lo, lo + CHUNK * B3)")',
+        "    store(Partial[p01, p2, p3 + arange(1)], part)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def pointwise_sum_kernel(chain: Chain, n_inputs: int) -> Kernel:
+    """The generated partial-sum kernel of `chain` with `n_inputs` tensor inputs (memoized by chain)."""
+    _check_arity(chain, n_inputs)
+    return _compiled("pointwise_sum", chain, n_inputs, lambda: pointwise_sum_source(chain, n_inputs))[1]
+
+
+def pointwise_sum_policies(shape: Sequence[int], target: str) -> dict[str, Policy]:
+    """Template tiles of `pointwise_sum` for the rank-4 view `shape`: key "pointwise_sum" (the partial sums of
+    every generated kernel; B2 rows by B3 columns a step, CHUNK steps a program) and "sum_partials_kernel"."""
+    if target not in ("cuda", "hip", "interpret"):
+        raise ValueError(f"target must be 'cuda', 'hip' or 'interpret', got {target!r}")
+    dims = [int(v) for v in shape]
+    if any(v < 0 for v in dims):
+        raise ValueError(f"shape must have non-negative sizes, got {tuple(shape)}")
+    dims = [1] * max(0, 4 - len(dims)) + dims
+    rows, d2, d3 = dims[0] * dims[1], dims[2], dims[3]
+    if target == "interpret":
+        b3 = pow2_between(d3, 16, 64)
+        b2 = pow2_between(d2, 1, max(1, 256 // b3))
+        return {"pointwise_sum": Policy.make(B2=b2, B3=b3, CHUNK=2), "sum_partials_kernel": Policy.make(BLOCK=64)}
+    b3 = pow2_between(d3, 16, 1024 if d2 == 1 else 256)
+    b2 = pow2_between(d2, 1, max(1, 2048 // b3))
+    tiles = rows * -(-d2 // b2) * -(-d3 // b3)
+    chunk = pow2_between(-(-tiles // 4096), 1, pow2_between(-(-d3 // b3), 1, 1 << 16))  # a few thousand programs
+    parts = rows * -(-d2 // b2) * -(-d3 // (b3 * chunk))
+    return {"pointwise_sum": Policy.make(B2=b2, B3=b3, CHUNK=chunk, num_warps=8 if b2 * b3 >= 2048 else 4,
+                                         num_stages=2),
+            "sum_partials_kernel": Policy.make(BLOCK=pow2_between(parts, 16, 1024), num_warps=4, num_stages=1)}
+
+
+def pointwise_sum(chain: Chain, inputs: Sequence[torch.Tensor], *, mean: bool = False,
+                  policies: dict[str, Policy] | None = None, kernels: dict[str, Kernel] | None = None,
+                  target: str | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`chain` over the broadcast `inputs`, summed (or averaged, `mean`) over every element in one pass: no
+    element of the chain's result is written, only a float32 partial sum per program, which one more program adds
+    up in order (deterministic, no atomics). A 0-d tensor in `out_dtype` (default `result_dtype(inputs)`), as
+    torch's sum()/mean() of the chain's result; the mean of no elements is NaN, their sum 0."""
+    _check_inputs(chain, inputs)
+    shape = broadcast([t.shape for t in inputs])
+    dtype = out_dtype or result_dtype(inputs)
+    numel = math.prod(shape)
+    device = inputs[0].device
+    if numel == 0:
+        return torch.full((), math.nan if mean else 0.0, dtype=dtype, device=device)
+    probe = torch.empty((), device=device).expand(shape)  # the result's place in the views, never written
+    views = _rank4([t.expand(shape) for t in inputs] + [probe], shape)[:-1]
+    tgt = _target(inputs[0], target)
+    vshape = tuple(views[0].shape)
+    default = pointwise_sum_kernel(chain, len(inputs))
+    templates = pointwise_sum_policies(vshape, tgt)
+    kern = _pick(kernels, default.name, "pointwise_sum") or default
+    pol = _pick(policies, default.name, "pointwise_sum") or templates["pointwise_sum"]
+    b2, b3, chunk = pol.const("B2", 1), pol.const("B3", 16), pol.const("CHUNK", 1)
+    d0, d1, d2, d3 = vshape
+    partial = torch.empty((d0 * d1, -(-d2 // b2), -(-d3 // (chunk * b3))), dtype=torch.float32, device=device)
+    kern(*views, partial, policy=pol, target=tgt)
+    partial = partial.view(-1)
+    total = torch.empty((1,), dtype=torch.float32, device=device)
+    fin = _pick(kernels, "sum_partials_kernel") or sum_partials_kernel
+    fpol = _pick(policies, "sum_partials_kernel") or templates["sum_partials_kernel"]
+    fin(partial, total, 1.0 / numel if mean else 1.0, policy=fpol, target=tgt)
+    return total.reshape(()).to(dtype)
 
 
 # ---- fused epilogues: text splicing of the library GEMM / conv kernels ---------------------------------------------

@@ -257,6 +257,18 @@ def softmax_cols(X: Tensor("O", "R", "I"), Y: Tensor("O", "R", "I"), BR: constex
             store(Y[o, rr, ri], exp(x - m[None, :]) / l[None, :])
 
 
+@kernel
+def sum_partials_kernel(Partial: Tensor("S"), Out: Tensor("O"), scale: float, BLOCK: constexpr = 1024):
+    """Out[0] = scale * sum(Partial), in order, by one program: the second stage of a sum done in partials (the
+    losses', an elementwise chain summed where it is computed)."""
+    (z,) = tile_grid(O)
+    total = zeros((1,), float32)
+    for i0 in range(0, S, BLOCK):
+        ri = i0 + arange(BLOCK)
+        total = total + sum(load(Partial[ri]), 0)
+    store(Out[z + arange(1)], total * scale)
+
+
 KERNELS: tuple[Kernel, ...] = (reduce_rows, reduce_cols, argreduce_rows, argreduce_cols, softmax_rows,
                                softmax_cols)
 

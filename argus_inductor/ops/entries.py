@@ -39,7 +39,9 @@ def _verifier() -> Callable[..., Any] | None:
 # (a reduction over lanes that read no input must take its identity there) and zero-trip reductions (issue 42).
 # 4: each kernel is proved against its op's read sets (specs/reads.py: what every output element must read), on the
 # backend's path as on the agent's.
-CHECKER_VERSION = 4
+# 5: a position tag two terms of a sum share holds where either term has it (was: where the first did), so a sum of a
+# chain with a constant branch (softplus, clamp) covers its whole tile.
+CHECKER_VERSION = 5
 
 
 def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],

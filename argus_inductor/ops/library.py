@@ -394,6 +394,28 @@ register(LibraryOp(
     kernels_for=_pointwise_kernel))
 
 
+def _pointwise_sum_kernels(ts: Tensors, a: Args) -> tuple[Kernel, ...]:
+    return (_pw.pointwise_sum_kernel(chain_of(a), len(ts)), _reduce.sum_partials_kernel)
+
+
+def _pointwise_sum_ref(ts: Tensors, a: Args) -> Tensor:
+    y = chain_of(a).reference(ts).to(_pw.result_dtype(ts))
+    return y.mean() if a["mean"] else y.sum()
+
+
+def _pointwise_sum_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
+    pols = _pw.pointwise_sum_policies(_pw.view_shape(ts), target)
+    return {_pointwise_sum_kernels(ts, a)[0].name: pols["pointwise_sum"],
+            "sum_partials_kernel": pols["sum_partials_kernel"]}
+
+
+# an elementwise chain whose one reader sums (or averages) all of it: one pass, no intermediate written
+register(LibraryOp(
+    "pointwise_sum", "pointwise", (),
+    lambda ts, a, kw: _pw.pointwise_sum(chain_of(a), ts, mean=a["mean"], **kw),
+    _pointwise_sum_ref, _pointwise_sum_policies, kernels_for=_pointwise_sum_kernels))
+
+
 def _linear_chain_kernel(ts: Tensors, a: Args) -> tuple[Kernel, ...]:
     return (_pw.linear_chain_kernel(chain_of(a), len(ts) - 3),)
 

@@ -105,6 +105,13 @@ CHAINS: dict[str, tuple[Callable, tuple, list[str]]] = {
                       (_x(2, 3, 7, 6), _x(4, 3, 3, 3), _x(4), _x(4, 1, 1)), ["conv_chain"]),
     "conv_transpose_epilogue": (lambda x, w: F.mish(F.conv_transpose2d(x, w, stride=2)) - 0.5,
                                 (_x(1, 4, 5, 6), _x(4, 2, 3, 3)), ["conv_chain"]),
+    # a chain whose one reader sums all of it: one pass, the chain's result never written
+    "summed_broadcast_hinge": (lambda p, t: torch.mean(torch.clamp(1 - p * t, min=0)), (_x(33, 47), _x(47)),
+                               ["pointwise_sum"]),
+    "summed_square_difference": (lambda x, y: ((x - y) ** 2).sum(), (_x(5, 6, 7), _x(6, 1)), ["pointwise_sum"]),
+    # what is not summed in place: a chain also returned, a sum over one dimension
+    "chain_also_returned": (lambda x: ((e := torch.exp(x) * 2).sum(), e), (_x(4, 9),), ["pointwise", "reduce"]),
+    "chain_summed_over_a_dim": (lambda x: (x * 2 + 1).sum(dim=1), (_x(4, 9),), ["pointwise", "reduce"]),
 }
 
 
