@@ -392,11 +392,20 @@ def solve_witness(eqs: list[tuple[Expr, Expr]], extents: dict[str, Expr], names:
 
     eqs = [(digits(simp(e)), a) for e, a in eqs]
     names = set(names) | set(pseudo)
+    extents = dict(extents)
+    for name, (kind, v, x) in pseudo.items():  # zh % H < H; zh // H < cdiv(extent of zh, H)
+        if kind == "mod":
+            extents[name] = x
+        elif v in extents:
+            extents[name] = simp((extents[v] + x - 1) / x)
     for e, a in eqs:
         f = _linear(e, names)
         if f is None:
             return None
         terms, rest = f
+        for n in [n for n in terms if n in extents and same_expr(extents[n], z3.IntVal(1))]:
+            assign[n] = z3.IntVal(0)  # a digit of extent 1 (a loop of one trip, a grid of one program) is 0
+            del terms[n]
         if not terms:
             continue
         t = simp(a - rest)
@@ -415,8 +424,9 @@ def solve_witness(eqs: list[tuple[Expr, Expr]], extents: dict[str, Expr], names:
                 return None
             coefs.append((c.as_long(), n))
         coefs.sort()
-        if coefs[0][0] != 1:
-            return None
+        # a lowest digit of weight c > 1 (od = qd * SD + rd with the phase rd a constant of an unrolled loop):
+        # the guess t / c is checked with the rest like every guess (the caller substitutes it back), so an address
+        # it cannot write (t - rest not a multiple of c) is simply not witnessed by this access
         for k, (c, n) in enumerate(coefs):
             if k + 1 < len(coefs):
                 ext = simp(extents[n]) if n in extents else None
