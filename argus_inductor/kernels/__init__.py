@@ -1,6 +1,6 @@
 """The kernel library: DSL kernels with host wrappers. GEMM, attention and MoE are imported here; the general op
 classes are modules of their own: conv, reduce (reductions, softmax), normalize, pool, scan, loss and pointwise
-(elementwise chains, standalone or as a GEMM/conv epilogue).
+(elementwise chains, standalone, summed in the same pass, or as a GEMM/conv epilogue).
 
 May import: dsl. Imported by hopper, specs, ops and above; never by dsl or invariants."""
 from . import conv, loss, normalize, pointwise, pool, reduce, scan

@@ -5,7 +5,9 @@ computed in float32) to operands that are the chain's input tensors (broadcast t
 constants or earlier steps; the last step is the result. From a chain this module writes DSL source
 text (never executed: it is read with `kernels_from_source`) for
 
-* `pointwise`: one kernel over rank-4 views of the (broadcast) inputs and the output, and
+* `pointwise`: one kernel over rank-4 views of the (broadcast) inputs and the output,
+* `pointwise_sum`: the same views summed as they are computed, a float32 partial per program (its tile
+  partition stated as tag assertions), then the partials added in order by `reduce.sum_partials_kernel`, and
 * `linear_chain` / `conv_chain`: the library GEMM / convolution kernel with the chain spliced in
   before its store (the chain's input 0 is the GEMM/conv result, the others extra tensors read at the
   store's indices).
