@@ -2,7 +2,7 @@
 swap-in, `argus bench`) and the benchmarks: CUDA-graph replay on the GPU over rotated copies of the operands, so L2
 holds none of them between calls and host launch overhead is out of both sides' numbers; a host clock under the
 interpreter, where the number only ranks plans relative to each other. Processes sharing a GPU take turns through a
-file lock (exclusive)."""
+file lock (exclusive); their other GPU work can hold it shared, so that no timing overlaps it."""
 from __future__ import annotations
 
 import contextlib
@@ -45,10 +45,38 @@ def timing_lock() -> str | None:
     return _LOCK_PATH[0] or config.env("ARGUS_TUNE_LOCK") or None
 
 
+_SHARED: dict[str, Any] = {}     # lock file -> the open file this process holds it shared through
+
+
+def _flock(f: Any, how: int) -> float:
+    """flock(f, how), returning the seconds it waited."""
+    import fcntl
+
+    t0 = time.perf_counter()
+    fcntl.flock(f, how)
+    return time.perf_counter() - t0
+
+
+def _through_gate(path: str, f: Any, how: int) -> float:
+    """Take `how` on `f` after passing the gate file beside `path`: a process waiting for the lock exclusively holds
+    the gate, so no new shared holder slips in ahead of it (flock alone lets shared holders starve a waiting one)."""
+    import fcntl
+
+    with open(path + ".gate", "a") as gate:
+        waited = _flock(gate, fcntl.LOCK_EX)
+        try:
+            waited += _flock(f, how)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+    return waited
+
+
 @contextlib.contextmanager
 def exclusive(lock: str | None = None) -> Iterator[None]:
-    """Hold the file lock `lock` (default: timing_lock()) so that processes timing on one GPU take turns.
-    Re-entrant within a process: a search timing inside a benchmark's locked phase does not wait on itself."""
+    """Hold the file lock `lock` (default: timing_lock()) so that processes timing on one GPU take turns, and no
+    process that holds it shared (`shared`: a compile's GPU work) runs meanwhile. Re-entrant within a process: a
+    search timing inside a benchmark's locked phase does not wait on itself; inside this process's own `shared` it
+    lets the shared hold go while it waits (two such waiters never deadlock) and takes it back after."""
     path = lock or timing_lock()
     if not path:
         yield
@@ -62,17 +90,49 @@ def exclusive(lock: str | None = None) -> Iterator[None]:
         if depth:
             yield
             return
-        with open(path, "a") as f:
-            t0 = time.perf_counter()
-            fcntl.flock(f, fcntl.LOCK_EX)
-            _WAITED[0] += time.perf_counter() - t0
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        held = _SHARED.get(path)
+        if held is not None:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        try:
+            with open(path, "a") as f:
+                _WAITED[0] += _through_gate(path, f, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+        finally:
+            if held is not None:
+                _WAITED[0] += _through_gate(path, held, fcntl.LOCK_SH)
     finally:
         with _HELD_LOCK:
             _HELD[path] -= 1
+
+
+@contextlib.contextmanager
+def shared(lock: str | None = None) -> Iterator[None]:
+    """Hold the lock `lock` (default: timing_lock()) shared: any number of processes at once, but never while one
+    holds it exclusively. For GPU work that is not a timing but would disturb one (a compile's first runs, its
+    autotuning): with it, no timing shares the GPU with another process's work. Not re-entrant; `exclusive` inside
+    it is (see there)."""
+    path = lock or timing_lock()
+    with _HELD_LOCK:
+        inside = _HELD.get(path, 0) > 0  # within this process's own exclusive hold: already alone
+    if not path or path in _SHARED or inside:
+        yield
+        return
+    import fcntl
+
+    f = open(path, "a")
+    try:
+        _WAITED[0] += _through_gate(path, f, fcntl.LOCK_SH)
+        _SHARED[path] = f
+        try:
+            yield
+        finally:
+            del _SHARED[path]
+            fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        f.close()
 
 
 def time_ms(fns: list[Callable[[], Any]], target: str, rep_ms: int = 40,

@@ -279,12 +279,30 @@ def load_problem(path: Path) -> Any:
     return mod
 
 
+def _compile_slot(args: argparse.Namespace) -> Any:
+    """With --isolate-timing, a compile's GPU work (its first runs, Argus's swap-in trials, the transfer of the model)
+    holds the lock shared: compiles run side by side, but none while another job times (which holds it exclusively,
+    and passes a gate that lets no new compile start while it waits). Without it, nothing (compiles overlap others'
+    timing windows: faster runs, noisier times)."""
+    if not getattr(args, "isolate_timing", False):
+        return contextlib.nullcontext()
+    from argus_inductor.runtime.timing import shared
+
+    return shared()
+
+
 def _timing_slot() -> Any:
     """With --jobs > 1 the problems compile in parallel, but only one runs GPU work at once: the ARGUS_TUNE_LOCK the
     parent names, which Argus's own policy and agent timing also take, so no measurement shares the GPU."""
     from argus_inductor.runtime.timing import exclusive
 
     return exclusive()
+
+
+def waited_s() -> float:
+    """Seconds this process has waited for the timing lock (other jobs' turns), 0 before Argus is imported."""
+    timing = sys.modules.get("argus_inductor.runtime.timing")
+    return timing.waited_s() if timing is not None else 0.0
 
 
 def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -321,7 +339,8 @@ def _gpu_phase(mod: Any, model: Any, args: argparse.Namespace, device: str, repo
     row: dict[str, Any] = {}
     phase = "to device"
     try:
-        model = model.to(device)
+        with _compile_slot(args):
+            model = model.to(device)
         fns: dict[str, Any] = {"eager": model}
         # Argus compiles first, with cold caches: Inductor's first call then finds what it compiles for itself
         # (Triton kernels, FX graphs) already cached where Argus's fallbacks compiled the same, so the first-call
@@ -345,13 +364,16 @@ def _gpu_phase(mod: Any, model: Any, args: argparse.Namespace, device: str, repo
                 if b == "eager" or not results[b]["correct"]:
                     continue
                 try:
-                    with _timing_slot() if trial else contextlib.nullcontext():
-                        t0 = time.perf_counter()
+                    with _timing_slot() if trial else _compile_slot(args):
+                        t0, w0 = time.perf_counter(), waited_s()
                         out = fn(*inputs)
                         if trial == 0:  # the first call: compile (and Argus's swap-in) included
                             if device.startswith("cuda"):
                                 torch.cuda.synchronize()
-                            results[b]["first_call_s"] = round(time.perf_counter() - t0, 3)
+                            # less the time its timings waited for other jobs' turns (the lock's, not its own)
+                            waited = waited_s() - w0
+                            results[b]["first_call_s"] = round(time.perf_counter() - t0 - waited, 3)
+                            results[b]["first_call_waited_s"] = round(waited, 3)
                             if b == "argus":
                                 row["argus_compile_phases"] = reporting.phases()
                     ok, why = _compare(ref, out)
@@ -441,7 +463,7 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
                "--device", args.device, "--backends", ",".join(args.backends), "--trials", str(args.trials),
                "--warmup", str(args.warmup), "--reps", str(args.reps), "--seed", str(args.seed),
                "--argus-ops", args.argus_ops, "--on-miss", args.on_miss,
-               "--memory-budget", str(args.memory_budget)]
+               "--memory-budget", str(args.memory_budget)] + (["--isolate-timing"] if args.isolate_timing else [])
         cmd += ([] if args.graphs else ["--no-graphs"]) + (["--memory-pool", args.memory_pool] if args.memory_pool
                                                            else [])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -637,6 +659,10 @@ def main(argv: list[str] | None = None) -> int:
                          "the worker, where Argus compiles first and Inductor finds some of its work cached")
     ap.add_argument("--jobs", type=int, default=1,
                     help="problems compiled and checked at once (each times alone, under a lock; default 1)")
+    ap.add_argument("--isolate-timing", action="store_true",
+                    help="with --jobs > 1, let no compile run while a job times: compiles hold the timing lock shared "
+                         "and timings exclusively (cleaner times, since a compile's first runs and swap-in trials use "
+                         "the GPU too; a slower run, as each timing waits for the compiles in flight)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="write one table from the JSON files of earlier runs (no problem is run)")
     ap.add_argument("--memory-pool", default=None, help=argparse.SUPPRESS)  # jobs' GPU memory held (gpu_memory)
@@ -694,6 +720,7 @@ def main(argv: list[str] | None = None) -> int:
                           if k.startswith("ARGUS_") and k not in ("ARGUS_CACHE_DIR", "ARGUS_TUNE_LOCK")}}
     out.mkdir(parents=True, exist_ok=True)
     meta["jobs"] = args.jobs
+    meta["isolate_timing"] = bool(args.isolate_timing)
     done: dict[int, dict[str, Any]] = {}
     lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
     if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
@@ -730,21 +757,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 FIRST_CALL = """
-import sys, time, torch
+import contextlib, sys, time, torch
 sys.path.insert(0, {runner!r})
 import argus_inductor  # noqa: F401
+from argus_inductor.runtime import timing
 from run import load_problem
 torch.set_grad_enabled(False)
 mod = load_problem(__import__("pathlib").Path({path!r}))
 torch.manual_seed(0)
-model = mod.Model(*mod.get_init_inputs()).to({device!r}).eval()
-inputs = [x.to({device!r}) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-kw = {{"options": {{"ops": {ops!r}}}}} if {backend!r} == "argus" else {{}}
-fn = torch.compile(model, backend={backend!r}, **kw)
-t0 = time.perf_counter()
-fn(*inputs)
-torch.cuda.synchronize() if {device!r}.startswith("cuda") else None
-print("FIRST_CALL_S", time.perf_counter() - t0)
+with timing.shared() if {isolate!r} else contextlib.nullcontext():
+    model = mod.Model(*mod.get_init_inputs()).to({device!r}).eval()
+    inputs = [x.to({device!r}) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    kw = {{"options": {{"ops": {ops!r}}}}} if {backend!r} == "argus" else {{}}
+    fn = torch.compile(model, backend={backend!r}, **kw)
+    t0, w0 = time.perf_counter(), timing.waited_s()
+    fn(*inputs)
+    torch.cuda.synchronize() if {device!r}.startswith("cuda") else None
+    print("FIRST_CALL_S", time.perf_counter() - t0 - (timing.waited_s() - w0))
 """
 
 
@@ -757,7 +786,7 @@ def first_call_isolated(path: Path, backend: str, args: argparse.Namespace) -> f
                "ARGUS_CACHE_DIR": f"{tmp}/argus",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         code = FIRST_CALL.format(runner=str(HERE), path=str(path), device=args.device, ops=args.argus_ops,
-                                 backend=backend)
+                                 backend=backend, isolate=bool(args.isolate_timing))
         try:
             proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                                   timeout=args.timeout)

@@ -247,3 +247,62 @@ def test_device_memory_is_admitted_by_estimate(tmp_path: Path) -> None:
     t0 = time.monotonic()
     with gpu_memory(pool, 100, 60):
         assert time.monotonic() - t0 < 1.0
+
+
+LOCK_PROBE = '''import fcntl, os
+import torch
+import torch.nn as nn
+
+OUT = {out!r}
+
+
+@torch._dynamo.disable
+def probe() -> None:
+    """Whether another process could time now: the timing lock taken exclusively, without waiting, from a new open
+    file (this process's own shared hold conflicts with it as another process's would)."""
+    with open(os.environ["ARGUS_TUNE_LOCK"], "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+            state = "free"
+        except BlockingIOError:
+            state = "held"
+    with open(OUT, "a") as log:
+        log.write(state + "\\n")
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        probe()
+        return x * 2
+
+
+def get_inputs() -> list:
+    return [torch.randn(4)]
+
+
+def get_init_inputs() -> list:
+    return []
+'''
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["overlapping", "isolated"])
+def test_isolated_timing_holds_the_lock_shared_while_a_job_compiles(tmp_path: Path, isolate: bool) -> None:
+    """With --isolate-timing the first call of each compiled backend (its compile and first runs) holds the timing
+    lock shared, so no other job can time meanwhile; without it, nothing is held then. Later trials and the timing
+    hold it exclusively either way."""
+    d = tmp_path / "p"
+    d.mkdir()
+    log = tmp_path / "states"
+    (d / "a_probe.py").write_text(LOCK_PROBE.format(out=str(log)))
+    shutil.copy(PROBLEMS / "level1" / "07_softmax.py", d / "b_softmax.py")
+    extra = ["--backends", "eager,inductor", "--trials", "1", "--jobs", "2"] + (["--isolate-timing"] if isolate
+                                                                                  else [])
+    proc, data = _run(d, tmp_path / "out", *extra)
+    rows = _rows(data)
+    assert rows["a_probe"]["status"] == "ok" and rows["b_softmax"]["status"] == "ok", rows
+    assert data["meta"]["isolate_timing"] is isolate
+    assert rows["a_probe"]["backends"]["inductor"]["first_call_waited_s"] >= 0
+    # the forward runs as eager's reference (timing slot: held), then as inductor's first call (the compile slot)
+    states = log.read_text().split()
+    assert states[0] == "held" and states[1] == ("held" if isolate else "free"), states
