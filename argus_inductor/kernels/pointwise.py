@@ -38,6 +38,7 @@ from .reduce import sum_partials_kernel
 __all__ = [
     "Step", "Chain", "Operand", "OPS", "KERNELS", "pointwise", "pointwise_policies", "pointwise_kernel",
     "pointwise_source", "pointwise_sum", "pointwise_sum_policies", "pointwise_sum_kernel", "pointwise_sum_source",
+    "sum_view_shape",
     "linear_chain", "linear_chain_policies", "linear_chain_kernel", "linear_chain_source",
     "conv_chain", "conv_chain_policies", "conv_chain_kernel", "conv_chain_source",
 ]
@@ -651,6 +652,16 @@ def pointwise_sum_policies(shape: Sequence[int], target: str) -> dict[str, Polic
             "sum_partials_kernel": Policy.make(BLOCK=pow2_between(parts, 16, 1024), num_warps=4, num_stages=1)}
 
 
+def _sum_views(inputs: Sequence[torch.Tensor], shape: Sequence[int]) -> list[torch.Tensor]:
+    """The rank-4 views `pointwise_sum` reads the broadcast inputs through (no output: nothing blocks a merge)."""
+    return _rank4([t.expand(tuple(shape)) for t in inputs], shape)
+
+
+def sum_view_shape(inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """The rank-4 (D0, D1, D2, D3) view `pointwise_sum` launches over for these inputs (meta tensors too)."""
+    return tuple(_sum_views(inputs, torch.broadcast_shapes(*(t.shape for t in inputs)))[0].shape)
+
+
 def pointwise_sum(chain: Chain, inputs: Sequence[torch.Tensor], *, mean: bool = False,
                   policies: dict[str, Policy] | None = None, kernels: dict[str, Kernel] | None = None,
                   target: str | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -665,8 +676,7 @@ def pointwise_sum(chain: Chain, inputs: Sequence[torch.Tensor], *, mean: bool = 
     device = inputs[0].device
     if numel == 0:
         return torch.full((), math.nan if mean else 0.0, dtype=dtype, device=device)
-    probe = torch.empty((), device=device).expand(shape)  # the result's place in the views, never written
-    views = _rank4([t.expand(shape) for t in inputs] + [probe], shape)[:-1]
+    views = _sum_views(inputs, shape)
     tgt = _target(inputs[0], target)
     vshape = tuple(views[0].shape)
     default = pointwise_sum_kernel(chain, len(inputs))

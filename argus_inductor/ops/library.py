@@ -404,7 +404,7 @@ def _pointwise_sum_ref(ts: Tensors, a: Args) -> Tensor:
 
 
 def _pointwise_sum_policies(ts: Tensors, a: Args, target: str) -> dict[str, Policy]:
-    pols = _pw.pointwise_sum_policies(_pw.view_shape(ts), target)
+    pols = _pw.pointwise_sum_policies(_pw.sum_view_shape(ts), target)
     return {_pointwise_sum_kernels(ts, a)[0].name: pols["pointwise_sum"],
             "sum_partials_kernel": pols["sum_partials_kernel"]}
 
