@@ -173,12 +173,10 @@ def match_pointwise(g: fx.Graph, gid: int) -> list[Match]:
         anchor = _anchor(inputs, order, shape)
         total = _summed_by(root) if anchor is None else None
         try:
-            if total is not None:  # summed where it is computed: the chain's result is never written
+            if anchor is None:  # a chain all summed by its reader is summed as it is computed, never written
                 steps = _chain(order, inputs)
-                name, tensors, args = "pointwise_sum", inputs, {"chain": steps, "mean": total[1]}
-            elif anchor is None:
-                steps = _chain(order, inputs)
-                name, tensors, args = "pointwise", inputs, {"chain": steps}
+                name, tensors, args = ("pointwise", inputs, {"chain": steps}) if total is None else \
+                    ("pointwise_sum", inputs, {"chain": steps, "mean": total[1]})
             else:
                 kind, a = anchor
                 rest = [n for n in inputs if n is not a]

@@ -484,21 +484,31 @@ def pointwise_kernel(chain: Chain, n_inputs: int) -> Kernel:
     return _compiled("pointwise", chain, n_inputs, lambda: pointwise_source(chain, n_inputs))[1]
 
 
-def pointwise_policies(shape: Sequence[int], target: str) -> dict[str, Policy]:
-    """Template tile sizes for the kernel's rank-4 view `shape` (D0, D1, D2, D3); a shorter shape is read
-    with leading 1s, a longer one by its last two dimensions. Key "pointwise" (every generated kernel)."""
+def _view_dims(shape: Sequence[int], target: str, rank: int) -> list[int]:
+    """A view shape's sizes, checked, with leading 1s up to `rank`; the target checked too."""
     if target not in ("cuda", "hip", "interpret"):
         raise ValueError(f"target must be 'cuda', 'hip' or 'interpret', got {target!r}")
     dims = [int(v) for v in shape]
     if any(v < 0 for v in dims):
         raise ValueError(f"shape must have non-negative sizes, got {tuple(shape)}")
-    dims = [1] * max(0, 2 - len(dims)) + dims
+    return [1] * max(0, rank - len(dims)) + dims
+
+
+def _gpu_tile(d2: int, d3: int) -> tuple[int, int]:
+    """(B2, B3) on a GPU: up to 2048 elements a step, a single row as wide as 1024."""
+    b3 = pow2_between(d3, 16, 1024 if d2 == 1 else 256)
+    return pow2_between(d2, 1, max(1, 2048 // b3)), b3
+
+
+def pointwise_policies(shape: Sequence[int], target: str) -> dict[str, Policy]:
+    """Template tile sizes for the kernel's rank-4 view `shape` (D0, D1, D2, D3); a shorter shape is read
+    with leading 1s, a longer one by its last two dimensions. Key "pointwise" (every generated kernel)."""
+    dims = _view_dims(shape, target, 2)
     d2, d3 = dims[-2], dims[-1]
     if target == "interpret":
         b3 = pow2_between(d3, 16, 128)
         return {"pointwise": Policy.make(B2=pow2_between(d2, 1, max(1, 512 // b3)), B3=b3)}
-    b3 = pow2_between(d3, 16, 1024 if d2 == 1 else 256)
-    b2 = pow2_between(d2, 1, max(1, 2048 // b3))
+    b2, b3 = _gpu_tile(d2, d3)
     return {"pointwise": Policy.make(B2=b2, B3=b3, num_warps=8 if b2 * b3 >= 2048 else 4, num_stages=1)}
 
 
@@ -631,19 +641,13 @@ def pointwise_sum_kernel(chain: Chain, n_inputs: int) -> Kernel:
 def pointwise_sum_policies(shape: Sequence[int], target: str) -> dict[str, Policy]:
     """Template tiles of `pointwise_sum` for the rank-4 view `shape`: key "pointwise_sum" (the partial sums of
     every generated kernel; B2 rows by B3 columns a step, CHUNK steps a program) and "sum_partials_kernel"."""
-    if target not in ("cuda", "hip", "interpret"):
-        raise ValueError(f"target must be 'cuda', 'hip' or 'interpret', got {target!r}")
-    dims = [int(v) for v in shape]
-    if any(v < 0 for v in dims):
-        raise ValueError(f"shape must have non-negative sizes, got {tuple(shape)}")
-    dims = [1] * max(0, 4 - len(dims)) + dims
+    dims = _view_dims(shape, target, 4)
     rows, d2, d3 = dims[0] * dims[1], dims[2], dims[3]
     if target == "interpret":
         b3 = pow2_between(d3, 16, 64)
         b2 = pow2_between(d2, 1, max(1, 256 // b3))
         return {"pointwise_sum": Policy.make(B2=b2, B3=b3, CHUNK=2), "sum_partials_kernel": Policy.make(BLOCK=64)}
-    b3 = pow2_between(d3, 16, 1024 if d2 == 1 else 256)
-    b2 = pow2_between(d2, 1, max(1, 2048 // b3))
+    b2, b3 = _gpu_tile(d2, d3)
     tiles = rows * -(-d2 // b2) * -(-d3 // b3)
     chunk = pow2_between(-(-tiles // 4096), 1, pow2_between(-(-d3 // b3), 1, 1 << 16))  # a few thousand programs
     parts = rows * -(-d2 // b2) * -(-d3 // (b3 * chunk))
@@ -659,7 +663,7 @@ def _sum_views(inputs: Sequence[torch.Tensor], shape: Sequence[int]) -> list[tor
 
 def sum_view_shape(inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
     """The rank-4 (D0, D1, D2, D3) view `pointwise_sum` launches over for these inputs (meta tensors too)."""
-    return tuple(_sum_views(inputs, torch.broadcast_shapes(*(t.shape for t in inputs)))[0].shape)
+    return tuple(_sum_views(inputs, broadcast([t.shape for t in inputs]))[0].shape)
 
 
 def pointwise_sum(chain: Chain, inputs: Sequence[torch.Tensor], *, mean: bool = False,

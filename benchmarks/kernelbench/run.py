@@ -299,12 +299,6 @@ def _timing_slot() -> Any:
     return exclusive()
 
 
-def waited_s() -> float:
-    """Seconds this process has waited for the timing lock (other jobs' turns), 0 before Argus is imported."""
-    timing = sys.modules.get("argus_inductor.runtime.timing")
-    return timing.waited_s() if timing is not None else 0.0
-
-
 def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One problem, in this (child) process."""
     import torch
@@ -335,6 +329,8 @@ def worker(path: Path, args: argparse.Namespace) -> dict[str, Any]:
 def _gpu_phase(mod: Any, model: Any, args: argparse.Namespace, device: str, reporting: Any) -> dict[str, Any]:
     """The part of a problem that holds device memory: compile, check, count, time."""
     import torch
+
+    from argus_inductor.runtime.timing import waited_s  # seconds this process waited for other jobs' turns
 
     row: dict[str, Any] = {}
     phase = "to device"
