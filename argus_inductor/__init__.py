@@ -18,7 +18,7 @@ if _os.environ.get("ARGUS_INTERPRET", "") not in ("", "0", "false", "False"):
 from . import hopper  # noqa: E402,F401  (registers the Gluon lowerings with the DSL: cheap, no torch)
 from .config import VERSION as __version__  # noqa: E402
 
-_API = ("argus_backend", "optimize", "register", "report")
+_API = ("argus_backend", "optimize", "register", "report", "settle")
 
 
 def _load() -> None:
@@ -26,9 +26,10 @@ def _load() -> None:
     from . import backend
     from .graph.experts import optimize
     from .runtime.reporting import report
+    from .runtime.tiers import settle
 
     globals().update(argus_backend=backend.argus_backend, register=backend.register, optimize=optimize,
-                     report=report)
+                     report=report, settle=settle)
 
 
 def __getattr__(name: str):  # noqa: ANN202

@@ -19,6 +19,7 @@ from .graph.module_floats import specialize_module_floats
 from .graph.patterns import is_argus_op
 from .ops import install_agent, set_active_options, target_for
 from .runtime import reporting as _report
+from .runtime import tiers
 from .runtime.cuda_graphs import replacing_trees
 
 log = logging.getLogger("argus_inductor")
@@ -111,50 +112,133 @@ def argus_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None,
              options: dict[str, Any] | None) -> Callable[..., Any]:
-    from torch._inductor.compile_fx import compile_fx
-
     if options and "mode" in options:  # torch.compile takes mode or options, not both: Argus's options carry it
         options = dict(options)
         mode = options.pop("mode") if mode is None else mode
     opts = Options.resolve(options)
+    with tiers.COMPILE_LOCK:  # a background swap-in's compile and this one take turns (Inductor's config is global)
+        set_active_options(opts)
+        devices = _devices(example_inputs) or {torch.device("cpu")}
+        # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
+        accel = {d for d in devices if d.type != "cpu"} or devices
+        targets = {target_for(d, opts) for d in accel}
+        later: torch.fx.GraphModule | None = None  # the graph the background swap-in decides (tiers.py)
+        if opts.swapin == "never":
+            _say_once("argus: ARGUS_SWAPIN=never: Inductor compiles every graph alone")
+        elif needs_gradients(example_inputs):
+            _say_once("argus: this graph needs gradients (called outside torch.no_grad() / torch.inference_mode() "
+                      "with parameters or inputs that require grad); Argus's kernels are inference kernels with no "
+                      "backward, so Inductor compiles this graph alone. Call the model under torch.no_grad() or "
+                      "torch.inference_mode() to use them")
+        elif None in targets:
+            where = ", ".join(sorted(str(d) for d in devices))
+            _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
+                      "with ARGUS_INTERPRET=1); compiling with Inductor alone")
+        else:
+            with _report.phase("graph rewrite"):
+                matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
+            if matches and opts.specialize_floats:
+                specialize_module_floats(gm, example_inputs)  # Dynamo's restart while a module float is an input
+            log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
+            if matches and opts.swapin == "measure":
+                from .graph.swapin import measures, swap_in
+
+                target = next(iter(targets))
+                defer = opts.swapin_background and measures(target) and _static(gm)
+                if defer:
+                    later = _copy(gm)
+                with _report.phase("swap-in"):
+                    deferred = [v for _, v in swap_in(gm, example_inputs, target, defer=defer) if v is None]
+                if not deferred:
+                    later = None
+        compiled = _lower(gm, example_inputs, mode, opts, devices, targets)
+    if later is not None:
+        compiled = tiers.Tiered(compiled, functools.partial(_second_tier, later, example_inputs, mode, opts, devices,
+                                                            targets, _argus_ops(gm)),
+                                _thread_state(devices), name=gm.__class__.__name__)
+    if opts.report:
+        reported = []
+
+        def run_and_report(*args: Any) -> Any:
+            out = compiled(*args)
+            if not reported:
+                reported.append(True)
+                _report.report()
+            return out
+        return run_and_report
+    return compiled
+
+
+def _argus_ops(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if is_argus_op(n))
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` with its own nodes (the tensors it holds shared)."""
+    out = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    out.meta = gm.meta
+    return out
+
+
+def _static(gm: torch.fx.GraphModule) -> bool:
+    """Whether no input of `gm` has a symbolic size (a dynamic graph is compiled once, in Dynamo's own context)."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            val = n.meta.get("val", n.meta.get("example_value"))
+            if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool) or \
+                    (isinstance(val, torch.Tensor) and free_symbols(val)):
+                return False
+    return True
+
+
+def _thread_state(devices: set[torch.device]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """What the compiling thread had that is per thread and the background's compile needs: grad mode, inference
+    mode (a no_grad graph is compiled for inference, not as a training graph) and the current CUDA device."""
+    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+    cuda = next((d for d in devices if d.type == "cuda"), None)
+
+    def state() -> contextlib.AbstractContextManager[Any]:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode() if inference else torch.set_grad_enabled(grad))
+        if cuda is not None:
+            stack.enter_context(torch.cuda.device(cuda))
+        return stack
+    return state
+
+
+def _second_tier(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None, opts: Options,
+                 devices: set[torch.device], targets: set[str | None], first_ops: int) -> Callable[..., Any] | None:
+    """The background's work: measure the signatures the first tier left to Inductor (swap_in on the graph as it
+    was before), and compile the graph anew where an Argus kernel won one; None where none did (the first tier is
+    then what this graph runs for good)."""
+    from .graph.swapin import swap_in
+
     set_active_options(opts)
-    inlined = argus_ops = 0
+    with torch._guards.tracing(None), _report.phase("swap-in"):
+        swap_in(gm, example_inputs, next(iter(targets)))
+    if _argus_ops(gm) == first_ops or tiers.closing():
+        return None
+    with torch._guards.tracing(None):
+        return _lower(gm, example_inputs, mode, opts, devices, targets)
+
+
+def _lower(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None, opts: Options,
+           devices: set[torch.device], targets: set[str | None]) -> Callable[..., Any]:
+    """`gm` (its Argus ops decided) inlined where Argus's launches can be, and compiled by Inductor."""
+    from torch._inductor.compile_fx import compile_fx
+
+    inlined = 0
     original = gm
-    devices = _devices(example_inputs) or {torch.device("cpu")}
-    # A model on the GPU still carries small CPU tensors (positions, scalars): the accelerator decides.
-    accel = {d for d in devices if d.type != "cpu"} or devices
-    targets = {target_for(d, opts) for d in accel}
-    if opts.swapin == "never":
-        _say_once("argus: ARGUS_SWAPIN=never: Inductor compiles every graph alone")
-    elif needs_gradients(example_inputs):
-        _say_once("argus: this graph needs gradients (called outside torch.no_grad() / torch.inference_mode() with "
-                  "parameters or inputs that require grad); Argus's kernels are inference kernels with no backward, "
-                  "so Inductor compiles this graph alone. Call the model under torch.no_grad() or "
-                  "torch.inference_mode() to use them")
-    elif None in targets:
-        where = ", ".join(sorted(str(d) for d in devices))
-        _say_once(f"argus: no Argus kernels for {where} (they run on NVIDIA sm_90 and AMD gfx942, or on the CPU "
-                  "with ARGUS_INTERPRET=1); compiling with Inductor alone")
-    else:
-        with _report.phase("graph rewrite"):
-            matches = rewrite(gm, opts.enabled_ops, moe_regions=opts.optimize, prune_rows=opts.prune_rows)
-        if matches and opts.specialize_floats:
-            specialize_module_floats(gm, example_inputs)  # Dynamo's restart while a module float is an input
-        log.info("argus: %d subgraph(s) rewritten to Argus ops", len(matches))
-        if matches and opts.swapin == "measure":
-            from .graph.swapin import swap_in
+    argus_ops = _argus_ops(gm)
+    if argus_ops and opts.inline and targets <= INLINE_TARGETS:
+        from .graph.inline import inline_ops
 
-            with _report.phase("swap-in"):
-                swap_in(gm, example_inputs, next(iter(targets)))  # the interpreter: notes only
-        argus_ops = sum(1 for n in gm.graph.nodes if is_argus_op(n))
-        if matches and opts.inline and targets <= INLINE_TARGETS:
-            from .graph.inline import inline_ops
-
-            original = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # nodes copied, tensors shared
-            original.meta = gm.meta
-            with _report.phase("inline (records each op's launches; compiles its Triton kernels)"):
-                inlined = inline_ops(gm, example_inputs=example_inputs)
-            log.info("argus: %d Argus op(s) inlined as Triton launches in Inductor's code", inlined)
+        original = _copy(gm)
+        with _report.phase("inline (records each op's launches; compiles its Triton kernels)"):
+            inlined = inline_ops(gm, example_inputs=example_inputs)
+        log.info("argus: %d Argus op(s) inlined as Triton launches in Inductor's code", inlined)
     # CUDA graphs: Argus ops never synchronize with the host (masks, MoE routing and split-K all stay on the
     # device), so a graph of them replays like Inductor's own kernels and the per-op Python launch cost is paid
     # once, at capture. On by default on a GPU (as in vLLM and mode="max-autotune"); ARGUS_CUDAGRAPHS=0 or
@@ -211,16 +295,6 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | No
         _say_once(f"argus: Inductor could not compile the inlined Argus launches ({type(e).__name__}: "
                   f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); running them as Argus ops")
         compiled = compile_with(original, inductor_config(False))
-    if opts.report:
-        reported = []
-
-        def run_and_report(*args: Any) -> Any:
-            out = compiled(*args)
-            if not reported:
-                reported.append(True)
-                _report.report()
-            return out
-        return run_and_report
     return compiled
 
 

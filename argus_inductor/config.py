@@ -74,6 +74,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ARGUS_SWAPIN", "measure", _choice(SWAPIN), "on a GPU, whether an Argus kernel replaces what Inductor "
             "would run: measure (time both once per signature and keep the faster), always, never", "backend",
             "swapin"),
+    Setting("ARGUS_SWAPIN_BACKGROUND", True, _bool, "with measure: a signature with no stored verdict runs "
+            "Inductor's code from the first call while Argus's kernel is measured in a background thread; later calls "
+            "run the faster (0: measured while compiling, the first call waits; argus_inductor.settle() waits for "
+            "the background)", "backend", "swapin_background"),
     Setting("ARGUS_CACHE_DIR", _CACHE, _text, "the kernel cache (entries, misses, trails)", "backend", "cache_dir"),
     Setting("ARGUS_OPS", DEFAULT_OPS, _text, f"the subgraph kinds Argus takes, comma-separated from {', '.join(OPS)} "
             "(all: every kind)", "backend", "ops"),
@@ -176,6 +180,7 @@ class Options:
     report: bool = _default("report")
     on_miss: str = _default("on_miss")
     swapin: str = _default("swapin")
+    swapin_background: bool = _default("swapin_background")
     cache_dir: str = _default("cache_dir")
     ops: str = _default("ops")
     verify: bool = _default("verify")

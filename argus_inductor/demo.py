@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         out = compiled(tokens)
         print(f"compiled and ran in {time.perf_counter() - t0:.1f} s"
               + (" (the Argus kernels under the Triton interpreter: slow, and no measure of speed)" if not big else ""))
+        if big:  # the measured swap-in decides in the background (Inductor's code runs meanwhile): wait for it
+            t0 = time.perf_counter()
+            argus_inductor.settle()
+            print(f"the swap-in measured in the background after the first call: {time.perf_counter() - t0:.1f} s")
+            out = compiled(tokens)
         err = float((out.float() - ref.float()).norm() / ref.float().norm())
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
         print(f"argus vs eager: relative error {err:.2e} ({'OK' if err < tol else 'MISMATCH'}, tolerance {tol:g})")

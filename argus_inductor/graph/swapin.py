@@ -14,10 +14,11 @@ interpreter (where times mean nothing: the template rule stands).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -300,13 +301,38 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
                 fallback_name(m.node) for m in group) + ")", timer, why_no_fallback=why)
 
 
+PENDING = "fallback (swap-in pending: Inductor's code runs while Argus's kernel is measured in the background)"
+_CLOCK: list[Any] = [None, GPUS]  # measuring_with(): a clock and the devices it measures on (tests)
+
+
+@contextlib.contextmanager
+def measuring_with(timer: decide.Timer, devices: tuple[str, ...]) -> Iterator[None]:
+    """Inside, the backend's swap-in measures with `timer` on operands on `devices` whatever the target (tests: a
+    fake clock under the interpreter, where real times mean nothing)."""
+    prev = list(_CLOCK)
+    _CLOCK[:] = [timer, devices]
+    try:
+        yield
+    finally:
+        _CLOCK[:] = prev
+
+
+def measures(target: str) -> bool:
+    """Whether the swap-in measures for `target` (a GPU, or a clock given by measuring_with)."""
+    return target in GPUS or _CLOCK[0] is not None
+
+
 def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, timer: decide.Timer | None = None,
-            compile_fallback: CompileFallback = compile_alone, devices: tuple[str, ...] = GPUS
-            ) -> list[tuple[str, decide.Verdict]]:
+            compile_fallback: CompileFallback = compile_alone, devices: tuple[str, ...] | None = None,
+            defer: bool = False) -> list[tuple[str, decide.Verdict | None]]:
     """Decide each Argus op node of `gm` (target "cuda" / "hip" measures; "interpret" only notes that it does not,
     unless a `timer` is given: the tests' fake clock), replace the nodes Inductor's code wins with their references,
     and return each decided node's (id, verdict). Ops that feed only each other are decided together (_groups).
-    `devices`: where operands may live."""
+    `devices`: where operands may live. `defer`: a group with no verdict yet (none stored, none decided in this
+    graph) is not measured now: its nodes get their references (Inductor's code, the first tier) and come back
+    with verdict None; runtime/tiers.py measures them later, on a copy of the graph as it was."""
+    timer = timer or _CLOCK[0]
+    devices = devices or _CLOCK[1]
     measuring = target in GPUS or timer is not None
     timer = timer or timing.time_ms
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -343,6 +369,14 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
             slot = model if len(group) == 1 else f"{model} | {_group_key(group)}"
             key = last.sig.key() + "|" + slot
             verdict = verdicts.get(key) or decide.stored(ops.kernel_cache().get(last.sig.key()), slot)
+            if verdict is None and defer:
+                for m in group:
+                    decided.append((m.node_id or m.node.name, None))
+                    m.node.target = m.ref
+                    if m.node_id:
+                        report.settle(m.node_id, m.sig.short(), PENDING)
+                changed = True
+                continue
             if verdict is None:
                 verdict = measure_node(last.node, last.args, last.kwargs, timer, compile_fallback) \
                     if len(group) == 1 else measure_group(group, timer)
@@ -367,4 +401,4 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
     return decided
 
 
-__all__ = ["swap_in", "measure_node", "compile_alone", "FALLBACKS"]
+__all__ = ["swap_in", "measure_node", "compile_alone", "measures", "measuring_with", "FALLBACKS", "PENDING"]

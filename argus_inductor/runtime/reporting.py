@@ -15,7 +15,12 @@ _PHASES: dict[str, float] = {}  # where compile time went: phase -> seconds, in 
 @contextlib.contextmanager
 def phase(name: str) -> Iterator[None]:
     """Count the time inside under `name` (graph rewrite, swap-in, checker, inline, Inductor): phases() says where a
-    first call's time went."""
+    first call's time went. In a background swap-in's thread (runtime/tiers.py) the name is "background: <name>":
+    that time is not the first call's."""
+    from .tiers import in_background
+
+    if in_background():
+        name = f"background: {name}"
     t0 = time.perf_counter()
     try:
         yield

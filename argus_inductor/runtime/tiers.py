@@ -1,0 +1,165 @@
+"""Compiled code that is replaced once better code is ready (tiered compilation).
+
+The measured swap-in (graph/swapin.py) decides each Argus op signature by timing it against Inductor's code. Done
+while the backend compiles, that work (the checker, Argus's Triton compiles, Inductor's compile of the fallback
+alone, the timing) is all on the first call. A `Tiered` callable runs the first tier (Inductor's code for every
+signature not yet decided) from the first call on, and after that call starts the work that builds the second tier
+in a background thread; when the second tier is ready, later calls run it. What each tier runs is correct on its
+own, so a call never waits for the background, except for the device: a background timing and a call of a tiered
+graph never run on the GPU at once (`device_turn`), so neither slows the other's kernels and the verdict is not
+skewed by the model's own work. One compile runs at a time in the process (`COMPILE_LOCK`: the backend's and the
+background's, since Inductor's configuration is process-wide).
+
+`settle()` waits for every background tier in the process (a benchmark calls it before it times; `argus_inductor.
+settle`). At exit the background work still pending stops after the step it is in.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger("argus_inductor")
+
+COMPILE_LOCK = threading.RLock()  # one compile at a time in this process: the backend's, the background's
+_DEVICE = threading.Lock()        # a call of a tiered graph, or a background timing: never both at once
+_PENDING: set[Tiered] = set()
+_PENDING_LOCK = threading.Lock()
+_CLOSING = threading.Event()
+_LOCAL = threading.local()        # .background: this thread builds a second tier
+
+
+def closing() -> bool:
+    """Whether the process is exiting: background work stops at its next step."""
+    return _CLOSING.is_set()
+
+
+def in_background() -> bool:
+    """Whether the calling thread is building a second tier."""
+    return getattr(_LOCAL, "background", False)
+
+
+@contextlib.contextmanager
+def device_turn() -> Iterator[None]:
+    """Hold the device against calls of tiered graphs (a background timing): the calls queued before it finish
+    first (the device is synchronized on entry and on exit), and no call starts until it is done."""
+    with _DEVICE:
+        _synchronize()
+        try:
+            yield
+        finally:
+            _synchronize()
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class Tiered:
+    """A compiled graph that runs `first` until `build()` (run in a background thread after the first call, under
+    COMPILE_LOCK) returns the second tier; None from `build`, or an exception, keeps `first` for good.
+
+    `state`: a context manager factory the background enters around `build` (the compiling thread's grad mode,
+    inference mode and current device, which are per thread)."""
+
+    def __init__(self, first: Callable[..., Any], build: Callable[[], Callable[..., Any] | None],
+                 state: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+                 name: str = "graph") -> None:
+        self._fn = first
+        self._build = build
+        self._state = state
+        self.name = name
+        self._started = threading.Event()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.replaced = False           # the second tier runs
+        self.error: BaseException | None = None
+        self.seconds: float | None = None  # the background's wall time
+
+    def __call__(self, *args: Any) -> Any:
+        if self._done.is_set():
+            return self._fn(*args)
+        with _DEVICE:
+            out = self._fn(*args)
+        if not self._started.is_set():
+            self.start()
+        return out
+
+    def start(self) -> None:
+        """Start building the second tier (once; the first call does it)."""
+        with _PENDING_LOCK:
+            if self._started.is_set():
+                return
+            self._started.set()
+            if _CLOSING.is_set():
+                self._done.set()
+                return
+            _PENDING.add(self)
+        self._thread = threading.Thread(target=self._run, name=f"argus-tier-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        _LOCAL.background = True
+        try:
+            if not _CLOSING.is_set():
+                with COMPILE_LOCK, self._state():
+                    second = self._build()
+                if second is not None:
+                    self._fn = second
+                    self.replaced = True
+        except BaseException as e:  # noqa: BLE001  (the first tier is correct: it stays)
+            self.error = e
+            log.warning("argus: the background swap-in of %s failed (%s: %s); Inductor's code stays", self.name,
+                        type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+        finally:
+            self.seconds = time.perf_counter() - t0
+            self._done.set()
+            with _PENDING_LOCK:
+                _PENDING.discard(self)
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the second tier (started if it was not yet); whether it is settled."""
+        self.start()
+        return self._done.wait(timeout)
+
+
+def pending() -> list[Tiered]:
+    with _PENDING_LOCK:
+        return list(_PENDING)
+
+
+def settle(timeout: float | None = None) -> bool:
+    """Wait until every background tier of this process is built (or has failed, keeping its first tier); False
+    where `timeout` seconds passed first. Those never called yet have not started: they are not waited for."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = pending()
+        if not left:
+            return True
+        for t in left:
+            rest = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not t._done.wait(rest):
+                return False
+
+
+def _at_exit() -> None:
+    _CLOSING.set()
+    for t in pending():
+        if t._thread is not None:
+            t._thread.join()
+
+
+atexit.register(_at_exit)
+
+__all__ = ["COMPILE_LOCK", "Tiered", "closing", "device_turn", "in_background", "pending", "settle"]

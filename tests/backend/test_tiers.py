@@ -1,0 +1,177 @@
+"""The background swap-in (runtime/tiers.py, issue 39 item 4): a graph whose signatures have no verdict yet runs
+Inductor's code from its first call, and Argus's kernels are measured in a background thread; later calls run what
+the measurement chose. Under the interpreter with a fake clock (graph/swapin.measuring_with), real threads, real
+Inductor compiles."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import argus_inductor
+from argus_inductor.graph.swapin import PENDING, measuring_with
+from argus_inductor.runtime import reporting as report_mod
+from argus_inductor.runtime import tiers
+
+from .test_swapin import Clock
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(32, 48)
+        self.down = torch.nn.Linear(48, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _compiled(clock: Clock, **options):
+    model = MLP().eval()  # its parameters require grad: the background must compile for inference as this thread
+    f = torch.compile(model, backend="argus", options={"ops": "gemm", **options})
+    return model, f
+
+
+def _argus_calls() -> int:
+    return sum(e.calls for e in report_mod.entries())
+
+
+@pytest.mark.parametrize("argus_ms, fallback_ms, replaced", [(1.0, 2.0, True), (2.0, 1.0, False)])
+def test_first_call_runs_inductors_code_and_the_measured_winner_follows(fresh_cache: Path, argus_ms, fallback_ms,
+                                                                        replaced) -> None:
+    clock = Clock(argus_ms, fallback_ms)
+    x = torch.randn(8, 32)
+    with measuring_with(clock, ("cpu",)), torch.no_grad():
+        model, f = _compiled(clock)
+        out = f(x)  # the first tier: no Argus op, nothing timed during the compile
+        torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+        sources = {e.source for e in report_mod.entries()}
+        assert sources == {PENDING}, sources
+        assert argus_inductor.settle(timeout=600)
+        assert clock.calls, "the background measured nothing"
+        t = _tiers_of(f)
+        before = _argus_calls()
+        out = f(x)
+        torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+    assert t and t[0].error is None and t[0].replaced is replaced
+    assert (_argus_calls() > before) is replaced  # the second tier runs Argus's kernels where they won
+    notes = [n for e in report_mod.entries() for n in e.notes]
+    assert any(n.startswith("swap-in: " + ("argus" if replaced else "fallback")) for n in notes), notes
+    phases = report_mod.phases()
+    assert any(k.startswith("background: swap-in") for k in phases), phases
+
+
+def test_a_stored_verdict_is_applied_at_once_with_no_background(fresh_cache: Path) -> None:
+    x = torch.randn(8, 32)
+    with measuring_with(Clock(1.0, 2.0), ("cpu",)), torch.no_grad():
+        _, f = _compiled(Clock(1.0, 2.0))
+        f(x)
+        assert argus_inductor.settle(timeout=600)
+    assert len(_created) == 1
+    _created.clear()
+    torch._dynamo.reset()
+    report_mod.clear()
+    clock = Clock(RuntimeError("must not time"), RuntimeError("must not time"))
+    with measuring_with(clock, ("cpu",)), torch.no_grad():
+        model, f = _compiled(clock)
+        torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+        assert not tiers.pending() and not _tiers_of(f)
+    assert clock.calls == [] and _argus_calls() > 0  # the stored verdicts (argus) ran on the first call
+
+
+def test_background_off_measures_while_compiling(fresh_cache: Path) -> None:
+    clock = Clock(1.0, 2.0)
+    x = torch.randn(8, 32)
+    report_mod.clear_phases()
+    with measuring_with(clock, ("cpu",)), torch.no_grad():
+        model, f = _compiled(clock, swapin_background=False)
+        torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+        assert clock.calls and not tiers.pending() and not _created
+    assert _argus_calls() > 0 and not any(k.startswith("background:") for k in report_mod.phases())
+
+
+def test_a_failing_background_keeps_the_first_tier(fresh_cache: Path, caplog: pytest.LogCaptureFixture) -> None:
+    t = tiers.Tiered(lambda x: x + 1, lambda: (_ for _ in ()).throw(RuntimeError("no compiler")), name="g")
+    assert t(1) == 2
+    assert t.wait(60)
+    assert t(1) == 2 and not t.replaced and isinstance(t.error, RuntimeError)
+    assert "background swap-in of g failed (RuntimeError: no compiler)" in caplog.text
+
+
+def test_the_second_tier_replaces_the_first_and_none_keeps_it() -> None:
+    t = tiers.Tiered(lambda x: ("first", x), lambda: lambda x: ("second", x))
+    assert t(1) == ("first", 1) and t.wait(60) and t(2) == ("second", 2) and t.replaced
+    keep = tiers.Tiered(lambda x: ("first", x), lambda: None)
+    keep(0)
+    assert keep.wait(60) and keep(3) == ("first", 3) and not keep.replaced and keep.error is None
+
+
+def test_the_background_starts_after_the_first_call_and_settle_waits_for_it() -> None:
+    gate = threading.Event()
+    started = threading.Event()
+
+    def build():
+        started.set()
+        gate.wait(60)
+        return lambda: "second"
+
+    t = tiers.Tiered(lambda: "first", build)
+    assert not started.wait(0.2)  # nothing runs before the first call
+    assert t() == "first" and started.wait(60)
+    assert t() == "first" and not argus_inductor.settle(timeout=0.1)  # still building: calls run the first tier
+    gate.set()
+    assert argus_inductor.settle(timeout=60) and t() == "second"
+
+
+def test_a_call_waits_for_a_background_timing_and_the_other_way_round() -> None:
+    """A background timing and a call of a tiered graph never run on the device at once (device_turn)."""
+    inside = threading.Event()
+    release = threading.Event()
+    log: list[str] = []
+
+    def timing():
+        with tiers.device_turn():
+            inside.set()
+            release.wait(60)
+            log.append("timing done")
+
+    t = tiers.Tiered(lambda: log.append("call"), lambda: None)
+    t.wait(60)  # settled at once (None): calls no longer take the turn...
+    t2 = tiers.Tiered(lambda: log.append("call"), lambda: time.sleep(0.5))
+    th = threading.Thread(target=timing)
+    th.start()
+    assert inside.wait(60)
+    caller = threading.Thread(target=t2)
+    caller.start()
+    time.sleep(0.2)
+    assert log == []  # ...but a pending one waits for the timing
+    release.set()
+    caller.join(60)
+    th.join(60)
+    assert log == ["timing done", "call"]
+    assert argus_inductor.settle(timeout=60)
+
+
+def _tiers_of(f) -> list[tiers.Tiered]:
+    """The Tiered callables the backend made in this test."""
+    return list(_created)
+
+
+_created: list[tiers.Tiered] = []
+_orig_init = tiers.Tiered.__init__
+
+
+def _tracking_init(self, *a, **k) -> None:
+    _orig_init(self, *a, **k)
+    _created.append(self)
+
+
+@pytest.fixture(autouse=True)
+def _track(monkeypatch: pytest.MonkeyPatch):
+    _created.clear()
+    monkeypatch.setattr(tiers.Tiered, "__init__", _tracking_init)
+    yield
+    assert tiers.settle(timeout=600)
