@@ -31,7 +31,7 @@ from ..ops import dispatch, references
 from ..ops import swapin as decide
 from ..ops.library import LIBRARY
 from ..runtime import reporting as report
-from ..runtime import timing
+from ..runtime import tiers, timing
 from ..runtime.signature import Signature, device_model
 from .operands import random_like, real_arguments, static_operands
 from .patterns import is_argus_op
@@ -361,6 +361,8 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
     verdicts: dict[str, decide.Verdict] = {}  # decided so far in this graph (layers share signatures)
     changed = False
     for group in _groups(members):
+        if tiers.closing():  # the process is exiting: what is left stays as it is (its op, unmeasured)
+            break
         last = group[-1]
         try:
             model = device_model(_tensors((last.args, last.kwargs))[0].device)

@@ -10,8 +10,10 @@ graph never run on the GPU at once (`device_turn`), so neither slows the other's
 skewed by the model's own work. One compile runs at a time in the process (`COMPILE_LOCK`: the backend's and the
 background's, since Inductor's configuration is process-wide).
 
-`settle()` waits for every background tier in the process (a benchmark calls it before it times; `argus_inductor.
-settle`). At exit the background work still pending stops after the step it is in.
+A second tier whose build fails, or which fails its first call, leaves the first in place for good (the call is
+run again by the first tier; a warning says why). The background lets go of the graph and the first call's inputs
+once it has run. `settle()` waits for every background tier in the process (a benchmark calls it before it times;
+`argus_inductor.settle`). At exit the background work still pending stops after the step it is in.
 """
 from __future__ import annotations
 
@@ -73,7 +75,10 @@ class Tiered:
                  state: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
                  name: str = "graph") -> None:
         self._fn = first
-        self._build = build
+        self._first: Callable[..., Any] | None = first  # kept until the second tier's first call has run
+        self._trial = False                               # the second tier has not been called yet
+        self._trial_lock = threading.Lock()
+        self._build: Callable[[], Callable[..., Any] | None] | None = build
         self._state = state
         self.name = name
         self._started = threading.Event()
@@ -85,12 +90,33 @@ class Tiered:
 
     def __call__(self, *args: Any) -> Any:
         if self._done.is_set():
+            if self._trial:
+                return self._first_of_second(args)
             return self._fn(*args)
-        with _DEVICE:
-            out = self._fn(*args)
+        with _DEVICE:  # the first tier until the second is settled (and has had its first call, below)
+            out = (self._first or self._fn)(*args)
         if not self._started.is_set():
             self.start()
         return out
+
+    def _first_of_second(self, args: tuple[Any, ...]) -> Any:
+        """The second tier's first call: where it fails, the first tier (which ran these graphs' calls before) takes
+        the call and stays; the failure is logged once. A graph that writes its inputs in place and failed part way
+        has written them once: such writes in a compiled graph are cache updates, which the first tier writes
+        again with the same values."""
+        with self._trial_lock:
+            if not self._trial:
+                return self._fn(*args)
+            try:
+                out = self._fn(*args)
+            except Exception as e:
+                self._fn, self.replaced, self.error = self._first, False, e
+                log.warning("argus: the measured graph of %s failed on its first call (%s: %s); Inductor's code "
+                            "stays", self.name, type(e).__name__, _first_line(e))
+                out = self._fn(*args)
+            self._trial = False
+            self._first = None
+            return out
 
     def start(self) -> None:
         """Start building the second tier (once; the first call does it)."""
@@ -109,17 +135,21 @@ class Tiered:
         t0 = time.perf_counter()
         _LOCAL.background = True
         try:
-            if not _CLOSING.is_set():
+            if not _CLOSING.is_set() and self._build is not None:
                 with COMPILE_LOCK, self._state():
                     second = self._build()
                 if second is not None:
+                    self._trial = True
                     self._fn = second
                     self.replaced = True
         except BaseException as e:  # noqa: BLE001  (the first tier is correct: it stays)
             self.error = e
             log.warning("argus: the background swap-in of %s failed (%s: %s); Inductor's code stays", self.name,
-                        type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+                        type(e).__name__, _first_line(e))
         finally:
+            self._build = None  # what it held (the graph, the first call's inputs) is not kept alive
+            if not self._trial:
+                self._first = None
             self.seconds = time.perf_counter() - t0
             self._done.set()
             with _PENDING_LOCK:
@@ -132,6 +162,11 @@ class Tiered:
         """Wait for the second tier (started if it was not yet); whether it is settled."""
         self.start()
         return self._done.wait(timeout)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def pending() -> list[Tiered]:

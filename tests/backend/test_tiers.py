@@ -175,3 +175,65 @@ def _track(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(tiers.Tiered, "__init__", _tracking_init)
     yield
     assert tiers.settle(timeout=600)
+
+
+def test_a_second_tier_that_fails_its_first_call_gives_the_call_to_the_first(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def broken(x):
+        raise RuntimeError("launch failed")
+
+    t = tiers.Tiered(lambda x: ("first", x), lambda: broken, name="g")
+    t(0)
+    assert t.wait(60) and t.replaced
+    assert t(1) == ("first", 1) and not t.replaced and isinstance(t.error, RuntimeError)
+    assert t(2) == ("first", 2)
+    assert "measured graph of g failed on its first call (RuntimeError: launch failed)" in caplog.text
+
+
+def test_the_background_lets_go_of_what_it_built_from() -> None:
+    """The graph and the first call's inputs the build closes over are not kept alive once it has run."""
+    import gc
+    import weakref
+
+    class Big:
+        pass
+
+    big = Big()
+    ref = weakref.ref(big)
+    t = tiers.Tiered(lambda: None, lambda b=big: None)
+    del big
+    t()
+    assert t.wait(60)
+    gc.collect()
+    assert ref() is None
+
+
+def test_an_exiting_process_stops_the_background_after_its_step(tmp_path: Path) -> None:
+    """A program that ends while a background swap-in is still measuring exits after the step in flight, without
+    finishing the rest and without a traceback."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, time\n"
+        "steps = []\n"
+        "atexit.register(lambda: print('steps', len(steps), flush=True))  # runs last: after tiers' own\n"
+        "import torch\n"
+        "from argus_inductor.runtime import tiers\n"
+        "def build():\n"
+        "    for i in range(300):\n"
+        "        if tiers.closing():\n"
+        "            return None\n"
+        "        steps.append(i)\n"
+        "        time.sleep(0.1)\n"
+        "    return None\n"
+        "t = tiers.Tiered(lambda: 0, build)\n"
+        "t()\n"
+        "time.sleep(0.35)\n"
+    )
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    took = time.perf_counter() - t0
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    steps = int(proc.stdout.split()[-1])
+    assert 2 <= steps < 100 and took < 25, (steps, took)  # 300 steps would take 30 s
