@@ -3,8 +3,8 @@
 The measured swap-in (graph/swapin.py) decides each Argus op signature by timing it against Inductor's code. Done
 while the backend compiles, that work (the checker, Argus's Triton compiles, Inductor's compile of the fallback
 alone, the timing) is all on the first call. A `Tiered` callable runs the first tier (Inductor's code for every
-signature not yet decided) from the first call on, and after that call starts the work that builds the second tier
-in a background thread; when the second tier is ready, later calls run it. What each tier runs is correct on its
+signature not yet decided) from the first call on, and from the second call (or `settle()`) builds the second tier in
+a background thread; when the second tier is ready, later calls run it. What each tier runs is correct on its
 own, so a call never waits for the background, except for the device: a background timing and a call of a tiered
 graph never run on the GPU at once (`device_turn`), so neither slows the other's kernels and the verdict is not
 skewed by the model's own work. One compile runs at a time in the process (`COMPILE_LOCK`: the backend's and the
@@ -29,7 +29,8 @@ log = logging.getLogger("argus_inductor")
 
 COMPILE_LOCK = threading.RLock()  # one compile at a time in this process: the backend's, the background's
 _DEVICE = threading.Lock()        # a call of a tiered graph, or a background timing: never both at once
-_PENDING: set[Tiered] = set()
+_PENDING: set[Tiered] = set()   # building a second tier
+_ARMED: set[Tiered] = set()     # called once: the build starts at the next call, or at settle()
 _PENDING_LOCK = threading.Lock()
 _CLOSING = threading.Event()
 _LOCAL = threading.local()        # .background: this thread builds a second tier
@@ -96,7 +97,14 @@ class Tiered:
         with _DEVICE:  # the first tier until the second is settled (and has had its first call, below)
             out = (self._first or self._fn)(*args)
         if not self._started.is_set():
-            self.start()
+            # not at the end of the first call: the build holds the interpreter lock through long native calls
+            # (Triton's compiles), which would keep the caller's first-call work after this (a device sync, the
+            # next line of the program) waiting. A program that calls once never pays for it.
+            with _PENDING_LOCK:
+                armed = self in _ARMED
+                _ARMED.add(self)
+            if armed:
+                self.start()
         return out
 
     def _first_of_second(self, args: tuple[Any, ...]) -> Any:
@@ -119,11 +127,12 @@ class Tiered:
             return out
 
     def start(self) -> None:
-        """Start building the second tier (once; the first call does it)."""
+        """Start building the second tier (once; the second call or settle() does it)."""
         with _PENDING_LOCK:
             if self._started.is_set():
                 return
             self._started.set()
+            _ARMED.discard(self)
             if _CLOSING.is_set():
                 self._done.set()
                 return
@@ -170,15 +179,21 @@ def _first_line(e: BaseException) -> str:
 
 
 def pending() -> list[Tiered]:
+    """The tiered graphs whose second tier is being built, or will be at their next call."""
     with _PENDING_LOCK:
-        return list(_PENDING)
+        return list(_PENDING | _ARMED)
 
 
 def settle(timeout: float | None = None) -> bool:
-    """Wait until every background tier of this process is built (or has failed, keeping its first tier); False
-    where `timeout` seconds passed first. Those never called yet have not started: they are not waited for."""
+    """Build every second tier of this process that a call has asked for (starting those that wait for their second
+    call) and wait until each is built (or has failed, keeping its first tier); False where `timeout` seconds passed
+    first. A graph never called has nothing to build."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
+        with _PENDING_LOCK:
+            armed = list(_ARMED)
+        for t in armed:
+            t.start()
         left = pending()
         if not left:
             return True
@@ -190,6 +205,8 @@ def settle(timeout: float | None = None) -> bool:
 
 def _at_exit() -> None:
     _CLOSING.set()
+    with _PENDING_LOCK:
+        _ARMED.clear()
     for t in pending():
         if t._thread is not None:
             t._thread.join()

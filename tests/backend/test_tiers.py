@@ -109,7 +109,9 @@ def test_the_second_tier_replaces_the_first_and_none_keeps_it() -> None:
     assert keep.wait(60) and keep(3) == ("first", 3) and not keep.replaced and keep.error is None
 
 
-def test_the_background_starts_after_the_first_call_and_settle_waits_for_it() -> None:
+def test_the_background_starts_at_the_second_call_and_settle_waits_for_it() -> None:
+    """Not at the end of the first call, whose caller's next steps (a device sync, say) would wait for the
+    interpreter lock the build holds through Triton's native compiles; settle() starts what a call asked for."""
     gate = threading.Event()
     started = threading.Event()
 
@@ -119,11 +121,16 @@ def test_the_background_starts_after_the_first_call_and_settle_waits_for_it() ->
         return lambda: "second"
 
     t = tiers.Tiered(lambda: "first", build)
-    assert not started.wait(0.2)  # nothing runs before the first call
-    assert t() == "first" and started.wait(60)
+    assert t() == "first" and not started.wait(0.3)  # the first call: nothing runs beside its caller
+    assert t in tiers.pending()
+    assert t() == "first" and started.wait(60)       # the second call starts the build
     assert t() == "first" and not argus_inductor.settle(timeout=0.1)  # still building: calls run the first tier
     gate.set()
     assert argus_inductor.settle(timeout=60) and t() == "second"
+    once = tiers.Tiered(lambda: "first", lambda: lambda: "second")
+    assert once() == "first" and argus_inductor.settle(timeout=60) and once() == "second"  # settle() starts it
+    never = tiers.Tiered(lambda: "first", lambda: lambda: "second")
+    assert never not in tiers.pending() and argus_inductor.settle(timeout=60)  # never called: nothing to build
 
 
 def test_a_call_waits_for_a_background_timing_and_the_other_way_round() -> None:
@@ -228,6 +235,7 @@ def test_an_exiting_process_stops_the_background_after_its_step(tmp_path: Path) 
         "        time.sleep(0.1)\n"
         "    return None\n"
         "t = tiers.Tiered(lambda: 0, build)\n"
+        "t()\n"
         "t()\n"
         "time.sleep(0.35)\n"
     )
