@@ -408,7 +408,9 @@ def _gpu_phase(mod: Any, model: Any, args: argparse.Namespace, device: str, repo
             # ops, norms or reductions), so a share is undefined; "argus_ran" still says whether Argus ran.
             row["coverage"] = min(1.0, argus_flops / row["flops"]) if row["flops"] else None
             row["argus_ran"] = any(e.calls and not e.source.startswith("fallback") for e in reporting.entries())
-            row["argus_entries"] = [{"op": e.op, "signature": e.signature, "source": e.source, "calls": e.calls}
+            row["argus_entries"] = [{"op": e.op, "signature": e.signature, "source": e.source, "calls": e.calls,
+                                     # the swap-in's verdict with both sides' times: how far the loser was
+                                     "swapin": [n for n in e.notes if n.startswith("swap-in")]}
                                     for e in reporting.entries()]
         phase = "timing"
         with _timing_slot():

@@ -167,6 +167,11 @@ def test_first_calls_and_levels_are_in_the_table(small_run: tuple) -> None:
     row = _rows(data)["01_square_matmul"]
     assert row["backends"]["inductor"]["first_call_s"] > 0 and row["backends"]["argus"]["first_call_s"] > 0
     assert "graph rewrite" in row["argus_compile_phases"] and "inductor" in row["argus_compile_phases"]
+    # each matched subgraph carries what the swap-in said of it (on a GPU its verdict with both times; here, under
+    # the interpreter, that it was not measured) and the background's seconds after the first call (none here)
+    assert row["argus_entries"] and all(any(n.startswith("swap-in not measured (the Triton interpreter")
+                                            for n in e["swapin"]) for e in row["argus_entries"])
+    assert not row["backends"]["argus"].get("settle_s")
     s = data["summary"]
     assert s["first_call_argus_vs_inductor_median"] > 0
     assert set(s["by_level"]) == {"1", "2"} and s["by_level"]["1"]["n"] == 5
