@@ -245,3 +245,25 @@ def test_an_exiting_process_stops_the_background_after_its_step(tmp_path: Path) 
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     steps = int(proc.stdout.split()[-1])
     assert 2 <= steps < 100 and took < 25, (steps, took)  # 300 steps would take 30 s
+
+
+@pytest.mark.parametrize("argus_ms, fallback_ms", [(1.0, 2.0), (2.0, 1.0)])
+def test_a_small_llama_goes_through_both_tiers(fresh_cache: Path, argus_ms, fallback_ms) -> None:
+    """Attention, GEMMs (some decided together), norms and the embedding: all pending on the first call, which runs
+    Inductor's code; after settle() each runs the side the clock made faster, and the model still matches eager."""
+    from argus_inductor.demo import TinyLlama
+
+    torch.manual_seed(0)
+    model = TinyLlama(layers=1).eval()
+    tokens = torch.randint(0, model.embed.num_embeddings, (1, 8))
+    with measuring_with(Clock(argus_ms, fallback_ms), ("cpu",)), torch.no_grad():
+        ref = model(tokens)
+        f = torch.compile(model, backend="argus", options={"ops": "all"})
+        torch.testing.assert_close(f(tokens), ref, rtol=1e-4, atol=1e-4)
+        kinds = {e.op for e in report_mod.entries()}
+        assert {"attention", "gemm"} <= kinds and {e.source for e in report_mod.entries()} == {PENDING}
+        assert argus_inductor.settle(timeout=900)
+        torch.testing.assert_close(f(tokens), ref, rtol=1e-4, atol=1e-4)
+    won = argus_ms < fallback_ms
+    assert all((e.calls > 0) is won for e in report_mod.entries()), [(e.op, e.calls) for e in report_mod.entries()]
+    assert _created and _created[0].replaced is won and _created[0].error is None
