@@ -215,7 +215,6 @@ def _second_tier(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str 
     then what this graph runs for good)."""
     from .graph.swapin import swap_in
 
-    set_active_options(opts)
     with torch._guards.tracing(None), _report.phase("swap-in"):
         swap_in(gm, example_inputs, next(iter(targets)))
     if _argus_ops(gm) == first_ops or tiers.closing():
@@ -277,7 +276,8 @@ def _lower(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None
 
     def compile_with(graph: torch.fx.GraphModule, config: dict[str, Any]) -> Callable[..., Any]:
         replay = opts.graph_replay and config["triton.cudagraphs"]
-        with replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache(), _report.phase("inductor"):
+        with tiers.COMPILE_LOCK, replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache(), \
+                _report.phase("inductor"):
             return compile_fx(graph, example_inputs, config_patches=config)
 
     try:

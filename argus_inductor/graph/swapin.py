@@ -80,7 +80,8 @@ def compile_alone(fn: Callable[..., torch.Tensor], args: tuple[Any, ...], kwargs
     kw = {k: fx.node.map_aggregate(v, leaf) for k, v in kwargs.items()}
     g.output(g.call_function(fn, tuple(a), kw))
     gm = fx.GraphModule(torch.nn.Module(), g)
-    with torch._guards.tracing(None):  # its own compile, not part of the graph the backend is compiling
+    # its own compile, not part of the graph the backend is compiling; one Inductor compile at a time (tiers.py)
+    with tiers.COMPILE_LOCK, torch._guards.tracing(None):
         return compile_fx(gm, list(tensors))
 
 
@@ -288,7 +289,7 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
                          for k, v in m.node.kwargs.items()})
                 g.output(env[group[-1].node])
                 gm = fx.GraphModule(torch.nn.Module(), g)
-                with torch._guards.tracing(None):
+                with tiers.COMPILE_LOCK, torch._guards.tracing(None):
                     compiled = compile_fx(gm, [outside[a] for a in order])
                 fallback_fns = [lambda c=c: compiled(*[c[a] for a in order]) for c in copies]
                 for f in fallback_fns:

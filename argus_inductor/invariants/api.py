@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -105,6 +106,10 @@ def _as_run(kernel_name: str, policy: Policy) -> Policy:
     return policy if takes(kernel_name, policy) else replace(policy, warp_specialize=False)
 
 
+_Z3 = threading.RLock()  # z3's Python API shares one context: one verification at a time in a process (the
+#                          background swap-in of runtime/tiers.py proves kernels beside the model's own first runs)
+
+
 def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None = None,
            shapes: Mapping[str, int] | None = None, *, assumptions: Sequence[str] = (),
            staging: StagingHook | None = default_staging, timeout_ms: int | None = None,
@@ -120,6 +125,13 @@ def verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None 
     reads: the op's read sets (readsets.ReadSet, from argus_inductor.specs.reads): what each element of an
     output must read, proved at its stores (none: the kernel-wide obligations and the kernel's own assertions only).
     """
+    with _Z3:  # the budget counts from here: a wait for another thread's proof is not this one's time
+        return _verify(kernel, policy, shapes, assumptions, staging, timeout_ms, budget_s, reads)
+
+
+def _verify(kernel: Kernel | KernelIR, policy: Policy | Mapping[str, Any] | None, shapes: Mapping[str, int] | None,
+            assumptions: Sequence[str], staging: StagingHook | None, timeout_ms: int | None,
+            budget_s: float | None, reads: Sequence[ReadSet]) -> VerificationResult:
     ir = kernel.ir if isinstance(kernel, Kernel) else kernel
     pol = _as_run(ir.name, as_policy(policy))
     t0 = time.perf_counter()

@@ -7,8 +7,10 @@ signature not yet decided) from the first call on, and from the second call (or 
 a background thread; when the second tier is ready, later calls run it. What each tier runs is correct on its
 own, so a call never waits for the background, except for the device: a background timing and a call of a tiered
 graph never run on the GPU at once (`device_turn`), so neither slows the other's kernels and the verdict is not
-skewed by the model's own work. One compile runs at a time in the process (`COMPILE_LOCK`: the backend's and the
-background's, since Inductor's configuration is process-wide).
+skewed by the model's own work. One Inductor compile runs at a time in the process (`COMPILE_LOCK`: the backend's
+whole compile, and each of the background's Inductor compiles, since Inductor's configuration is process-wide; a
+new compile of the model waits for at most one of the background's, not for its whole build). The checker proves
+one kernel at a time (invariants.api), as z3's Python API shares one context.
 
 A second tier whose build fails, or which fails its first call, leaves the first in place for good (the call is
 run again by the first tier; a warning says why). The background lets go of the graph and the first call's inputs
@@ -27,7 +29,7 @@ from typing import Any
 
 log = logging.getLogger("argus_inductor")
 
-COMPILE_LOCK = threading.RLock()  # one compile at a time in this process: the backend's, the background's
+COMPILE_LOCK = threading.RLock()  # one Inductor compile at a time in this process: the backend's, the background's
 _DEVICE = threading.Lock()        # a call of a tiered graph, or a background timing: never both at once
 _PENDING: set[Tiered] = set()   # building a second tier
 _ARMED: set[Tiered] = set()     # called once: the build starts at the next call, or at settle()
@@ -145,7 +147,7 @@ class Tiered:
         _LOCAL.background = True
         try:
             if not _CLOSING.is_set() and self._build is not None:
-                with COMPILE_LOCK, self._state():
+                with self._state():  # its Inductor compiles take COMPILE_LOCK each, not the whole build
                     second = self._build()
                 if second is not None:
                     self._trial = True

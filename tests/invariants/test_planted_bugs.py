@@ -71,3 +71,34 @@ def test_counterexample_names_program_iteration_element_and_thread() -> None:
     assert v.values["a"] == v.values["b"] + 1  # A's K index is one past B's
     assert "mma multiplied A's K index" in v.headline and "thread" in v.headline and f"line {v.line}" in v.headline
     assert v.shapes == {"M": 200, "N": 136, "K": 100}
+
+
+def test_proofs_from_several_threads_give_the_verdicts_they_give_alone() -> None:
+    """The background swap-in (runtime/tiers.py) proves kernels in a thread of its own while the model's thread may
+    prove others: z3's Python API shares one context, so verification takes turns. Four threads prove correct
+    kernels and mutants at once; each verdict and counterexample line is the one a lone run gives."""
+    import threading
+
+    jobs = [(c, c.source, "specialized") for c in CASES[:4]] + \
+        [(c, c.mutants[0].apply(c.source), "specialized") for c in CASES[:4]]
+    alone = [(r.ok, tuple(v.line for v in r.violations)) for r in (run(c, s, m) for c, s, m in jobs)]
+    got: dict[int, tuple] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for k in range(i, len(jobs), 4):
+                c, s, m = jobs[k]
+                r = run(c, s, m)
+                got[k] = (r.ok, tuple(v.line for v in r.violations))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert [got[k] for k in range(len(jobs))] == alone
+    assert alone[:4] == [(True, ())] * 4 and not any(ok for ok, _ in alone[4:])
