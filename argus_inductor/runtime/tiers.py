@@ -68,8 +68,8 @@ def _synchronize() -> None:
 
 
 class Tiered:
-    """A compiled graph that runs `first` until `build()` (run in a background thread after the first call, under
-    COMPILE_LOCK) returns the second tier; None from `build`, or an exception, keeps `first` for good.
+    """A compiled graph that runs `first` until `build()` (run in a background thread from the second call, or from
+    settle()) returns the second tier; None from `build`, or an exception, keeps `first` for good.
 
     `state`: a context manager factory the background enters around `build` (the compiling thread's grad mode,
     inference mode and current device, which are per thread)."""
