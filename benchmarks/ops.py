@@ -98,10 +98,10 @@ def roofline(rows: list[dict], ceil: dict[str, float]) -> None:
     for r in rows:
         if "flops" not in r or "bytes" not in r:
             continue
-        bound = max(r["bytes"] / (ceil["copy_tbps"] * 1e9), r["flops"] / (ceil["bf16_tflops"] * 1e9))
-        r["roof_frac"] = bound / r["ours_ms"]
-        r["bound"] = "bytes" if r["bytes"] / ceil["copy_tbps"] > r["flops"] / (ceil["bf16_tflops"] * 1e3) else \
-            "tensor cores"
+        bytes_ms = r["bytes"] / (ceil["copy_tbps"] * 1e9)  # its bytes at the copy rate
+        flops_ms = r["flops"] / (ceil["bf16_tflops"] * 1e9)  # its FLOPs at the bf16 rate
+        r["roof_frac"] = max(bytes_ms, flops_ms) / r["ours_ms"]
+        r["bound"] = "bytes" if bytes_ms > flops_ms else "tensor cores"
 
 
 def run_gemm(rows: list[dict], quick: bool, regimes: bool = False) -> None:
