@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-OPS = Path(__file__).resolve().parents[2] / "benchmarks" / "ops.py"
+OPS = Path(__file__).resolve().parents[1] / "benchmarks" / "ops.py"
 
 
 @pytest.fixture(scope="module")
