@@ -485,14 +485,8 @@ def run_one(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         wall = round(time.monotonic() - t0, 2)
         if out.exists():
             row = {**base, **json.loads(out.read_text()), "wall_s": wall}
-            if args.first_call:  # each backend cold, alone: the first-call numbers the table uses
-                for b in ("argus", "inductor"):
-                    if b in row.get("backends", {}):
-                        first, settle = first_call_isolated(path, b, args)
-                        row["backends"][b]["first_call_s"] = first
-                        if b == "argus":
-                            row["backends"][b]["settle_s"] = settle
-                row["first_call_isolated"] = True
+            if args.first_call and not args.first_call_after:  # each backend cold, alone: the table's numbers
+                isolate_first_calls(path, row, args)
             return row
         err = (err or "")[-2000:]
         oom = proc.returncode in (-9, 137) or "out of memory" in err.lower() or "MemoryError" in err
@@ -560,7 +554,7 @@ def summarize(rows: list[dict[str, Any]], backends: tuple[str, ...]) -> dict[str
 
 def _settle(s: float | None) -> str:
     """The background swap-in's seconds after a first call, where it had any."""
-    return f" +{s:.1f}" if s else ""
+    return f" +{s:.1f}" if s and s >= 0.05 else ""
 
 
 def _f(x: float | None, fmt: str = "{:.2f}") -> str:
@@ -675,6 +669,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="time argus's and inductor's first call (compile included) each in a process of its own "
                          "with empty caches (two more processes a problem); without it the first calls are those of "
                          "the worker, where Argus compiles first and Inductor finds some of its work cached")
+    ap.add_argument("--first-call-after", action="store_true",
+                    help="as --first-call, but those processes run one at a time after every problem has run, with "
+                         "no other job beside them (compile times without other jobs' compiles on the CPUs; a "
+                         "longer run)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="problems compiled and checked at once (each times alone, under a lock; default 1)")
     ap.add_argument("--isolate-timing", action="store_true",
@@ -739,6 +737,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta["jobs"] = args.jobs
     meta["isolate_timing"] = bool(args.isolate_timing)
+    # where the first calls were timed: in the worker, each in a process of its own beside the other jobs, or after
+    # the run with nothing beside them
+    meta["first_call"] = "after the run, alone" if args.first_call_after else \
+        "own process, beside other jobs" if args.first_call else "worker"
     done: dict[int, dict[str, Any]] = {}
     lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
     if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
@@ -771,6 +773,15 @@ def main(argv: list[str] | None = None) -> int:
             row = done[i] = {**run_one(problems[i], alone), "retried_alone": True}
             show(i, row, " (run again alone)")
             write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends, final=n == len(retry) - 1)
+    if args.first_call_after:  # one at a time, nothing else running: each written as it comes
+        todo = [i for i in sorted(done) if done[i]["status"] == "ok"]
+        for n, i in enumerate(todo):
+            isolate_first_calls(problems[i], done[i], args)
+            b = done[i].get("backends", {})
+            ind, arg = (b.get(k, {}).get("first_call_s") for k in ("inductor", "argus"))
+            print(f"first call alone [{n + 1}/{len(todo)}] {done[i]['problem']}: inductor {_f(ind)} s, argus "
+                  f"{_f(arg)} s{_settle(b.get('argus', {}).get('settle_s'))}", flush=True)
+            write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends, final=n == len(todo) - 1)
     return 0
 
 
@@ -796,6 +807,17 @@ with timing.shared() if {isolate!r} else contextlib.nullcontext():
     argus_inductor.settle()
     print("SETTLE_S", time.perf_counter() - t1 - (timing.waited_s() - w1))
 """
+
+
+def isolate_first_calls(path: Path, row: dict[str, Any], args: argparse.Namespace) -> None:
+    """`row`'s first calls (and Argus's background seconds after it) measured each in a process of its own."""
+    for b in ("argus", "inductor"):
+        if b in row.get("backends", {}):
+            first, settle = first_call_isolated(path, b, args)
+            row["backends"][b]["first_call_s"] = first
+            if b == "argus":
+                row["backends"][b]["settle_s"] = settle
+    row["first_call_isolated"] = "after the run, one at a time" if args.first_call_after else True
 
 
 def first_call_isolated(path: Path, backend: str, args: argparse.Namespace) -> tuple[float | None, float | None]:
