@@ -215,11 +215,11 @@ def _second_tier(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str 
     then what this graph runs for good)."""
     from .graph.swapin import swap_in
 
-    with torch._guards.tracing(None), _report.phase("swap-in"):
-        swap_in(gm, example_inputs, next(iter(targets)))
-    if _argus_ops(gm) == first_ops or tiers.closing():
-        return None
     with torch._guards.tracing(None):
+        with _report.phase("swap-in"):
+            swap_in(gm, example_inputs, next(iter(targets)))
+        if _argus_ops(gm) == first_ops or tiers.closing():
+            return None
         return _lower(gm, example_inputs, mode, opts, devices, targets)
 
 

@@ -166,9 +166,6 @@ class Tiered:
             with _PENDING_LOCK:
                 _PENDING.discard(self)
 
-    def done(self) -> bool:
-        return self._done.is_set()
-
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the second tier (started if it was not yet); whether it is settled."""
         self.start()
