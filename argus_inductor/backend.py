@@ -276,9 +276,12 @@ def _lower(gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None
 
     def compile_with(graph: torch.fx.GraphModule, config: dict[str, Any]) -> Callable[..., Any]:
         replay = opts.graph_replay and config["triton.cudagraphs"]
-        with tiers.COMPILE_LOCK, replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache(), \
-                _report.phase("inductor"):
-            return compile_fx(graph, example_inputs, config_patches=config)
+
+        def run() -> Callable[..., Any]:
+            with tiers.COMPILE_LOCK, replacing_trees() if replay else contextlib.nullcontext(), _tagged_cache(), \
+                    _report.phase("inductor"):
+                return compile_fx(graph, example_inputs, config_patches=config)
+        return tiers.on_caller(run)  # the background's: on a caller's thread
 
     try:
         compiled = compile_with(gm, inductor_config(argus_ops == inlined))  # none left: exactly Inductor's choice

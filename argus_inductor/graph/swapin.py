@@ -80,9 +80,14 @@ def compile_alone(fn: Callable[..., torch.Tensor], args: tuple[Any, ...], kwargs
     kw = {k: fx.node.map_aggregate(v, leaf) for k, v in kwargs.items()}
     g.output(g.call_function(fn, tuple(a), kw))
     gm = fx.GraphModule(torch.nn.Module(), g)
-    # its own compile, not part of the graph the backend is compiling; one Inductor compile at a time (tiers.py)
+    # its own compile, not part of the graph the backend is compiling; one Inductor compile at a time, and from the
+    # background on a caller's thread (tiers.py)
+    return tiers.on_caller(lambda: _compile_fx(compile_fx, gm, list(tensors)))
+
+
+def _compile_fx(compile_fx: Callable[..., Any], gm: fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
     with tiers.COMPILE_LOCK, torch._guards.tracing(None):
-        return compile_fx(gm, list(tensors))
+        return compile_fx(gm, inputs)
 
 
 def _tensors(args: Any) -> list[torch.Tensor]:
@@ -289,8 +294,7 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
                          for k, v in m.node.kwargs.items()})
                 g.output(env[group[-1].node])
                 gm = fx.GraphModule(torch.nn.Module(), g)
-                with tiers.COMPILE_LOCK, torch._guards.tracing(None):
-                    compiled = compile_fx(gm, [outside[a] for a in order])
+                compiled = tiers.on_caller(lambda: _compile_fx(compile_fx, gm, [outside[a] for a in order]))
                 fallback_fns = [lambda c=c: compiled(*[c[a] for a in order]) for c in copies]
                 for f in fallback_fns:
                     f()

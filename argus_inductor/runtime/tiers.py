@@ -12,6 +12,14 @@ whole compile, and each of the background's Inductor compiles, since Inductor's 
 new compile of the model waits for at most one of the background's, not for its whole build). The checker proves
 one kernel at a time (invariants.api), as z3's Python API shares one context.
 
+The background never traces a graph itself: Inductor's compile traces with torch.fx, which while it traces patches
+nn.Module.__call__ and sets a flag for the whole process, and a torch.compile'd call on any other thread at that
+moment fails ("Detected that you are using FX to symbolically trace a dynamo-optimized function"; seen on the H200
+when the background compiled while the model ran). So the background hands each Inductor compile (`on_caller`) to
+the next call of a tiered graph, which runs it on its own thread before its own work, as Inductor compiles a graph
+on the calling thread; `settle()` runs them too. The rest of the build (Argus's plans, the checker, Triton's
+compiles, the timing) stays in the background.
+
 A second tier whose build fails, or which fails its first call, leaves the first in place for good (the call is
 run again by the first tier; a warning says why). The background lets go of the graph and the first call's inputs
 once it has run. `settle()` waits for every background tier in the process (a benchmark calls it before it times;
@@ -24,10 +32,12 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger("argus_inductor")
+T = TypeVar("T")
 
 COMPILE_LOCK = threading.RLock()  # one Inductor compile at a time in this process: the backend's, the background's
 _DEVICE = threading.Lock()        # a call of a tiered graph, or a background timing: never both at once
@@ -35,7 +45,14 @@ _PENDING: set[Tiered] = set()   # building a second tier
 _ARMED: set[Tiered] = set()     # called once: the build starts at the next call, or at settle()
 _PENDING_LOCK = threading.Lock()
 _CLOSING = threading.Event()
-_LOCAL = threading.local()        # .background: this thread builds a second tier
+_LOCAL = threading.local()        # .background: this thread builds a second tier (or runs a job of one)
+_JOBS: deque[_Job] = deque()    # the background's compiles, for the next caller of a tiered graph (on_caller)
+_JOBS_LOCK = threading.Lock()
+
+
+class Closing(BaseException):
+    """The process is exiting: the background's build stops here (a BaseException, so no `except Exception` on
+    the way takes it for the failure of a step and decides from what is left)."""
 
 
 def closing() -> bool:
@@ -44,8 +61,64 @@ def closing() -> bool:
 
 
 def in_background() -> bool:
-    """Whether the calling thread is building a second tier."""
+    """Whether the calling thread is building a second tier, or running a compile the background handed to it."""
     return getattr(_LOCAL, "background", False)
+
+
+class _Job:
+    def __init__(self, fn: Callable[[], Any], state: Callable[[], contextlib.AbstractContextManager[Any]]) -> None:
+        self.fn, self.state = fn, state
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+def on_caller(fn: Callable[[], T]) -> T:
+    """`fn()` (an Inductor compile: it traces with torch.fx), run where no other thread's compiled call can meet its
+    trace: from the background, on the thread that next calls a tiered graph (before that call's own work) or
+    waits in settle(), under the compiling thread's state; the background waits for it. Called on any other
+    thread, `fn` runs there. Raises `Closing` where the process exits before a caller took it."""
+    if not getattr(_LOCAL, "background", False) or getattr(_LOCAL, "serving", False):
+        return fn()
+    job = _Job(fn, getattr(_LOCAL, "state", contextlib.nullcontext))
+    with _JOBS_LOCK:
+        _JOBS.append(job)
+    while not job.done.wait(0.02):
+        if _CLOSING.is_set():
+            with _JOBS_LOCK:
+                if job in _JOBS:  # not taken: nobody will run it
+                    _JOBS.remove(job)
+                    raise Closing()
+    if job.error is not None:
+        raise job.error
+    return job.result
+
+
+def handed_over() -> int:
+    """How many compiles the background has handed over that no caller has taken yet."""
+    return len(_JOBS)
+
+
+def serve() -> None:
+    """Run the compiles the background handed over (on_caller), here and now; a tiered graph's call and settle()
+    do it first thing."""
+    while _JOBS:
+        with _JOBS_LOCK:
+            if not _JOBS:
+                return
+            job = _JOBS.popleft()
+        was = getattr(_LOCAL, "background", False), getattr(_LOCAL, "serving", False)
+        _LOCAL.background = _LOCAL.serving = True  # its phases are the background's, not this call's
+        try:
+            import torch
+
+            with job.state(), torch._guards.tracing(None):  # its own compile, in no trace of this thread's
+                job.result = job.fn()
+        except BaseException as e:  # noqa: BLE001  (the background's to handle: it keeps the first tier)
+            job.error = e
+        finally:
+            _LOCAL.background, _LOCAL.serving = was
+            job.done.set()
 
 
 @contextlib.contextmanager
@@ -92,6 +165,8 @@ class Tiered:
         self.seconds: float | None = None  # the background's wall time
 
     def __call__(self, *args: Any) -> Any:
+        if _JOBS:
+            serve()
         if self._done.is_set():
             if self._trial:
                 return self._first_of_second(args)
@@ -145,6 +220,7 @@ class Tiered:
     def _run(self) -> None:
         t0 = time.perf_counter()
         _LOCAL.background = True
+        _LOCAL.state = self._state
         try:
             if not _CLOSING.is_set() and self._build is not None:
                 with self._state():  # its Inductor compiles take COMPILE_LOCK each, not the whole build
@@ -155,8 +231,9 @@ class Tiered:
                     self.replaced = True
         except BaseException as e:  # noqa: BLE001  (the first tier is correct: it stays)
             self.error = e
-            log.warning("argus: the background swap-in of %s failed (%s: %s); Inductor's code stays", self.name,
-                        type(e).__name__, _first_line(e))
+            if not isinstance(e, Closing):
+                    log.warning("argus: the background swap-in of %s failed (%s: %s); Inductor's code stays",
+                            self.name, type(e).__name__, _first_line(e))
         finally:
             self._build = None  # what it held (the graph, the first call's inputs) is not kept alive
             if not self._trial:
@@ -167,9 +244,21 @@ class Tiered:
                 _PENDING.discard(self)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the second tier (started if it was not yet); whether it is settled."""
+        """Wait for the second tier (started if it was not yet), running the compiles it hands over; whether it is
+        settled."""
         self.start()
-        return self._done.wait(timeout)
+        return _wait_serving(self._done, None if timeout is None else time.monotonic() + timeout)
+
+
+def _wait_serving(done: threading.Event, deadline: float | None) -> bool:
+    while True:
+        serve()
+        step = 0.02 if deadline is None else min(0.02, max(0.0, deadline - time.monotonic()))
+        if done.wait(step):
+            serve()
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 def _first_line(e: BaseException) -> str:
@@ -197,8 +286,7 @@ def settle(timeout: float | None = None) -> bool:
         if not left:
             return True
         for t in left:
-            rest = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not t._done.wait(rest):
+            if not _wait_serving(t._done, deadline):
                 return False
 
 
@@ -213,4 +301,5 @@ def _at_exit() -> None:
 
 atexit.register(_at_exit)
 
-__all__ = ["COMPILE_LOCK", "Tiered", "closing", "device_turn", "in_background", "pending", "settle"]
+__all__ = ["COMPILE_LOCK", "Closing", "Tiered", "closing", "device_turn", "handed_over", "in_background",
+           "on_caller", "pending", "serve", "settle"]

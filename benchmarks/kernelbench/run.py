@@ -673,6 +673,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="as --first-call, but those processes run one at a time after every problem has run, with "
                          "no other job beside them (compile times without other jobs' compiles on the CPUs; a "
                          "longer run)")
+    ap.add_argument("--first-call-only", action="store_true",
+                    help="only the isolated first calls of --first-call-after, one problem at a time: no correctness "
+                         "trials and no timing of the compiled code (to check the compile time alone, quickly)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="problems compiled and checked at once (each times alone, under a lock; default 1)")
     ap.add_argument("--isolate-timing", action="store_true",
@@ -739,7 +742,9 @@ def main(argv: list[str] | None = None) -> int:
     meta["isolate_timing"] = bool(args.isolate_timing)
     # where the first calls were timed: in the worker, each in a process of its own beside the other jobs, or after
     # the run with nothing beside them
-    meta["first_call"] = "after the run, alone" if args.first_call_after else \
+    args.first_call_after = args.first_call_after or args.first_call_only
+    meta["first_call"] = "alone, first calls only" if args.first_call_only else \
+        "after the run, alone" if args.first_call_after else \
         "own process, beside other jobs" if args.first_call else "worker"
     done: dict[int, dict[str, Any]] = {}
     lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
@@ -757,8 +762,14 @@ def main(argv: list[str] | None = None) -> int:
               " ".join(f"{k}={'ok' if v.get('correct') else 'WRONG'}" for k, v in b.items()),
               f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
 
+    if args.first_call_only:  # rows of first calls alone: nothing else is run
+        done.update({i: {"problem": p.stem, "path": str(p), "level": _level(p), "status": "ok",
+                         "backends": {b: {} for b in args.backends if b != "eager"}} for i, p in enumerate(problems)})
+        problems_to_run: list[Path] = []
+    else:
+        problems_to_run = problems
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_one, p, args): i for i, p in enumerate(problems)}
+        futures = {pool.submit(run_one, p, args): i for i, p in enumerate(problems_to_run)}
         for fut in concurrent.futures.as_completed(futures):
             i = futures[fut]
             row = done[i] = fut.result()

@@ -267,3 +267,83 @@ def test_a_small_llama_goes_through_both_tiers(fresh_cache: Path, argus_ms, fall
     won = argus_ms < fallback_ms
     assert all((e.calls > 0) is won for e in report_mod.entries()), [(e.op, e.calls) for e in report_mod.entries()]
     assert _created and _created[0].replaced is won and _created[0].error is None
+
+
+@pytest.mark.parametrize("argus_ms, fallback_ms", [(1.0, 2.0), (2.0, 1.0)])
+def test_the_model_runs_on_its_thread_while_the_background_works(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 argus_ms, fallback_ms) -> None:
+    """The background never traces with torch.fx: a trace patches nn.Module.__call__ and sets a flag for the whole
+    process, and a torch.compile'd call on another thread meanwhile fails (on the H200: 'Detected that you are
+    using FX to symbolically trace a dynamo-optimized function'). Its Inductor compiles run on the thread that calls
+    the model, inside a call; calls keep matching eager throughout, on both sides of the verdict."""
+    traced_on: list[str] = []
+    orig = torch.fx.Tracer.trace
+
+    def trace(self, *a, **k):
+        traced_on.append(threading.current_thread().name)
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(torch.fx.Tracer, "trace", trace)
+    clock = Clock(argus_ms, fallback_ms)
+    x = torch.randn(8, 32)
+    with measuring_with(clock, ("cpu",)), torch.no_grad():
+        model, f = _compiled(clock)
+        ref = model(x)
+        torch.testing.assert_close(f(x), ref, rtol=1e-4, atol=1e-4)
+        calls = 0
+        deadline = time.monotonic() + 600
+        while tiers.pending() and time.monotonic() < deadline:
+            torch.testing.assert_close(f(x), ref, rtol=1e-4, atol=1e-4)  # the second call starts the background
+            calls += 1
+        assert not tiers.pending()
+        torch.testing.assert_close(f(x), ref, rtol=1e-4, atol=1e-4)
+    assert calls >= 2 and clock.calls, (calls, clock.calls)
+    t = _tiers_of(f)
+    assert t and t[0].error is None and t[0].replaced is (argus_ms < fallback_ms)
+    assert traced_on and not [n for n in traced_on if n.startswith("argus-tier")], traced_on
+    phases = report_mod.phases()
+    assert any(k.startswith("background: swap-in: fallback compile") for k in phases), phases  # run by a call
+
+
+def test_a_compile_handed_over_at_exit_stops_the_background_quietly(tmp_path: Path) -> None:
+    """A background waiting for a caller to run its compile, in a program that never calls again, stops at exit:
+    no traceback, no warning, no hang."""
+    import subprocess
+    import sys
+
+    code = (
+        "import time\n"
+        "from argus_inductor.runtime import tiers\n"
+        "asked = []\n"
+        "def build():\n"
+        "    asked.append(1)\n"
+        "    return tiers.on_caller(lambda: (lambda: 'second'))\n"
+        "t = tiers.Tiered(lambda: 'first', build, name='g')\n"
+        "t(); t()\n"
+        "while not asked:\n"
+        "    time.sleep(0.01)\n"
+        "time.sleep(0.2)\n"
+        "print('jobs', tiers.handed_over(), flush=True)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "failed" not in proc.stderr, proc.stderr
+    assert proc.stdout.split() == ["jobs", "1"]  # it was waiting for a caller when the program ended
+
+
+def test_a_handed_over_compile_runs_at_the_next_call_or_in_settle() -> None:
+    ran_on: list[str] = []
+
+    def build():
+        return tiers.on_caller(lambda: ran_on.append(threading.current_thread().name) or (lambda: "second"))
+
+    t = tiers.Tiered(lambda: "first", build)
+    t()
+    t()  # starts the build, which hands its compile over
+    deadline = time.monotonic() + 60
+    while not tiers.handed_over() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert t() == "first" and ran_on == [threading.current_thread().name]  # this call ran it, then its own work
+    assert argus_inductor.settle(timeout=60) and t() == "second"
+    s = tiers.Tiered(lambda: "first", build)
+    s()
+    assert argus_inductor.settle(timeout=60) and s() == "second" and len(ran_on) == 2  # settle() ran this one

@@ -313,7 +313,7 @@ def test_isolated_timing_holds_the_lock_shared_while_a_job_compiles(tmp_path: Pa
     assert states[0] == "held" and states[1] == ("held" if isolate else "free"), states
 
 
-@pytest.mark.parametrize("flag", ["--first-call", "--first-call-after"])
+@pytest.mark.parametrize("flag", ["--first-call", "--first-call-after", "--first-call-only"])
 def test_first_calls_each_in_a_process_of_their_own(tmp_path: Path, flag: str) -> None:
     """--first-call times each backend's first call in a fresh process with empty caches; --first-call-after does
     it once every problem has run, one at a time, with nothing beside it. The table says which, and Argus's
@@ -326,7 +326,11 @@ def test_first_calls_each_in_a_process_of_their_own(tmp_path: Path, flag: str) -
     assert row["status"] == "ok"
     assert row["backends"]["argus"]["first_call_s"] > 0 and row["backends"]["inductor"]["first_call_s"] > 0
     assert row["backends"]["argus"]["settle_s"] < 0.1
-    after = flag == "--first-call-after"
-    assert data["meta"]["first_call"] == ("after the run, alone" if after else "own process, beside other jobs")
+    after = flag != "--first-call"
+    only = flag == "--first-call-only"
+    assert data["meta"]["first_call"] == ("alone, first calls only" if only else "after the run, alone" if after
+                                          else "own process, beside other jobs")
     assert row["first_call_isolated"] == ("after the run, one at a time" if after else True)
     assert ("first call alone [1/1] 60_leaky_relu" in proc.stdout) is after
+    assert ("correct" in row["backends"]["argus"]) is not only  # --first-call-only: no trials, no timing
+    assert data["summary"]["first_call_argus_vs_inductor_median"] > 0
