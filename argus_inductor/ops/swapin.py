@@ -22,6 +22,10 @@ TIE = 0.02           # Argus must be more than 2% faster to replace Inductor's c
 REP_MS = 4           # timing per side and round (tens of ms of device time a signature with the warm-ups)
 ROUNDS = 3           # the sides timed in turn, A B A B A B, each keeping its median: a transient load on the device
 #                      (another process's work) lands on both sides, not on one
+DECISIVE = 3.0       # a round in which Argus's plan took EXPENSIVE_MS or more and this many times the fallback's
+EXPENSIVE_MS = 10.0  # ends the timing: the rounds would cost seconds of device time (a float32 GEMM at full precision
+#                      ran 94x slower than SGEMM on the H200, 271 ms a call) for the verdict the first gave, and that
+#                      verdict is Inductor's code, which the rule never regrets. Short calls keep all their rounds.
 Timer = Callable[[list[Callable[[], Any]], str, int, str | None], tuple[float, str]]
 
 
@@ -109,6 +113,9 @@ def measure(argus_fns: list[Callable[[], Any]], fallback_fns: list[Callable[[], 
                 continue
             times[side].append(ms)
             method = method or how
+        if times["argus"] and times["fallback"] and times["argus"][-1] >= EXPENSIVE_MS and \
+                times["argus"][-1] > DECISIVE * times["fallback"][-1]:
+            break
     argus_ms = statistics.median(times["argus"]) if times["argus"] else None
     fallback_ms = statistics.median(times["fallback"]) if times["fallback"] else None
     return Verdict(choose(argus_ms, fallback_ms), argus_ms, fallback_ms, fallback, method, "; ".join(why),

@@ -575,11 +575,11 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str
         b = r.get("backends", {})
         def cell(name: str) -> str:
             x = b.get(name)
-            if not x:
+            if not x or "correct" not in x:  # not run, or first calls only
                 return "-"
             return _f(x.get("ms"), "{:.3f}") if x.get("correct") else "wrong"
         notes = [f"{k}: {v['error']}" for k, v in b.items() if v.get("error")]
-        if r["status"] != "ok":
+        if r["status"] not in ("ok", FIRST_CALLS_ONLY):
             notes.insert(0, str(r.get("error", "")))
         sp = r.get("speedup", {})
         note = "; ".join(notes).replace("|", "/").replace("\n", " ")[:160]
@@ -591,6 +591,13 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], summary: dict[str
                      f"{_settle(b.get('argus', {}).get('settle_s'))} "
                      f"| {_f(r.get('coverage'), '{:.0%}')} "
                      f"| {' '.join(o.split('::')[-1] for o in r.get('argus_ops', [])) or '-'} | {note} |")
+    if meta.get("first_call") == "alone, first calls only":
+        lines += ["", f"First call (compile included), argus / inductor's default mode: median "
+                  f"{_f(summary.get('first_call_argus_vs_inductor_median'))}x; first call + background / inductor: "
+                  f"median {_f(summary.get('settled_argus_vs_inductor_median'))}x. First calls only "
+                  f"(--first-call-only): no correctness trials, no timing of the compiled code. Status: "
+                  f"{summary['status']}.", ""]
+        return "\n".join(lines)
     lines += ["", "| metric | inductor vs eager | argus vs eager | argus vs inductor |", "|---|---|---|---|"]
     keys = ("inductor_vs_eager", "argus_vs_eager", "argus_vs_inductor")
     for m in ("fast_0", "fast_1", "fast_2"):
@@ -743,6 +750,9 @@ def main(argv: list[str] | None = None) -> int:
     # where the first calls were timed: in the worker, each in a process of its own beside the other jobs, or after
     # the run with nothing beside them
     args.first_call_after = args.first_call_after or args.first_call_only
+    if args.first_call or args.first_call_after:  # as a user's install has it (bytecode_env)
+        meta["first_call_bytecode"] = "compiled ahead (this Python writes none)" if bytecode_env() else \
+            "written by Python at first import"
     meta["first_call"] = "alone, first calls only" if args.first_call_only else \
         "after the run, alone" if args.first_call_after else \
         "own process, beside other jobs" if args.first_call else "worker"
@@ -763,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
               f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
 
     if args.first_call_only:  # rows of first calls alone: nothing else is run
-        done.update({i: {"problem": p.stem, "path": str(p), "level": _level(p), "status": "ok",
+        done.update({i: {"problem": p.stem, "path": str(p), "level": _level(p), "status": "not run",
                          "backends": {b: {} for b in args.backends if b != "eager"}} for i, p in enumerate(problems)})
         problems_to_run: list[Path] = []
     else:
@@ -785,9 +795,11 @@ def main(argv: list[str] | None = None) -> int:
             show(i, row, " (run again alone)")
             write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends, final=n == len(retry) - 1)
     if args.first_call_after:  # one at a time, nothing else running: each written as it comes
-        todo = [i for i in sorted(done) if done[i]["status"] == "ok"]
+        todo = [i for i in sorted(done) if done[i]["status"] in ("ok", "not run")]
         for n, i in enumerate(todo):
             isolate_first_calls(problems[i], done[i], args)
+            if done[i]["status"] == "not run":
+                done[i]["status"] = FIRST_CALLS_ONLY
             b = done[i].get("backends", {})
             ind, arg = (b.get(k, {}).get("first_call_s") for k in ("inductor", "argus"))
             print(f"first call alone [{n + 1}/{len(todo)}] {done[i]['problem']}: inductor {_f(ind)} s, argus "
@@ -831,6 +843,37 @@ def isolate_first_calls(path: Path, row: dict[str, Any], args: argparse.Namespac
     row["first_call_isolated"] = "after the run, one at a time" if args.first_call_after else True
 
 
+FIRST_CALLS_ONLY = "first calls only"  # a row of --first-call-only whose first calls were timed
+_BYTECODE: dict[str, str] = {}  # the run's bytecode prefix, once made (bytecode_env)
+# what a first call imports: compiled ahead where this Python writes no bytecode of its own
+BYTECODE_PACKAGES = ("torch", "triton", "sympy", "jinja2", "numpy", "z3", "transformers")
+
+
+def bytecode_env(packages: tuple[str, ...] = BYTECODE_PACKAGES, extra: tuple[Path, ...] = (REPO / "argus_inductor",)
+                 ) -> dict[str, str]:
+    """The environment a first-call process needs to read compiled bytecode, where this Python writes none
+    (PYTHONDONTWRITEBYTECODE, as on the lent GPU machines): there every process compiles each module it imports from
+    source, and a first call imports hundreds (on the H200, Argus's first call compiled 352 source files, 1.5 s, and
+    Inductor's 162, 0.5 s; users' installs have bytecode: pip compiles it at install, and Python writes it at the
+    first import). So the packages' bytecode is compiled once a run into a prefix the processes read
+    (PYTHONPYCACHEPREFIX). Empty where Python writes bytecode itself."""
+    if not sys.dont_write_bytecode and not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return {}
+    if not _BYTECODE:
+        import importlib.util
+
+        prefix = tempfile.mkdtemp(prefix="argus-kb-bytecode-")
+        dirs = [str(d) for d in extra]
+        for name in packages:
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.submodule_search_locations:
+                dirs += list(spec.submodule_search_locations)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *dirs],
+                       env={**os.environ, "PYTHONPYCACHEPREFIX": prefix}, capture_output=True, timeout=900)
+        _BYTECODE["PYTHONPYCACHEPREFIX"] = prefix
+    return dict(_BYTECODE)
+
+
 def first_call_isolated(path: Path, backend: str, args: argparse.Namespace) -> tuple[float | None, float | None]:
     """`backend`'s first call of the problem in a process of its own with empty Inductor, Triton and Argus caches:
     what a user's first run pays (a worker compiles several backends in one process, where one's caches serve the
@@ -838,7 +881,8 @@ def first_call_isolated(path: Path, backend: str, args: argparse.Namespace) -> t
     with tempfile.TemporaryDirectory(prefix="argus-kb-first-") as tmp:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor", "TRITON_CACHE_DIR": f"{tmp}/triton",
                "ARGUS_CACHE_DIR": f"{tmp}/argus",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               **bytecode_env()}
         code = FIRST_CALL.format(runner=str(HERE), path=str(path), device=args.device, ops=args.argus_ops,
                                  backend=backend, isolate=bool(args.isolate_timing))
         try:
@@ -879,6 +923,8 @@ def merge(files: list[str], out: Path, stem: str) -> int:
     by_problem: dict[str, dict[str, Any]] = {}
     for p in parts:
         for r in p["rows"]:
+            if r["status"] == "not run" and (r.get("path") or r["problem"]) in by_problem:
+                continue  # a part stopped before it: another part's row stands
             by_problem[r.get("path") or r["problem"]] = r
     rows = list(by_problem.values())
     meta = dict(parts[0]["meta"], merged_from=[Path(f).name for f in files])

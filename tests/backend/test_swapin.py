@@ -68,6 +68,18 @@ def test_the_sides_are_timed_in_turn_each_keeping_its_median() -> None:
     assert (v.argus_ms, v.fallback_ms, v.winner) == (1.1, 2.1, "argus")
 
 
+def test_a_long_argus_call_far_slower_than_the_fallback_ends_the_timing_after_one_round() -> None:
+    """A plan of 271 ms against 2.9 ms (a full-precision float32 GEMM against SGEMM on the H200) is timed once, not
+    in three rounds: the verdict (Inductor's code) cannot change. A short call, or a long one within 3x, or Argus
+    far faster, keeps its rounds."""
+    for argus, fallback, rounds in ((271.0, 2.9, 1), (3.0, 0.5, decide.ROUNDS), (25.0, 10.0, decide.ROUNDS),
+                                    (10.0, 100.0, decide.ROUNDS)):
+        clock = Clock(argus, fallback)
+        v = decide.measure([lambda: None], [lambda: None], "cuBLAS", clock)
+        assert clock.calls == ["argus", "fallback"] * rounds, (argus, fallback, clock.calls)
+        assert v.winner == ("argus" if argus < fallback else "fallback") and v.argus_ms == argus
+
+
 def test_measure_counts_a_timing_that_throws_against_its_side() -> None:
     v = decide.measure([lambda: None], [lambda: None], "cuBLAS", Clock(RuntimeError("boom"), 1.0))
     assert v.winner == "fallback" and v.argus_ms is None and "Argus plan failed to time" in v.why
