@@ -101,7 +101,10 @@ def handed_over() -> int:
 
 def serve() -> None:
     """Run the compiles the background handed over (on_caller), here and now; a tiered graph's call and settle()
-    do it first thing."""
+    do it first thing. Not while this thread captures a CUDA graph (a program recording its compiled model into a
+    graph of its own): a compile's device work cannot be captured, so the jobs wait for a call outside it."""
+    if _JOBS and _capturing():
+        return
     while _JOBS:
         with _JOBS_LOCK:
             if not _JOBS:
@@ -131,6 +134,12 @@ def device_turn() -> Iterator[None]:
             yield
         finally:
             _synchronize()
+
+
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 def _synchronize() -> None:

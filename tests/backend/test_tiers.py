@@ -347,3 +347,20 @@ def test_a_handed_over_compile_runs_at_the_next_call_or_in_settle() -> None:
     s = tiers.Tiered(lambda: "first", build)
     s()
     assert argus_inductor.settle(timeout=60) and s() == "second" and len(ran_on) == 2  # settle() ran this one
+
+
+def test_a_handed_over_compile_waits_while_the_caller_captures_a_cuda_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program that records its compiled model into a CUDA graph of its own: a compile's device work cannot be
+    captured, so a call made during the capture leaves the handed-over compile to the next call outside it."""
+    ran: list[str] = []
+    t = tiers.Tiered(lambda: "first", lambda: tiers.on_caller(lambda: ran.append("compile") or (lambda: "second")))
+    t()
+    t()
+    deadline = time.monotonic() + 60
+    while not tiers.handed_over() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monkeypatch.setattr(tiers, "_capturing", lambda: True)
+    assert t() == "first" and ran == [] and tiers.handed_over() == 1
+    monkeypatch.setattr(tiers, "_capturing", lambda: False)
+    assert t() == "first" and ran == ["compile"]
+    assert argus_inductor.settle(timeout=60) and t() == "second"
