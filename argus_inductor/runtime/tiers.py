@@ -117,8 +117,11 @@ def serve() -> None:
 
             with job.state(), torch._guards.tracing(None):  # its own compile, in no trace of this thread's
                 job.result = job.fn()
-        except BaseException as e:  # noqa: BLE001  (the background's to handle: it keeps the first tier)
+        except Exception as e:  # the background's to handle: it keeps the first tier
             job.error = e
+        except BaseException:  # Ctrl-C in the caller's call: the caller gets it, the background stops quietly
+            job.error = Closing()
+            raise
         finally:
             _LOCAL.background, _LOCAL.serving = was
             job.done.set()

@@ -364,3 +364,21 @@ def test_a_handed_over_compile_waits_while_the_caller_captures_a_cuda_graph(monk
     monkeypatch.setattr(tiers, "_capturing", lambda: False)
     assert t() == "first" and ran == ["compile"]
     assert argus_inductor.settle(timeout=60) and t() == "second"
+
+
+def test_ctrl_c_during_a_handed_over_compile_reaches_the_caller(caplog: pytest.LogCaptureFixture) -> None:
+    """A KeyboardInterrupt in the compile a call runs for the background is the caller's (not swallowed into the
+    background's failure); the background stops quietly and the first tier stays."""
+    def compile_():
+        raise KeyboardInterrupt
+
+    t = tiers.Tiered(lambda: "first", lambda: tiers.on_caller(compile_), name="g")
+    t()
+    t()
+    deadline = time.monotonic() + 60
+    while not tiers.handed_over() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(KeyboardInterrupt):
+        t()
+    assert argus_inductor.settle(timeout=60) and t() == "first" and not t.replaced
+    assert isinstance(t.error, tiers.Closing) and "background swap-in of g failed" not in caplog.text
