@@ -65,7 +65,6 @@ def compile_alone(fn: Callable[..., torch.Tensor], args: tuple[Any, ...], kwargs
                   ) -> Callable[..., Any]:
     """`fn(*args, **kwargs)` compiled by Inductor alone, as a graph of its own whose inputs are the tensors among the
     arguments (the rest are constants of the graph): a callable taking those tensors, in order."""
-    from torch._inductor.compile_fx import compile_fx
 
     tensors: list[torch.Tensor] = []
     g = fx.Graph()
@@ -82,10 +81,13 @@ def compile_alone(fn: Callable[..., torch.Tensor], args: tuple[Any, ...], kwargs
     gm = fx.GraphModule(torch.nn.Module(), g)
     # its own compile, not part of the graph the backend is compiling; one Inductor compile at a time, and from the
     # background on a caller's thread (tiers.py)
-    return tiers.on_caller(lambda: _compile_fx(compile_fx, gm, list(tensors)))
+    return tiers.on_caller(lambda: _compile_fx(gm, list(tensors)))
 
 
-def _compile_fx(compile_fx: Callable[..., Any], gm: fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
+def _compile_fx(gm: fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
+    """Inductor's compile of `gm` alone, one compile at a time in the process (tiers.COMPILE_LOCK)."""
+    from torch._inductor.compile_fx import compile_fx
+
     with tiers.COMPILE_LOCK, torch._guards.tracing(None):
         return compile_fx(gm, inputs)
 
@@ -256,7 +258,6 @@ def _run_group(group: list[_Member], fns: list[Callable[..., Any]], external: di
 def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
     """Time the group's ops (each its plan) against the group's references compiled together by Inductor (which fuses
     across the members), on the same external operands and rotated copies of them."""
-    from torch._inductor.compile_fx import compile_fx
 
     members = {m.node for m in group}
     outside: dict[fx.Node, Any] = {}  # each node outside the group a member reads, with its real tensor
@@ -294,7 +295,7 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
                          for k, v in m.node.kwargs.items()})
                 g.output(env[group[-1].node])
                 gm = fx.GraphModule(torch.nn.Module(), g)
-                compiled = tiers.on_caller(lambda: _compile_fx(compile_fx, gm, [outside[a] for a in order]))
+                compiled = tiers.on_caller(lambda: _compile_fx(gm, [outside[a] for a in order]))
                 fallback_fns = [lambda c=c: compiled(*[c[a] for a in order]) for c in copies]
                 for f in fallback_fns:
                     f()

@@ -244,8 +244,8 @@ class Tiered:
         except BaseException as e:  # noqa: BLE001  (the first tier is correct: it stays)
             self.error = e
             if not isinstance(e, Closing):
-                    log.warning("argus: the background swap-in of %s failed (%s: %s); Inductor's code stays",
-                            self.name, type(e).__name__, _first_line(e))
+                log.warning("argus: the background swap-in of %s failed (%s: %s); Inductor's code stays", self.name,
+                            type(e).__name__, _first_line(e))
         finally:
             self._build = None  # what it held (the graph, the first call's inputs) is not kept alive
             if not self._trial:

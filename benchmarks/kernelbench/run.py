@@ -747,12 +747,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta["jobs"] = args.jobs
     meta["isolate_timing"] = bool(args.isolate_timing)
-    # where the first calls were timed: in the worker, each in a process of its own beside the other jobs, or after
-    # the run with nothing beside them
     args.first_call_after = args.first_call_after or args.first_call_only
     if args.first_call or args.first_call_after:  # as a user's install has it (bytecode_env)
         meta["first_call_bytecode"] = "compiled ahead (this Python writes none)" if bytecode_env() else \
             "written by Python at first import"
+    # where the first calls were timed: in the worker, each in a process of its own beside the other jobs, or after
+    # the run with nothing beside them
     meta["first_call"] = "alone, first calls only" if args.first_call_only else \
         "after the run, alone" if args.first_call_after else \
         "own process, beside other jobs" if args.first_call else "worker"
@@ -773,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
               f"coverage={_f(row.get('coverage'), '{:.0%}')}", f"({row.get('wall_s')} s)", flush=True)
 
     if args.first_call_only:  # rows of first calls alone: nothing else is run
-        done.update({i: {"problem": p.stem, "path": str(p), "level": _level(p), "status": "not run",
+        done.update({i: {"problem": p.stem, "path": str(p), "level": _level(p), "status": NOT_RUN,
                          "backends": {b: {} for b in args.backends if b != "eager"}} for i, p in enumerate(problems)})
         problems_to_run: list[Path] = []
     else:
@@ -795,10 +795,10 @@ def main(argv: list[str] | None = None) -> int:
             show(i, row, " (run again alone)")
             write_outputs(out, stem, meta, [done[k] for k in sorted(done)], args.backends, final=n == len(retry) - 1)
     if args.first_call_after:  # one at a time, nothing else running: each written as it comes
-        todo = [i for i in sorted(done) if done[i]["status"] in ("ok", "not run")]
+        todo = [i for i in sorted(done) if done[i]["status"] in ("ok", NOT_RUN)]
         for n, i in enumerate(todo):
             isolate_first_calls(problems[i], done[i], args)
-            if done[i]["status"] == "not run":
+            if done[i]["status"] == NOT_RUN:
                 done[i]["status"] = FIRST_CALLS_ONLY
             b = done[i].get("backends", {})
             ind, arg = (b.get(k, {}).get("first_call_s") for k in ("inductor", "argus"))
@@ -843,6 +843,7 @@ def isolate_first_calls(path: Path, row: dict[str, Any], args: argparse.Namespac
     row["first_call_isolated"] = "after the run, one at a time" if args.first_call_after else True
 
 
+NOT_RUN = "not run"  # a row of --first-call-only not reached yet
 FIRST_CALLS_ONLY = "first calls only"  # a row of --first-call-only whose first calls were timed
 _BYTECODE: dict[str, str] = {}  # the run's bytecode prefix, once made (bytecode_env)
 # what a first call imports: compiled ahead where this Python writes no bytecode of its own
@@ -923,7 +924,7 @@ def merge(files: list[str], out: Path, stem: str) -> int:
     by_problem: dict[str, dict[str, Any]] = {}
     for p in parts:
         for r in p["rows"]:
-            if r["status"] == "not run" and (r.get("path") or r["problem"]) in by_problem:
+            if r["status"] == NOT_RUN and (r.get("path") or r["problem"]) in by_problem:
                 continue  # a part stopped before it: another part's row stands
             by_problem[r.get("path") or r["problem"]] = r
     rows = list(by_problem.values())
