@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import sys
 import time
 import traceback
@@ -47,6 +48,7 @@ ARGUS_MODE = "max-autotune"  # the torch.compile mode of the argus column (Induc
 # the rest of the graph (no coordinate-descent tuning of Inductor's kernels); Argus computing every row of the last
 # layer (ARGUS_PRUNE_ROWS=0: the prefill's last layer on every position, not only the one whose logits it returns)
 VARIANTS = {"argus-default-mode": {}, "argus-all-rows": {"options": {"mode": ARGUS_MODE, "prune_rows": False}}}
+PREFILL_ONLY = ("argus-all-rows",)  # a decode step's rows are all read: pruning changes nothing there
 PREFILL = ((1, 2048), (8, 512))
 DECODE = (1, 32)
 CONTEXT = 1024      # decode: tokens already in the KV cache
@@ -279,7 +281,7 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
     res["params_b"] = round(sum(p.numel() for p in model.parameters()) / 1e9, 3)
     log(f"{name}: {how}, {res['params_b']}B parameters, built in {time.perf_counter() - t0:.1f}s")
     hf = is_hf(model)
-    moe = name == "mixtral"
+    moe = name in ("mixtral", "qwen3_moe")  # routed: the MoE rule of judge()
     g = torch.Generator(device=device).manual_seed(0)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     vocab = model.config.vocab_size if hf else model.embed.num_embeddings
@@ -297,8 +299,8 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
             refs[key] = prefill_fn(model, toks, hf)()
         for b, dec in decoders.items():
             refs[f"decode b={b}"] = dec.step(model, 0)
-        # Argus and its comparison first: what the time box cuts, if anything, is plain Inductor.
-        order = sorted(backends, key=lambda b: ("eager", "argus", *VARIANTS, "max-autotune", "inductor").index(b))
+        # Argus and its comparison first: what the time box cuts, if anything, is a variant or plain Inductor.
+        order = sorted(backends, key=lambda b: ("eager", "argus", "max-autotune", *VARIANTS, "inductor").index(b))
         broken = ""
         for backend in order:
             left = deadline - time.perf_counter()
@@ -329,7 +331,7 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
                     row[key] = {"ms": ms, **err, "first_call_s": round(first, 2)}
                     log(f"{name} {backend} {key}: {ms:.3f} ms (first call {first:.1f}s incl. compile), "
                         f"rel err {err['rel_err']:.2e}{_offs(err)}")
-                for b, dec in decoders.items():
+                for b, dec in decoders.items() if backend not in PREFILL_ONLY else ():
                     key = f"decode b={b}"
                     dec.rewind()
                     if time.perf_counter() > deadline:
@@ -352,6 +354,12 @@ def run_model(name: str, backends: list[str], layers: int, deadline: float, devi
                     log(f"{name} {backend} {key} synced: {synced / DECODE_STEPS:.3f} ms/token")
                 if backend == "argus":
                     row["argus_report"] = argus_inductor.report()
+            except KeyboardInterrupt:  # Ctrl-C, or `timeout -s INT`: keep what was measured, run nothing more
+                row["error"] = "interrupted"
+                res["notes"].append(f"interrupted during {backend}: the backends after it were not run")
+                res["interrupted"] = True
+                log(f"{name} {backend}: interrupted")
+                break
             except Exception as e:
                 row["error"] = f"{type(e).__name__}: {e}"
                 row["traceback"] = traceback.format_exc(limit=8)
@@ -389,10 +397,12 @@ def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int,
     for r in results:
         lines.append(f"### {r['model']} ({r['layers']} layers, {r.get('params_b', '?')}B parameters; "
                      f"{r.get('built_with', '')})\n")
+        variants = [b for b in backends if b in VARIANTS]  # each also against max-autotune (e.g. all rows)
         head = "| workload | " + " | ".join(f"{b} ms" for b in backends) + \
-               " | argus vs eager | argus vs max-autotune | argus rel. err | first call s (" + \
+               " | argus vs eager | argus vs max-autotune | " + \
+               "".join(f"{v} vs max-autotune | " for v in variants) + "argus rel. err | first call s (" + \
                " / ".join(b for b in backends if b != "eager") + ") |"
-        lines += [head, "|" + "---|" * (len(backends) + 5)]
+        lines += [head, "|" + "---|" * (len(backends) + 5 + len(variants))]
         keys = [f"prefill {b}x{s}" for b, s in PREFILL] + [f"decode b={b}" for b in decode] + \
             [f"decode b={b} synced" for b in decode]
         for key in keys:
@@ -418,9 +428,11 @@ def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int,
                 c = r["results"].get(b, {}).get(key)
                 if b != "eager":
                     firsts.append(f"{c['first_call_s']:.1f}" if isinstance(c, dict) and "first_call_s" in c else "-")
+            ma = ma if isinstance(ma, dict) else None
+            per_variant = "".join(f"{ratio(_cell(r, v, key), ma)} | " for v in variants)
             lines.append(f"| {key}{' (per token)' if key.startswith('decode') else ''} | " + " | ".join(cells) +
                          f" | {ratio(arg, eager if isinstance(eager, dict) else None)} | "
-                         f"{ratio(arg, ma if isinstance(ma, dict) else None)} | {err} | {' / '.join(firsts)} |")
+                         f"{ratio(arg, ma)} | {per_variant}{err} | {' / '.join(firsts)} |")
         for b in backends:
             row = r["results"].get(b, {})
             if "error" in row:
@@ -430,6 +442,11 @@ def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int,
         lines += [f"\nnote: {n}" for n in r.get("notes", [])]
         lines.append("")
     return "\n".join(lines)
+
+
+def _cell(result: dict[str, Any], backend: str, key: str) -> dict[str, Any] | None:
+    c = result["results"].get(backend, {}).get(key)
+    return c if isinstance(c, dict) else None
 
 
 def versions() -> dict[str, str | None]:
@@ -456,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-batches", default=None,
                     help=f"decode batch sizes, comma-separated (default {','.join(map(str, DECODE))})")
     ap.add_argument("--smoke", action="store_true", help="tiny dims on the CPU: checks the script, times nothing")
+    ap.add_argument("--tag", default="", help="appended to the output files' names (e2e-DATE-TAG.json/.md), so "
+                                              "that runs of one day (on two GPUs at once, say) keep their own files")
     args = ap.parse_args(argv)
     decode = DECODE
     if args.decode_batches:
@@ -465,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--decode-batches takes integers, not {args.decode_batches!r}")
         if not decode or min(decode) < 1:
             ap.error(f"--decode-batches takes positive batch sizes, not {args.decode_batches!r}")
+    if args.tag and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.tag):
+        ap.error(f"--tag takes letters, digits, '.', '_' and '-' (it names files), not {args.tag!r}")
     if not args.smoke and not torch.cuda.is_available():
         print("benchmarks/e2e.py needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -489,11 +510,16 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.perf_counter() + share
         try:
             results.append(run_model(name, backends, args.layers, deadline, device, phases, decode))
+            if results[-1].get("interrupted"):
+                break
+        except KeyboardInterrupt:  # while the model was built or its references run
+            results.append({"model": name, "layers": args.layers, "results": {}, "notes": ["interrupted"]})
+            break
         except Exception as e:
             log(f"{name}: FAILED {type(e).__name__}: {e}")
             results.append({"model": name, "layers": args.layers, "results": {},
                             "notes": [f"failed: {type(e).__name__}: {e}", traceback.format_exc(limit=8)]})
-    stamp = datetime.date.today().isoformat() + ("-smoke" if args.smoke else "")
+    stamp = datetime.date.today().isoformat() + ("-smoke" if args.smoke else "") + (f"-{args.tag}" if args.tag else "")
     meta = {"date": stamp, "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)",
             "torch": torch.__version__,
             "python": platform.python_version(), "argus_inductor": argus_inductor.__version__,
@@ -505,10 +531,9 @@ def main(argv: list[str] | None = None) -> int:
           f"(prefill, last-token logits) or per token (decode, {CONTEXT}-token static KV cache); ratios are "
           f"the other's time / Argus's time (> 1: Argus faster); argus is backend=\"argus\", mode=\"{ARGUS_MODE}\" "
           f"(what Argus leaves to Inductor compiled as the max-autotune column's). MISMATCH: a sequence's relative "
-          f"error of the logits "
-          f"against eager at {TOL:g} or above (Mixtral: the median sequence's, or more than a quarter of them; a "
-          f"bf16 rounding difference before a router can flip a near-tied expert for one sequence, listed as "
-          f"'sequences off').\n\n" + table(results, backends, decode))
+          f"error of the logits against eager at {TOL:g} or above (the MoE models, Mixtral and Qwen3-MoE: the "
+          f"median sequence's, or more than a quarter of them; a bf16 rounding difference before a router can flip "
+          f"a near-tied expert for one sequence, listed as 'sequences off').\n\n" + table(results, backends, decode))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"e2e-{stamp}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
