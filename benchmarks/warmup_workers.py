@@ -4,7 +4,8 @@ signatures, is every file the workers wrote whole, and how much faster are sever
     python benchmarks/warmup_workers.py [--model llama] [--tokens 1,16,2048] [--workers 1,2] [--out DIR]
 
 For each worker count, `argus warmup --config <the model's config> --workers N` runs in its own process against
-an empty cache directory (the N workers of a run share that one directory, as users' machines do). Then each
+an empty cache directory (the N workers of a run share that one directory, as users' machines do), and with
+empty Triton and Inductor compile caches of its own, so that no run reuses an earlier run's compiles. Then each
 directory is audited: every cache entry must read back whole (format, key and checksum, through the cache's own
 reader), no temporary file of an interrupted write may be left, no entry may have been set aside as bad, and every
 other JSON or JSON-lines file (misses, the agent's experience) must parse. The runs are compared signature by
@@ -90,8 +91,13 @@ def run_warmup(config: Path, tokens: str, workers: int, cache: Path, extra: list
     cmd = [sys.executable, "-c", "import sys; from argus_inductor.cli import main; sys.exit(main())", "warmup",
            "--config", str(config), "--tokens", tokens, "--workers", str(workers), "--cache-dir", str(cache),
            "--json-out", str(rows_file), *extra]
+    # Each run compiles from nothing: its own empty Triton and Inductor caches. A run that found the kernels an
+    # earlier run compiled would skip most of its compile time, and the later run would look faster for it (on
+    # the H200 on 2026-11-29, one worker took 240 s cold and 186 s after two runs had filled these caches).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                                         os.environ.get("PYTHONPATH", "")])}
+                                                         os.environ.get("PYTHONPATH", "")]),
+           "TRITON_CACHE_DIR": str(cache.parent / f"{cache.name}-triton"),
+           "TORCHINDUCTOR_CACHE_DIR": str(cache.parent / f"{cache.name}-inductor")}
     t = time.perf_counter()
     with log.open("w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
@@ -174,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python benchmarks/warmup_workers.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     md = (f"# `argus warmup` with {' and '.join(map(str, counts))} worker(s) ({', '.join(meta['gpus'])}, {stamp})\n\n"
           f"`argus warmup --config` of {args.model}'s dims ({args.layers} layers), --tokens {args.tokens}, "
-          f"{' '.join(extra)}; each run into its own empty cache directory, which its workers share. "
+          f"{' '.join(extra)}; each run into its own empty cache directory, which its workers share, with empty "
+          f"Triton and Inductor compile caches of its own. "
           f"Speed-up: the first run's wall time over this one's. Whole: every entry reads back through the "
           f"cache's reader, no temporary file is left, none was set aside, every JSON file parses.\n\n"
           + table(runs, comparisons) + "\n")
