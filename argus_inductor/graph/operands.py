@@ -34,7 +34,55 @@ def is_static(t: torch.Tensor) -> bool:
     return all(type(n) is int for n in (*t.shape, *t.stride(), t.storage_offset()))
 
 
-def random_like(t: torch.Tensor) -> torch.Tensor:
+class AtHints:
+    """A symbolic tensor's metadata at this compile's sizes (each symbolic size by its hint: the value it has in the
+    inputs Dynamo compiled the graph for), with the tensor methods random_like and same_meta read."""
+
+    def __init__(self, t: torch.Tensor, shape: tuple[int, ...], stride: tuple[int, ...], offset: int) -> None:
+        self.shape, self._stride, self._offset = torch.Size(shape), stride, offset
+        self.dtype, self.device = t.dtype, t.device
+        self._floating = t.is_floating_point()
+
+    def stride(self) -> tuple[int, ...]:
+        return self._stride
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    def is_floating_point(self) -> bool:
+        return self._floating
+
+
+def hint(n: Any) -> int | None:
+    """A size at this compile's inputs: an int as it is, a symbolic size by its hint; None where it has none (a size
+    known only at run time, such as the count of a data-dependent selection)."""
+    if type(n) is int:
+        return n
+    if not isinstance(n, torch.SymInt):
+        return None
+    node = n.node
+    try:
+        return int(node.hint) if node.has_hint() else None  # unbacked: no value until the graph runs
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return None
+
+
+def at_hints(t: torch.Tensor) -> torch.Tensor | AtHints | None:
+    """`t` itself where its sizes are static, its metadata at the size hints where some are symbolic, None where a
+    size has no hint."""
+    if is_static(t):
+        return t
+    sizes = [hint(n) for n in (*t.shape, *t.stride(), t.storage_offset())]
+    if any(n is None for n in sizes):
+        return None
+    rank = t.dim()
+    return AtHints(t, tuple(sizes[:rank]), tuple(sizes[rank:2 * rank]), sizes[-1])
+
+
+def random_like(t: torch.Tensor | AtHints) -> torch.Tensor:
     """A real tensor with `t`'s shape, strides, storage offset, dtype and device: random normals for floating
     point, zeros otherwise."""
     span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) if t.numel() else 0
@@ -46,10 +94,13 @@ def random_like(t: torch.Tensor) -> torch.Tensor:
     return base.as_strided(tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
-def static_operands(node: fx.Node, devices: tuple[str, ...]) -> list[tuple[fx.Node, torch.Tensor]] | None:
+def static_operands(node: fx.Node, devices: tuple[str, ...], hints: bool = False
+                    ) -> list[tuple[fx.Node, Any]] | None:
     """Each tensor operand node of `node` with its compile-time value, or None where one is not a static tensor
-    on one of `devices` (or an argument is neither a tensor node nor a constant)."""
-    found: list[tuple[fx.Node, torch.Tensor]] = []
+    on one of `devices` (or an argument is neither a tensor node nor a constant). `hints`: a tensor of symbolic
+    sizes counts, as its metadata at the size hints (at_hints), and a symbolic size argument as its hint: the
+    operands as this compile's inputs have them."""
+    found: list[tuple[fx.Node, Any]] = []
     leaves = [*fx.node.map_aggregate(node.args, lambda a: a), *node.kwargs.values()]
 
     def visit(a: Any) -> bool:
@@ -58,8 +109,18 @@ def static_operands(node: fx.Node, devices: tuple[str, ...]) -> list[tuple[fx.No
         if not isinstance(a, fx.Node):
             return True
         v = value_of(a)
-        if not isinstance(v, torch.Tensor) or v.device.type not in devices or not is_static(v):
+        if hints and isinstance(v, torch.SymInt):
+            n = hint(v)
+            if n is None:
+                return False
+            found.append((a, n))
+            return True
+        if not isinstance(v, torch.Tensor) or v.device.type not in devices:
             return False
+        if not is_static(v):
+            v = at_hints(v) if hints else None
+            if v is None:
+                return False
         found.append((a, v))
         return True
 
@@ -81,20 +142,25 @@ def written_operands(node: fx.Node) -> set[fx.Node]:
     return out
 
 
-def same_meta(t: Any, like: torch.Tensor) -> bool:
-    return isinstance(t, torch.Tensor) and t.shape == like.shape and t.stride() == like.stride() and \
+def same_meta(t: Any, like: torch.Tensor | AtHints) -> bool:
+    return isinstance(t, torch.Tensor) and t.shape == like.shape and tuple(t.stride()) == tuple(like.stride()) and \
         t.dtype == like.dtype and t.device == like.device and t.storage_offset() == like.storage_offset()
 
 
-
-
-def real_arguments(node: fx.Node, found: list[tuple[fx.Node, torch.Tensor]], known: dict[fx.Node, torch.Tensor]
-                   ) -> tuple[tuple[Any, ...], dict[str, Any], dict[int, torch.Tensor]]:
+def real_arguments(node: fx.Node, found: list[tuple[fx.Node, Any]], known: dict[fx.Node, torch.Tensor]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any], dict[int, Any]]:
     """`node`'s arguments with a real tensor for each operand node in `found` (static_operands): the graph's own
     input where `known` has one of the same metadata that the op does not write (a model's weights), a random
-    stand-in otherwise; and the real tensor of each operand node by id(node)."""
+    stand-in otherwise (a size found by its hint stays that int); and the real value of each operand node by
+    id(node)."""
     written = written_operands(node)  # runs at compile time write these: never into the graph's real inputs
-    real = {id(n): known[n] if n not in written and same_meta(known.get(n), v) else random_like(v) for n, v in found}
+
+    def real_of(n: fx.Node, v: Any) -> Any:
+        if isinstance(v, int):
+            return v
+        return known[n] if n not in written and same_meta(known.get(n), v) else random_like(v)
+
+    real = {id(n): real_of(n, v) for n, v in found}
 
     def to_real(a: Any) -> Any:
         return real[id(a)] if isinstance(a, fx.Node) else a

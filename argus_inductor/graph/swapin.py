@@ -9,8 +9,10 @@ warmup` still tunes it). A node whose verdict is "fallback" gets its reference i
 compiles that subgraph as it would have without Argus, fused with its neighbours. The report says which side won
 and by how much.
 
-Nodes left unmeasured keep the op and say why: dynamic shapes, an op that writes an operand in place, or the
-interpreter (where times mean nothing: the template rule stands).
+A graph of dynamic shapes is measured at the sizes it was compiled for (each symbolic size by its hint, as Inductor's
+own autotuning picks its kernels), and keeps that verdict at every size it runs; the report says so. Nodes left
+unmeasured keep the op and say why: a size known only at run time (a data-dependent count), an op that writes an
+operand in place, or the interpreter (where times mean nothing: the template rule stands).
 """
 from __future__ import annotations
 
@@ -190,6 +192,7 @@ class _Member:
     kwargs: dict[str, Any]
     sig: Signature
     ref: Callable[..., torch.Tensor]
+    at_hints: bool = False  # its operands' sizes are symbolic: measured at this compile's (AT_HINTS)
 
 
 def _eligible(node: fx.Node, devices: tuple[str, ...], known: dict[fx.Node, torch.Tensor]) -> _Member | str:
@@ -198,13 +201,16 @@ def _eligible(node: fx.Node, devices: tuple[str, ...], known: dict[fx.Node, torc
     if ref is None or (node.args and node.args[0] in LIBRARY and LIBRARY[node.args[0]].writes):
         return "swap-in not measured: the op writes an operand in place"
     found = static_operands(node, devices)
+    at_hints = found is None
+    if at_hints:  # a dynamic graph: measured at this compile's sizes, as Inductor's autotuning does
+        found = static_operands(node, devices, hints=True)
     if found is None:
-        return "swap-in not measured: its operands' shapes are not static (the template rule stands)"
+        return "swap-in not measured: a size of its operands is known only at run time (the template rule stands)"
     args, kwargs, _ = real_arguments(node, found, known)
     sig = _signature(node, args, kwargs)
     if sig is None:
         return "swap-in not measured: no signature"
-    return _Member(node, _node_id(node), args, kwargs, sig, ref)
+    return _Member(node, _node_id(node), args, kwargs, sig, ref, at_hints)
 
 
 def _groups(members: list[_Member]) -> list[list[_Member]]:
@@ -308,6 +314,8 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
 
 
 PENDING = "fallback (swap-in pending: Inductor's code runs while Argus's kernel is measured in the background)"
+AT_HINTS = ("swap-in measured at the sizes this dynamic graph was compiled for ({sig}); the graph keeps that verdict "
+            "at every size it runs")
 _CLOCK: list[Any] = [None, GPUS]  # measuring_with(): a clock and the devices it measures on (tests)
 
 
@@ -397,6 +405,8 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
         for m in group:
             if m.node_id:
                 report.note(m.node_id, verdict.text())
+                if m.at_hints:
+                    report.note(m.node_id, AT_HINTS.format(sig=m.sig.short()))
             decided.append((m.node_id or m.node.name, verdict))
             if verdict.winner == "fallback":
                 m.node.target = m.ref
@@ -409,4 +419,4 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
     return decided
 
 
-__all__ = ["swap_in", "measure_node", "compile_alone", "measures", "measuring_with", "FALLBACKS", "PENDING"]
+__all__ = ["swap_in", "measure_node", "compile_alone", "measures", "measuring_with", "FALLBACKS", "PENDING", "AT_HINTS"]

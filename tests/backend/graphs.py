@@ -6,8 +6,9 @@ from collections.abc import Callable
 import torch
 
 
-def capture(fn: Callable, *args: torch.Tensor) -> tuple[torch.fx.GraphModule, list]:
-    """Dynamo's graph of fn and its inputs (in the graph's order, which is not always the call's)."""
+def capture(fn: Callable, *args: torch.Tensor, dynamic: bool = False) -> tuple[torch.fx.GraphModule, list]:
+    """Dynamo's graph of fn and its inputs (in the graph's order, which is not always the call's); `dynamic`: every
+    size symbolic (the inputs then hold the graph's size arguments too)."""
     graphs = []
 
     def backend(gm, example_inputs):
@@ -15,6 +16,6 @@ def capture(fn: Callable, *args: torch.Tensor) -> tuple[torch.fx.GraphModule, li
         return gm.forward
 
     torch._dynamo.reset()
-    torch.compile(fn, backend=backend, fullgraph=True, dynamic=False)(*args)
+    torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic)(*args)
     assert len(graphs) == 1
     return graphs[0]

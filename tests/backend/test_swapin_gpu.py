@@ -192,3 +192,22 @@ def test_one_problem_per_class_where_each_side_wins(fresh_cache: Path, case: str
     notes = [n for e in report_mod.entries() for n in e.notes if n.startswith("swap-in")]
     print(case, notes)
     assert notes and any(n.startswith(f"swap-in: {expected}") for n in notes), notes
+
+
+def test_a_dynamic_graph_is_measured_on_the_gpu_at_its_compile_sizes(fresh_cache: Path) -> None:
+    """A prefill-like MLP compiled with dynamic=True (as benchmarks/e2e.py and serving stacks compile): measured at
+    the sizes it was compiled for, in the compile itself (a dynamic graph has no background tier), and correct at
+    other sizes under whichever side won."""
+    torch.manual_seed(0)
+    model = DecodeMLP().cuda().to(torch.bfloat16).eval()
+    torch._dynamo.reset()
+    report_mod.clear()
+    f = torch.compile(model, backend="argus", dynamic=True, options={"ops": "gemm", "swapin": "measure"})
+    with torch.no_grad():
+        for rows in (512, 300, 1024):
+            x = torch.randn(rows, 4096, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(f(x), model(x), rtol=3e-2, atol=3e-2)
+    notes = [n for e in report_mod.entries() for n in e.notes]
+    print(notes)
+    assert any(n.startswith("swap-in: ") for n in notes), notes
+    assert any("measured at the sizes this dynamic graph was compiled for" in n for n in notes), notes
