@@ -60,7 +60,10 @@ def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: 
     flat = topk_ids.reshape(-1).to(torch.int64)
     order = flat.argsort(stable=True)
     token = order // k
-    offs = torch.bincount(flat, minlength=e).cumsum(0).to(torch.int32)
+    # rows per expert as a count of static shape (bincount's shape depends on the ids' values, so Inductor could not
+    # compile this reference alone for the measured swap-in)
+    counts = torch.zeros(e, dtype=torch.int64, device=flat.device).scatter_add_(0, flat, torch.ones_like(flat))
+    offs = counts.cumsum(0).to(torch.int32)
     gu = torch._grouped_mm(hidden[token], w1.transpose(1, 2), offs=offs)
     h = F.silu(gu[:, : i2 // 2]) * gu[:, i2 // 2:]
     y = torch._grouped_mm(h, w2.transpose(1, 2), offs=offs)
