@@ -148,7 +148,10 @@ def sweep_gemm(rows: list[dict], max_m: int = 1 << 30, min_m: int = 0, b_major: 
                       f"{peer / best[0]:.2f}x  {best[1].key()}", flush=True)
 
 
-GEMV_NK = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (128256, 4096), (32000, 4096)]
+# (N, K); the last two: Qwen2.5-7B's and Qwen3-MoE's LM heads (the K = 2048 one ran at 75% of the copy on the H200,
+# one 4 KB step a program: NOTES.md)
+GEMV_NK = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (128256, 4096), (32000, 4096),
+           (152064, 3584), (151936, 2048)]
 
 
 def gemv_candidates() -> list[Policy]:
