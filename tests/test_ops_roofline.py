@@ -2,20 +2,13 @@
 bound by whichever of its bytes at the copy rate and its FLOPs at the bf16 rate takes longer."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-OPS = Path(__file__).resolve().parents[1] / "benchmarks" / "ops.py"
+from benchmark_scripts import load
 
 
 @pytest.fixture(scope="module")
 def ops_bench():
-    spec = importlib.util.spec_from_file_location("ops_bench", OPS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("ops")
 
 
 def test_each_row_is_bound_by_the_longer_of_its_bytes_and_its_flops(ops_bench) -> None:

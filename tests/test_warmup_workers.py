@@ -3,25 +3,20 @@ directory the workers shared, its comparison finds signatures one run warmed and
 script runs `argus warmup` for real (here one worker under the interpreter; two GPUs on the device)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from benchmark_scripts import load
 
 from argus_inductor.runtime.cache import CacheEntry, KernelCache
 from argus_inductor.runtime.signature import make_signature
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "warmup_workers.py"
-
 
 @pytest.fixture(scope="module")
 def ww():
-    spec = importlib.util.spec_from_file_location("warmup_workers", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("warmup_workers")
 
 
 def _one(n: int, bm: int = 16) -> tuple[str, CacheEntry]:

@@ -23,6 +23,7 @@ from argus_inductor.runtime import reporting as report_mod
 
 from .graphs import capture
 from .test_swapin import Clock
+from .test_tiers import MLP
 
 
 def _mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
@@ -79,16 +80,6 @@ def test_a_dynamic_graph_is_measured_at_its_compile_sizes_and_says_so(fresh_cach
     never = Clock(RuntimeError("must not time"), RuntimeError("must not time"))
     again = swap_in(gm2, inputs2, "interpret", timer=never, compile_fallback=_eager, devices=("cpu",))
     assert never.calls == [] and {v.winner for _, v in again} == {winner}
-
-
-class MLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Linear(32, 48)
-        self.down = torch.nn.Linear(48, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
 
 
 @pytest.mark.parametrize("argus_ms, fallback_ms, argus_runs", [(1.0, 2.0, True), (2.0, 1.0, False)])
