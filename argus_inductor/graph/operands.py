@@ -109,7 +109,7 @@ def static_operands(node: fx.Node, devices: tuple[str, ...], hints: bool = False
         if not isinstance(a, fx.Node):
             return True
         v = value_of(a)
-        if hints and isinstance(v, torch.SymInt):
+        if hints and (isinstance(v, torch.SymInt) or type(v) is int):  # a size argument
             n = hint(v)
             if n is None:
                 return False
