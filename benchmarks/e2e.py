@@ -5,6 +5,7 @@ to Inductor is compiled as the max-autotune column compiles it: the comparison i
     python benchmarks/e2e.py [--models llama,mixtral] [--backends eager,inductor,max-autotune,argus]
                              [--budget-s 450] [--out DIR]
     python benchmarks/e2e.py --smoke      # tiny dims on the CPU (Argus kernels interpreted): checks the script
+    python benchmarks/e2e.py --merge RUN.json RUN.json ... --tag T   # runs split across GPUs, as one table
 
 For each model: outputs of every compiled backend against eager (bf16 tolerance: relative error of the
 logits), prefill latency (batch 1 x 2048 tokens, batch 8 x 512) and per-token decode latency (batch 1
@@ -14,8 +15,10 @@ host work overlaps the GPU work of the steps before it, so the row is mostly GPU
 each step's next tokens on the host before the next step, as a generation loop does between tokens, so every step
 pays its host latency in full. Every phase is time-boxed: a phase that would start after the budget is spent
 is recorded as skipped, so the whole run stays within --budget-s (default 450 s, for an 8-minute slot).
-Writes e2e-<date>.json and e2e-<date>.md under --out (default $OUT, else benchmarks/results/) and prints
-the table last. Needs a CUDA GPU and transformers (the demo's Llama-like model is used without it).
+Writes e2e-<date>[-<tag>].json and .md under --out (default $OUT, else benchmarks/results/) and prints
+the table last. With several GPUs, run one process a GPU (CUDA_VISIBLE_DEVICES, --phases, --backends, --tag) and
+join their JSON with --merge: each model's cells come from the run that measured them. Needs a CUDA GPU and
+transformers (the demo's Llama-like model is used without it).
 """
 from __future__ import annotations
 
@@ -460,6 +463,94 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def _measured(cell: Any) -> bool:
+    return isinstance(cell, dict) and "ms" in cell
+
+
+def merge(docs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str], tuple[int, ...]]:
+    """Several runs' JSON documents (e2e-*.json) as one set of results: each model (by name and layers) gets, for
+    each backend and workload, the cell of the run that measured it, so runs split across GPUs (prefill on one,
+    decode on another; max-autotune in one process, Argus in another) make one table. Eager is the reference each
+    run checks against: the first run's measurement is kept. A workload two runs both measured for one backend
+    other than eager is an error (which number would the table show?). Returns the results, the backends in table
+    order and the decode batch sizes."""
+    order = ("eager", "argus", "max-autotune", *VARIANTS, "inductor")
+    models: dict[tuple[str, int], dict[str, Any]] = {}
+    for doc in docs:
+        for r in doc["results"]:
+            into = models.setdefault((r["model"], r["layers"]), {
+                "model": r["model"], "layers": r["layers"], "results": {}, "notes": [],
+                **{k: r[k] for k in ("built_with", "params_b") if k in r}})
+            into["notes"] += [n for n in r.get("notes", []) if n not in into["notes"]]
+            for backend, row in r["results"].items():
+                have = into["results"].setdefault(backend, {})
+                for key, cell in row.items():
+                    if key in ("skipped", "error", "traceback") or not isinstance(cell, dict):
+                        if key == "argus_report" and key in have:
+                            have[key] += "\n" + str(cell)
+                        elif key not in have:
+                            have[key] = cell
+                        continue
+                    if _measured(have.get(key)) and _measured(cell):
+                        if backend == "eager":
+                            continue
+                        raise ValueError(f"{r['model']} {backend} {key}: measured by two of the runs merged")
+                    if not _measured(have.get(key)):
+                        have[key] = cell
+    for m in models.values():  # a row some run measured is not "skipped" because another run's time box was
+        for row in m["results"].values():
+            if any(_measured(c) for c in row.values()):
+                row.pop("skipped", None)
+    backends = sorted({b for m in models.values() for b in m["results"]}, key=order.index)
+    decode = sorted({int(k.split("=")[1].split()[0]) for m in models.values() for row in m["results"].values()
+                     for k in row if k.startswith("decode b=")})
+    return list(models.values()), backends, tuple(decode) or DECODE
+
+
+def write(results: list[dict[str, Any]], backends: list[str], decode: tuple[int, ...], meta: dict[str, Any],
+          out: Path, stamp: str) -> Path:
+    """The JSON and the Markdown table of `results` under `out` as e2e-<stamp>.{json,md}; the table's path."""
+    md = (f"# End to end: eager, Inductor, max-autotune, Argus ({meta['gpu']}, {stamp})\n\n"
+          f"torch {meta['torch']}, transformers {meta['transformers']}, random bf16 weights; median ms per call "
+          f"(prefill, last-token logits) or per token (decode, {meta['decode_context']}-token static KV cache); "
+          f"ratios are the other's time / Argus's time (> 1: Argus faster); argus is backend=\"argus\", "
+          f"mode=\"{meta['argus_mode']}\" (what Argus leaves to Inductor compiled as the max-autotune column's). "
+          f"MISMATCH: a sequence's relative error of the logits against eager at {meta['tolerance_rel']:g} or above "
+          f"(the MoE models, Mixtral and Qwen3-MoE: the median sequence's, or more than a quarter of them; a bf16 "
+          f"rounding difference before a router can flip a near-tied expert for one sequence, listed as 'sequences "
+          f"off').\n\n" + table(results, backends, decode))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"e2e-{stamp}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    (out / f"e2e-{stamp}.md").write_text(md)
+    print(md)
+    return out / f"e2e-{stamp}.md"
+
+
+def merge_files(paths: list[str], out: Path, tag: str) -> int:
+    """`--merge`: the runs in `paths` as one table (merge), written as e2e-<first run's date>-<tag>.{json,md}."""
+    docs = []
+    for p in paths:
+        try:
+            docs.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            print(f"e2e.py --merge: cannot read {p} ({e})", file=sys.stderr)
+            return 2
+    try:
+        results, backends, decode = merge(docs)
+    except (KeyError, TypeError, ValueError) as e:
+        print(f"e2e.py --merge: {e}", file=sys.stderr)
+        return 2
+    metas = [d.get("meta", {}) for d in docs]
+    meta = {**metas[0], "merged_from": [Path(p).name for p in paths],
+            "gpu": ", ".join(dict.fromkeys(str(m.get("gpu")) for m in metas)),
+            "wall_s": [m.get("wall_s") for m in metas]}
+    for key in ("transformers", "decode_context", "argus_mode", "tolerance_rel", "torch"):
+        meta.setdefault(key, None)
+    stamp = str(metas[0].get("date", datetime.date.today().isoformat()))[:10] + (f"-{tag}" if tag else "-merged")
+    write(results, backends, decode, meta, out, stamp)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="llama,mixtral", help=f"comma-separated from {', '.join(MODELS)}")
@@ -475,7 +566,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny dims on the CPU: checks the script, times nothing")
     ap.add_argument("--tag", default="", help="appended to the output files' names (e2e-DATE-TAG.json/.md), so "
                                               "that runs of one day (on two GPUs at once, say) keep their own files")
+    ap.add_argument("--merge", nargs="+", metavar="RUN.json",
+                    help="run nothing: join these runs' JSON (split across GPUs by phase or backend) into one "
+                         "table, e2e-<date>-<tag>.{json,md} under --out")
     args = ap.parse_args(argv)
+    if args.tag and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.tag):
+        ap.error(f"--tag takes letters, digits, '.', '_' and '-' (it names files), not {args.tag!r}")
+    if args.merge:
+        return merge_files(args.merge, Path(args.out), args.tag)
     decode = DECODE
     if args.decode_batches:
         try:
@@ -484,8 +582,6 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--decode-batches takes integers, not {args.decode_batches!r}")
         if not decode or min(decode) < 1:
             ap.error(f"--decode-batches takes positive batch sizes, not {args.decode_batches!r}")
-    if args.tag and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.tag):
-        ap.error(f"--tag takes letters, digits, '.', '_' and '-' (it names files), not {args.tag!r}")
     if not args.smoke and not torch.cuda.is_available():
         print("benchmarks/e2e.py needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -526,19 +622,8 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": round(time.perf_counter() - start, 1), "tolerance_rel": TOL, "argus_mode": ARGUS_MODE,
             "decode_context": CONTEXT}
     meta.update(versions())
-    md = (f"# End to end: eager, Inductor, max-autotune, Argus ({meta['gpu']}, {stamp})\n\n"
-          f"torch {meta['torch']}, transformers {meta['transformers']}, random bf16 weights; median ms per call "
-          f"(prefill, last-token logits) or per token (decode, {CONTEXT}-token static KV cache); ratios are "
-          f"the other's time / Argus's time (> 1: Argus faster); argus is backend=\"argus\", mode=\"{ARGUS_MODE}\" "
-          f"(what Argus leaves to Inductor compiled as the max-autotune column's). MISMATCH: a sequence's relative "
-          f"error of the logits against eager at {TOL:g} or above (the MoE models, Mixtral and Qwen3-MoE: the "
-          f"median sequence's, or more than a quarter of them; a bf16 rounding difference before a router can flip "
-          f"a near-tied expert for one sequence, listed as 'sequences off').\n\n" + table(results, backends, decode))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"e2e-{stamp}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
-    (out / f"e2e-{stamp}.md").write_text(md)
-    print(md)
+    write(results, backends, decode, meta, out, stamp)
     log(f"wrote {out / f'e2e-{stamp}.json'} and .md in {meta['wall_s']}s")
     ok = all(not isinstance(c, dict) or c.get("ok", True) for r in results for row in r["results"].values()
              for c in (row.values() if isinstance(row, dict) else []))
