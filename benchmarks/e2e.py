@@ -406,8 +406,10 @@ def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int,
                "".join(f"{v} vs max-autotune | " for v in variants) + "argus rel. err | first call s (" + \
                " / ".join(b for b in backends if b != "eager") + ") |"
         lines += [head, "|" + "---|" * (len(backends) + 5 + len(variants))]
-        keys = [f"prefill {b}x{s}" for b, s in PREFILL] + [f"decode b={b}" for b in decode] + \
-            [f"decode b={b} synced" for b in decode]
+        prefill = [f"prefill {b}x{s}" for b, s in PREFILL]
+        prefill += sorted({k for row in r["results"].values() for k in row
+                           if k.startswith("prefill ") and k not in prefill})  # a merged run's other shapes
+        keys = prefill + [f"decode b={b}" for b in decode] + [f"decode b={b} synced" for b in decode]
         for key in keys:
             cells = []
             for b in backends:
