@@ -140,3 +140,29 @@ def test_library_op_misses_are_tuned_here_or_stored_with_their_template(tmp_path
     assert all(m["solved"] for m in KernelCache(root).misses())
     monkeypatch.delenv("ARGUS_TUNE_CANDIDATES")
     ops.set_active_options(Options.resolve())
+
+
+def test_the_worker_processes_fill_the_cache_as_the_run_in_process_does(tmp_path: Path, capsys,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path `argus warmup --workers N` takes on GPUs (warmup._spawn: jobs through a queue to worker processes,
+    rows back through another), run here with one CPU worker that interprets: the same rows, entries and progress as
+    the run in this process. Before this test it had run only on the device (two H200s, 2026-11-29)."""
+    from argus_inductor.agent import warmup
+
+    spawned = []
+    real_spawn = warmup._spawn
+    monkeypatch.setattr(warmup, "interpreting", lambda: False)  # as on a GPU machine: jobs go to workers
+    monkeypatch.setattr(warmup, "_spawn", lambda *a, **k: spawned.append(1) or real_spawn(*a, **k))
+    sf = tmp_path / "shapes.json"
+    sf.write_text(json.dumps(SHAPES))
+    cache = tmp_path / "cache"
+    assert cli.main(args(sf, cache, tmp_path, "--workers", "2")) == 0
+    assert spawned == [1]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == 2 and all(r["source"].split("/")[0] in ("baseline", "offline") for r in rows), rows
+    kc = KernelCache(cache)
+    assert len(kc.entries()) == 2
+    for r in rows:
+        e = kc.get(r["key"])
+        assert e is not None and e.origin == "warmup" and e.verification["ok"]
+    assert "2/2" in capsys.readouterr().err
