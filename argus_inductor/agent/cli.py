@@ -194,57 +194,6 @@ def _library_todo(args: argparse.Namespace, cache_root: Path, here: tuple[str, s
     return out
 
 
-def _warm_library(todo: list[Any], cache_root: Path, progress: Any, deadline: float | None,
-                  rows: list[dict[str, Any]]) -> None:
-    """Warm the library signatures: where this machine has the signature's device (or ARGUS_INTERPRET=1 for a CPU
-    signature), each is tuned by the policy search on random operands of its shapes (ops.tune_library); otherwise,
-    or when tuning finds nothing, it is stored with its template policy. Either way the entry carries the invariant
-    checker's verdict, so the next run is a cache hit with a proven kernel. One table row each, appended to `rows`
-    as it ends (so a run the time limit ends keeps them)."""
-    import torch
-
-    from .. import ops
-    from ..ops.library import example_operands, launcher
-    from ..runtime.cache import KernelCache
-    from ..runtime.signature import version_text
-    from .warmup import NOT_STARTED, STOPPED, TimeLimit, time_left
-
-    cache = KernelCache(cache_root)
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    from ..runtime.signature import device_arch
-
-    target = ops.target_for(device)
-    for sig, recorded in todo:
-        row: dict[str, Any] = {"signature": sig.short(), "key": sig.key(), "sig": sig.as_dict(), "job": "misses"}
-        if recorded != sig.versions:
-            row["rekeyed_from"] = version_text(recorded, sig.versions)
-        t0 = time.time()
-        try:
-            if time_left(deadline) <= 0:
-                row["source"] = NOT_STARTED
-            else:
-                progress.start(sig.short())
-                how, entry = "template policy", None
-                if target is not None and sig.arch == device_arch(device):
-                    try:
-                        run_plan, reference = launcher(sig, *example_operands(sig, device))
-                        entry, how = ops.tune_library(ops.spec_for(sig), sig, target, run_plan, reference, cache)
-                    except Exception as e:  # operands this signature cannot be built from: the template serves
-                        how = f"not tuned ({type(e).__name__}: {e})"
-                    if entry is None:
-                        how = f"template policy ({how})"
-                if entry is None:
-                    entry = ops.warm(sig, cache=cache)
-                row.update(source=f"library: {how}, {entry.verification.get('status', 'not verified')}",
-                           ms=entry.timings.get("ms"), seconds=round(time.time() - t0, 1))
-        except TimeLimit:
-            row.update(source=STOPPED, seconds=round(time.time() - t0, 1))
-        except Exception as e:  # one signature that cannot be warmed must not end the run
-            row.update(source="failed", error=f"{type(e).__name__}: {e}", seconds=round(time.time() - t0, 1))
-        rows.append(row)
-        progress.step(row)
-
-
 def _gpu_preset_refused(args: argparse.Namespace, arch: str) -> bool:
     """A GPU-sized preset on a machine without a GPU: said before anything starts; refused without --force (True),
     else run until the time limit (600 s unless given)."""
@@ -356,8 +305,7 @@ def run_warmup(args: argparse.Namespace) -> int:
                   f"{root}" + (f"; time limit {args.time_limit:g} s for the whole run" if args.time_limit else ""),
                   file=sys.stderr)
             progress = Progress(len(library) + len(todo), sys.stderr)
-            _warm_library(library, root, progress, deadline, rows)
-            rows += run_planned(todo, opts, progress)
+            rows += run_planned(todo, opts, progress, library=library)
     except TimeLimit:  # between two steps: whatever is not in the table was not done
         if not rows:
             print("argus warmup: the time limit passed before any job could start", file=sys.stderr)

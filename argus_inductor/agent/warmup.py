@@ -6,9 +6,10 @@ Triton or Argus versions than this environment's is re-keyed to this environment
 searched and timed here, so it is stored under the key this environment looks up, never under a key whose versions
 its entry contradicts. One worker per visible GPU takes jobs from a shared queue (a single GPU, or the CPU with the
 Triton interpreter already enabled here, runs in this process); each job is one synthesize() call writing its cache
-entry, trail and experience. A progress line counts jobs; a table at the end says, per signature, where its kernel
-came from and its speed against the peer (and, with --reference, against the best hand-set policy of
-benchmarks/sweep.py, timed in the same process on the same inputs).
+entry, trail and experience, or one library signature's policy search (library_row). A progress line counts
+jobs; a table at the end says, per signature, where its kernel came from and its speed against the peer (and, with
+--reference, against the best hand-set policy of benchmarks/sweep.py, timed in the same process on the same
+inputs).
 
 A time limit is for the whole run: each job's search budget is cut to the time left (and to its share of it), no
 job starts past the limit, and a job still running at the limit is stopped there (an alarm signal in this process
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -195,6 +196,73 @@ def _compare_handset(res: Any, table: dict[Any, Any]) -> dict[str, Any]:
     return {"handset": plan.describe(), "handset_ms": t, "ms_vs_handset": o, "vs_handset": t / o if o else None}
 
 
+# ---- one library signature ------------------------------------------------------------------------------
+
+def library_row(sig: Any, recorded: Any, cache_root: Path, deadline: float | None, device: str,
+                progress: Progress | None = None) -> dict[str, Any]:
+    """Warm one library signature (conv, reductions, norms, ...: argus_inductor.ops.library, which the agent does not
+    search) on `device`: where it is of the device's arch (or the CPU's with the interpreter), tuned by the policy
+    search on random operands of its shapes (ops.tune_library); otherwise, or when tuning finds nothing, stored with
+    its template policy. Either way the entry carries the invariant checker's verdict, so the next run is a cache hit
+    with a proven kernel. `recorded`: the versions it was recorded under (re-keyed to this environment's). Always
+    returns a table row."""
+    import torch
+
+    from .. import ops
+    from ..ops.library import example_operands, launcher
+    from ..runtime.cache import KernelCache
+    from ..runtime.signature import device_arch, version_text
+
+    cache = KernelCache(cache_root)
+    dev = torch.device(device)
+    target = ops.target_for(dev)
+    row: dict[str, Any] = {"signature": sig.short(), "key": sig.key(), "sig": sig.as_dict(), "job": "misses"}
+    if recorded != sig.versions:
+        row["rekeyed_from"] = version_text(recorded, sig.versions)
+    t0 = time.time()
+    try:
+        if time_left(deadline) <= 0:
+            row["source"] = NOT_STARTED
+            return row
+        if progress is not None:
+            progress.start(sig.short())
+        how, entry = "template policy", None
+        if target is not None and sig.arch == device_arch(dev):
+            try:
+                run_plan, reference = launcher(sig, *example_operands(sig, dev))
+                entry, how = ops.tune_library(ops.spec_for(sig), sig, target, run_plan, reference, cache)
+            except Exception as e:  # operands this signature cannot be built from: the template serves
+                how = f"not tuned ({type(e).__name__}: {e})"
+            if entry is None:
+                how = f"template policy ({how})"
+        if entry is None:
+            entry = ops.warm(sig, cache=cache)
+        row.update(source=f"library: {how}, {entry.verification.get('status', 'not verified')}",
+                   ms=entry.timings.get("ms"), seconds=round(time.time() - t0, 1))
+    except TimeLimit:
+        row.update(source=STOPPED, seconds=round(time.time() - t0, 1))
+    except Exception as e:  # one signature that cannot be warmed must not end the run
+        row.update(source="failed", error=f"{type(e).__name__}: {e}", seconds=round(time.time() - t0, 1))
+    return row
+
+
+def _library_item(sig: Any, recorded: Any) -> dict[str, Any]:
+    """A library signature as a queue item for the workers (pickled by the queue: plain data)."""
+    return {"library": sig.as_dict(), "recorded": list(recorded) if recorded is not None else None}
+
+
+def _library_from_item(item: dict[str, Any]) -> tuple[Any, Any]:
+    from ..runtime.signature import Signature
+
+    recorded = item.get("recorded")
+    return Signature.from_dict(item["library"]), tuple(recorded) if recorded is not None else None
+
+
+def _library_not_done(sig: Any, source: str, error: str = "") -> dict[str, Any]:
+    row = {"signature": sig.short(), "key": sig.key(), "sig": sig.as_dict(), "job": "misses", "source": source}
+    return {**row, "error": error} if error else row
+
+
 # ---- workers --------------------------------------------------------------------------------------------
 
 def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline: float | None, workers: int,
@@ -214,6 +282,15 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
         if item is None:
             return
         index, job_json = item
+        if "library" in job_json:  # a library signature: tuned on this worker's device
+            sig, recorded = _library_from_item(job_json)
+            try:
+                with hard_deadline(deadline):
+                    row = library_row(sig, recorded, opts.cache_root, deadline, device)
+            except TimeLimit:  # fired between the row's end and the timer's reset
+                row = _library_not_done(sig, STOPPED)
+            results.put({**row, "index": index})
+            continue
         job = Job.from_json(job_json)
         arch = "cpu" if device == "cpu" else arch_of(device)
         if time_left(deadline) <= 0:
@@ -367,24 +444,31 @@ def warmup(jobs: list[Job], opts: WarmupOptions, out: TextIO | None = None,
     return rows + run_planned(todo, opts, progress if progress is not None else Progress(len(todo), out))
 
 
-def run_planned(todo: list[Job], opts: WarmupOptions, progress: Progress) -> list[dict[str, Any]]:
-    """Run the jobs plan() left to do (in this process, or in one worker process per GPU), within the time limit;
-    one row each, in order."""
-    if not todo:
+def run_planned(todo: list[Job], opts: WarmupOptions, progress: Progress,
+                library: Sequence[tuple[Any, Any]] = ()) -> list[dict[str, Any]]:
+    """Run the library signatures (library_row: (signature, the versions it was recorded under)) and the jobs plan()
+    left to do, in this process or in one worker process per GPU (the workers take both from one queue), within the
+    time limit; one row each, the library's first, in order."""
+    if not todo and not library:
         return []
     opts = opts if opts.started is not None else replace(opts, started=time.time())
     arch, ngpu = arch_here()
     deadline = opts.deadline()
-    nworkers = max(1, min(opts.workers or max(ngpu, 1), len(todo), max(ngpu, 1)))
+    nworkers = max(1, min(opts.workers or max(ngpu, 1), len(todo) + len(library), max(ngpu, 1)))
     in_process = (arch == "cpu" and interpreting()) or (arch != "cpu" and nworkers == 1)
     if not in_process:
-        return _spawn(todo, opts, arch, nworkers, deadline, progress)
+        return _spawn(todo, opts, arch, nworkers, deadline, progress, library)
     from . import handset
 
     table = handset.load(opts.reference) if opts.reference else None
     device = "cpu" if arch == "cpu" else "cuda:0"
     target = "interpret" if arch == "cpu" else "cuda"
     done: list[dict[str, Any]] = []
+    for sig, recorded in library:
+        row = library_row(sig, recorded, opts.cache_root, deadline, device, progress)
+        done.append(row)
+        progress.step(row)
+    agent: list[dict[str, Any]] = []
     try:
         with hard_deadline(deadline):
             for i, job in enumerate(todo):
@@ -393,26 +477,28 @@ def run_planned(todo: list[Job], opts: WarmupOptions, progress: Progress) -> lis
                 budget = _budget(opts, target, deadline, len(todo) - i, 1).seconds
                 progress.start(not_started(job, arch)["signature"], budget)
                 row = run_one(job, device, opts, deadline, len(todo) - i, 1, table)
-                done.append(row)
+                agent.append(row)
                 progress.step(row)
     except TimeLimit:  # between two jobs, or as one ended
         pass
-    for job in todo[len(done):]:
+    for job in todo[len(agent):]:
         row = not_started(job, arch)
-        done.append(row)
+        agent.append(row)
         progress.step(row)
-    return done
+    return done + agent
 
 
 def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadline: float | None,
-           progress: Progress) -> list[dict[str, Any]]:
+           progress: Progress, library: Sequence[tuple[Any, Any]] = ()) -> list[dict[str, Any]]:
     import multiprocessing as mp
     import queue
 
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
-    for i, job in enumerate(todo):
-        jobs.put((i, job.to_json()))
+    items: list[tuple[Any, ...]] = [("library", sig, recorded) for sig, recorded in library] + \
+        [("agent", job) for job in todo]
+    for i, item in enumerate(items):  # the library's first: short, and each needs a GPU as the agent's jobs do
+        jobs.put((i, _library_item(item[1], item[2]) if item[0] == "library" else item[1].to_json()))
     devices = ["cpu"] if arch == "cpu" else [f"cuda:{i}" for i in range(nworkers)]
     for _ in devices:
         jobs.put(None)
@@ -434,7 +520,7 @@ def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadl
                 os.environ[k] = v
     got: dict[int, dict[str, Any]] = {}
     try:
-        while len(got) < len(todo):
+        while len(got) < len(items):
             if time_left(deadline) < -GRACE_S:  # a worker that did not stop itself at the limit
                 break
             try:
@@ -451,11 +537,15 @@ def _spawn(todo: list[Job], opts: WarmupOptions, arch: str, nworkers: int, deadl
             if p.is_alive():
                 p.terminate()
     rows = []
-    for i, job in enumerate(todo):
+    for i, item in enumerate(items):
         if i not in got:
-            row = not_started(job, arch)
-            row.update(source=NOT_FINISHED) if time_left(deadline) <= 0 else row.update(source="failed",
-                                                                                       error="worker died")
+            over = time_left(deadline) <= 0
+            if item[0] == "library":
+                row = _library_not_done(item[1], NOT_FINISHED) if over else \
+                    _library_not_done(item[1], "failed", "worker died")
+            else:
+                row = not_started(item[1], arch)
+                row.update(source=NOT_FINISHED) if over else row.update(source="failed", error="worker died")
             progress.step(row)
             got[i] = row
         rows.append(got[i])

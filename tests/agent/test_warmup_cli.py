@@ -181,6 +181,44 @@ def test_progress_counts_library_and_agent_jobs_as_one_run(tmp_path: Path, monke
     assert done == sorted(done) and done[-1] == 3
 
 
+def test_the_workers_tune_library_signatures_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With worker processes (one a GPU on the device; here one CPU worker that interprets), a library signature is
+    one more job of their queue, not a serial step in the parent before they start (17 s of a two-GPU run of
+    2026-11-29): its row, tuned entry and checker verdict are the run in this process's."""
+    from argus_inductor import ops
+    from argus_inductor.agent import warmup
+    from argus_inductor.config import Options
+
+    monkeypatch.setenv("ARGUS_TUNE_CANDIDATES", "2")
+    ops.set_active_options(Options.resolve())
+    monkeypatch.setattr(warmup, "interpreting", lambda: False)  # as on a GPU machine: the jobs go to workers
+    spawned: list[int] = []
+    real_spawn = warmup._spawn
+
+    def spawn(todo, opts, arch, nworkers, deadline, progress, library=()):
+        spawned.append(len(library))
+        return real_spawn(todo, opts, arch, nworkers, deadline, progress, library)
+
+    monkeypatch.setattr(warmup, "_spawn", spawn)
+    root = tmp_path / "c"
+    cache = KernelCache(root)
+    lib = library_signature("rms_norm_rounded", [torch.randn(3, 32), torch.randn(32)], canonical_args({"eps": 0.5}))
+    cache.record_miss(lib)
+    cache.record_miss(signature_for(Problem("softmax", "", {"R": 5, "C": 24}, "float32"), "cpu"))
+    try:
+        assert cli.main(["--cache-dir", str(root), "--trials", "0", "--workers", "2",
+                         "--json-out", str(tmp_path / "rows.json")]) == 0
+    finally:
+        monkeypatch.delenv("ARGUS_TUNE_CANDIDATES")
+        ops.set_active_options(Options.resolve())
+    assert spawned == [1], spawned  # one library signature went to the workers
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == 2 and rows[0]["source"].startswith("library: ") and rows[0]["key"] == lib.key(), rows
+    entry = KernelCache(root).get(lib.key())
+    assert entry is not None and entry.verification.get("status") == "verified", entry
+    assert rows[1]["source"].split("/")[0] in ("baseline", "offline"), rows
+
+
 # ---- versions ---------------------------------------------------------------------------------------------------
 
 def test_an_entry_is_never_stored_under_a_key_its_versions_contradict(tmp_path: Path) -> None:
