@@ -423,21 +423,16 @@ def table(results: list[dict[str, Any]], backends: list[str], decode: tuple[int,
                     cells.append("-")
                 else:
                     cells.append(f"{c['ms']:.3f}" + ("" if c["ok"] else " (MISMATCH)") + _offs(c))
-            arg = r["results"].get("argus", {}).get(key)
-            arg = arg if isinstance(arg, dict) else None
-            eager = r["results"].get("eager", {}).get(key)
-            ma = r["results"].get("max-autotune", {}).get(key)
+            arg, eager, ma = (_cell(r, b, key) for b in ("argus", "eager", "max-autotune"))
             err = f"{arg['rel_err']:.1e}" if arg and "rel_err" in arg else "-"
             firsts = []
             for b in backends:
-                c = r["results"].get(b, {}).get(key)
+                c = _cell(r, b, key)
                 if b != "eager":
-                    firsts.append(f"{c['first_call_s']:.1f}" if isinstance(c, dict) and "first_call_s" in c else "-")
-            ma = ma if isinstance(ma, dict) else None
+                    firsts.append(f"{c['first_call_s']:.1f}" if c and "first_call_s" in c else "-")
             per_variant = "".join(f"{ratio(_cell(r, v, key), ma)} | " for v in variants)
             lines.append(f"| {key}{' (per token)' if key.startswith('decode') else ''} | " + " | ".join(cells) +
-                         f" | {ratio(arg, eager if isinstance(eager, dict) else None)} | "
-                         f"{ratio(arg, ma)} | {per_variant}{err} | {' / '.join(firsts)} |")
+                         f" | {ratio(arg, eager)} | {ratio(arg, ma)} | {per_variant}{err} | {' / '.join(firsts)} |")
         for b in backends:
             row = r["results"].get(b, {})
             if "error" in row:

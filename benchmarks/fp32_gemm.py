@@ -56,14 +56,18 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).abs().max() / ref.abs().max())
 
 
+def _operands(m: int, n: int, k: int, b_layout: str) -> tuple[torch.Tensor, ...]:
+    """A (M, K), B (K, N) in `b_layout`, their float64 product, an output and an unused bias, on the GPU."""
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(n, k, device="cuda").t() if b_layout == "k-major" else torch.randn(k, n, device="cuda")
+    out = torch.empty(m, n, device="cuda")
+    return a, b, a.double() @ b.double(), out, out.new_empty(1)
+
+
 def run_shape(m: int, n: int, k: int, b_layout: str, tiles: list[dict]) -> dict:
     import triton.testing
 
-    a = torch.randn(m, k, device="cuda")
-    b = torch.randn(n, k, device="cuda").t() if b_layout == "k-major" else torch.randn(k, n, device="cuda")
-    ref = a.double() @ b.double()
-    out = torch.empty(m, n, device="cuda")
-    bias = out.new_empty(1)
+    a, b, ref, out, bias = _operands(m, n, k, b_layout)
     row: dict = {"M": m, "N": n, "K": k, "B": b_layout}
 
     def cublas() -> torch.Tensor:
@@ -125,11 +129,7 @@ def run_ieee(m: int, n: int, k: int, b_layout: str, tiles: list[dict]) -> dict:
 
     from argus_inductor.kernels.policies import ieee_chain_split
 
-    a = torch.randn(m, k, device="cuda")
-    b = torch.randn(n, k, device="cuda").t() if b_layout == "k-major" else torch.randn(k, n, device="cuda")
-    ref = a.double() @ b.double()
-    out = torch.empty(m, n, device="cuda")
-    bias = out.new_empty(1)
+    a, b, ref, out, bias = _operands(m, n, k, b_layout)
     torch.backends.cuda.matmul.allow_tf32 = False
     flops = 2.0 * m * n * k
     t_cublas = triton.testing.do_bench(lambda: a @ b, warmup=25, rep=100)

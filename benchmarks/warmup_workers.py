@@ -48,7 +48,14 @@ def audit(root: Path) -> dict[str, Any]:
     """What one cache directory holds, and every sign of a lost or torn write in it."""
     cache = KernelCache(root)
     keys = cache.keys()
-    unreadable = [k for k in keys if cache.get(k) is None]  # the cache's reader: format, key, checksum
+    plans: dict[str, str] = {}
+    unreadable = []
+    for k in keys:  # through the cache's reader: format, key, checksum (a bad entry it moves aside, as in use)
+        e = cache.get(k)
+        if e is None:
+            unreadable.append(k)
+        else:
+            plans[k] = json.dumps(e.policy, sort_keys=True)
     files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
     leftovers = sorted(str(p.relative_to(root)) for p in files if p.name.endswith(".tmp"))
     set_aside = sorted(str(p.relative_to(root)) for p in files if ".bad-" in p.name)
@@ -66,11 +73,6 @@ def audit(root: Path) -> dict[str, Any]:
                         json.loads(line)
         except (OSError, ValueError) as e:
             broken.append(f"{p.relative_to(root)}: {type(e).__name__}: {str(e)[:120]}")
-    plans = {}
-    for k in keys:
-        e = cache.get(k)
-        if e is not None:
-            plans[k] = json.dumps(e.policy, sort_keys=True)
     return {"keys": keys, "plans": plans, "unreadable": unreadable, "leftover_tmp": leftovers,
             "set_aside": set_aside, "unparsable": broken, "files": len(files),
             "whole": not (unreadable or leftovers or set_aside or broken)}
@@ -94,8 +96,8 @@ def run_warmup(config: Path, tokens: str, workers: int, cache: Path, extra: list
     # Each run compiles from nothing: its own empty Triton and Inductor caches. A run that found the kernels an
     # earlier run compiled would skip most of its compile time, and the later run would look faster for it (on
     # the H200 on 2026-11-29, one worker took 240 s cold and 186 s after two runs had filled these caches).
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
-                                                         os.environ.get("PYTHONPATH", "")]),
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
            "TRITON_CACHE_DIR": str(cache.parent / f"{cache.name}-triton"),
            "TORCHINDUCTOR_CACHE_DIR": str(cache.parent / f"{cache.name}-inductor")}
     t = time.perf_counter()

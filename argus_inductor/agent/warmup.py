@@ -216,7 +216,7 @@ def library_row(sig: Any, recorded: Any, cache_root: Path, deadline: float | Non
     cache = KernelCache(cache_root)
     dev = torch.device(device)
     target = ops.target_for(dev)
-    row: dict[str, Any] = {"signature": sig.short(), "key": sig.key(), "sig": sig.as_dict(), "job": "misses"}
+    row = _library_base(sig)
     if recorded != sig.versions:
         row["rekeyed_from"] = version_text(recorded, sig.versions)
     t0 = time.time()
@@ -258,8 +258,13 @@ def _library_from_item(item: dict[str, Any]) -> tuple[Any, Any]:
     return Signature.from_dict(item["library"]), tuple(recorded) if recorded is not None else None
 
 
+def _library_base(sig: Any) -> dict[str, Any]:
+    """A library signature's table row before its outcome."""
+    return {"signature": sig.short(), "key": sig.key(), "sig": sig.as_dict(), "job": "misses"}
+
+
 def _library_not_done(sig: Any, source: str, error: str = "") -> dict[str, Any]:
-    row = {"signature": sig.short(), "key": sig.key(), "sig": sig.as_dict(), "job": "misses", "source": source}
+    row = {**_library_base(sig), "source": source}
     return {**row, "error": error} if error else row
 
 

@@ -200,10 +200,9 @@ def _eligible(node: fx.Node, devices: tuple[str, ...], known: dict[fx.Node, torc
     ref = references.reference_for(node.target)
     if ref is None or (node.args and node.args[0] in LIBRARY and LIBRARY[node.args[0]].writes):
         return "swap-in not measured: the op writes an operand in place"
-    found = static_operands(node, devices)
-    at_hints = found is None
-    if at_hints:  # a dynamic graph: measured at this compile's sizes, as Inductor's autotuning does
-        found = static_operands(node, devices, hints=True)
+    # a dynamic graph's operands at this compile's sizes: it is measured there, as Inductor's autotuning does
+    found = static_operands(node, devices, hints=True)
+    at_hints = found is not None and any(not isinstance(v, torch.Tensor) for _, v in found)
     if found is None:
         return "swap-in not measured: a size of its operands is known only at run time (the template rule stands)"
     args, kwargs, _ = real_arguments(node, found, known)
