@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import argus_inductor  # noqa: F401  (registers backend="argus")
 from argus_inductor import ops
 from argus_inductor.graph import rewrite
-from argus_inductor.graph.swapin import swap_in
+from argus_inductor.graph.swapin import measuring_with, swap_in
 from argus_inductor.ops import references
 from argus_inductor.ops import swapin as decide
 from argus_inductor.runtime import reporting as report_mod
@@ -259,3 +259,33 @@ def test_the_moe_fallback_compiles_alone_so_its_swap_in_is_measured(fresh_cache:
     out = fn(x, weights, ids, w1, w2)
     out = out[0] if isinstance(out, (list, tuple)) else out
     assert ((out.float() - expected).norm() / expected.norm()) < 2e-2
+
+
+def test_a_moe_behind_its_router_is_measured_on_a_routing_not_on_random_ids(fresh_cache: Path) -> None:
+    """The router op hands the experts their ids as floats packed beside its weights, so a random stand-in of them
+    (normals) indexed experts out of range: on the H200 a device-side assert in the fallback's count that broke the
+    Mixtral e2e run (2026-11-29), on the CPU an error that left the swap-in unmeasured. The MoE call is measured on a
+    routing of distinct experts a token, and both sides run."""
+    import transformers
+
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("this torch has no grouped GEMM")
+    cfg = transformers.MixtralConfig(hidden_size=32, intermediate_size=24, num_local_experts=4,
+                                     num_experts_per_tok=2)
+    cfg._experts_implementation = "grouped_mm"  # traced whole, as the e2e models run it
+    torch.manual_seed(0)
+    block = transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock(cfg).eval().to(torch.bfloat16)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.uniform_(-p.shape[-1] ** -0.5, p.shape[-1] ** -0.5)
+    x = torch.randn(1, 16, 32, dtype=torch.bfloat16)
+    f = torch.compile(block, backend="argus", options={"ops": "moe", "swapin_background": False})
+    clock = Clock(2.0, 1.0)
+    with torch.no_grad(), measuring_with(clock, ("cpu",)):
+        out = f(x)
+        ref = block(x)
+    out, ref = (out[0], ref[0]) if isinstance(out, tuple) else (out, ref)
+    torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
+    notes = [n for e in report_mod.entries() for n in e.notes if n.startswith("swap-in")]
+    assert any(n.startswith("swap-in: fallback") and "grouped_mm" in n for n in notes), notes
+    assert not any("failed" in n for n in notes), notes
