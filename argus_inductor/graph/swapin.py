@@ -35,7 +35,7 @@ from ..ops.library import LIBRARY
 from ..runtime import reporting as report
 from ..runtime import tiers, timing
 from ..runtime.signature import Signature, device_model
-from .operands import random_like, real_arguments, static_operands
+from .operands import random_like, real_arguments, static_operands, written_operands
 from .patterns import is_argus_op
 
 log = logging.getLogger("argus_inductor")
@@ -154,9 +154,44 @@ def measure_node(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any], t
         except Exception as e:
             fallback_fns = None
             why = f"the fallback failed to compile or run ({type(e).__name__}: {str(e).strip()[:200]})"
+        argus_fns, fallback_fns, why = _agreeing(argus_fns, fallback_fns, why, lambda: ref(*args, **kwargs),
+                                                 node.name)
         with report.phase("swap-in: timing"):
             return decide.measure(argus_fns, fallback_fns, fallback_name(node), timer,
                                   why_no_fallback=why)
+
+
+class Disagrees(Exception):
+    """A side's output is off the op's reference (decide.disagreement): it is out of the choice."""
+
+
+def _agreeing(argus_fns: list[Callable[[], Any]], fallback_fns: list[Callable[[], Any]] | None, why: str,
+              eager: Callable[[], Any], name: str) -> tuple[list[Callable[[], Any]], Any, str]:
+    """The sides with each one out whose output on the first operand copy is off the reference run eagerly on it
+    (by more than decide.agree_limit): the fallback as failed (`why` says so), the Argus plan as a call that raises
+    Disagrees. Where the reference itself cannot run eagerly, both stand."""
+    try:
+        with report.phase("swap-in: output check"):
+            want = eager()
+    except Exception as e:
+        log.debug("argus: swap-in of %s: no eager reference to check the sides against (%s)", name, e)
+        return argus_fns, fallback_fns, why
+    limit = decide.agree_limit(want)
+    if fallback_fns is not None:
+        err = decide.disagreement(fallback_fns[0](), want)
+        if err > limit:
+            log.warning("argus: swap-in of %s: Inductor's compiled fallback is off the op's reference (relative "
+                        "error %.3g); Argus's plan is kept", name, err)
+            fallback_fns, why = None, f"the fallback's output is off the reference's (relative error {err:.3g})"
+    try:
+        err = decide.disagreement(argus_fns[0](), want)
+    except Exception:  # the Argus side already failed: it stays failed
+        return argus_fns, fallback_fns, why
+    if err > limit:
+        log.warning("argus: swap-in of %s: Argus's plan is off the op's reference (relative error %.3g); it is not "
+                    "used", name, err)
+        argus_fns = [_raises(Disagrees(f"its output is off the reference's (relative error {err:.3g})"))]
+    return argus_fns, fallback_fns, why
 
 
 def _raises(e: Exception) -> Callable[[], Any]:
@@ -210,7 +245,7 @@ class _Member:
 def _eligible(node: fx.Node, devices: tuple[str, ...], known: dict[fx.Node, torch.Tensor]) -> _Member | str:
     """`node` as a member, or why its swap-in is not measured."""
     ref = references.reference_for(node.target)
-    if ref is None or (node.args and node.args[0] in LIBRARY and LIBRARY[node.args[0]].writes):
+    if ref is None or _writes(node):
         return "swap-in not measured: the op writes an operand in place"
     # a dynamic graph's operands at this compile's sizes: it is measured there, as Inductor's autotuning does
     found = static_operands(node, devices, hints=True)
@@ -225,6 +260,12 @@ def _eligible(node: fx.Node, devices: tuple[str, ...], known: dict[fx.Node, torc
     if sig is None:
         return "swap-in not measured: no signature"
     return _Member(node, _node_id(node), args, kwargs, sig, ref, at_hints)
+
+
+def _writes(node: fx.Node) -> bool:
+    """Whether Argus op `node` writes an operand in place (a KV-cache write: its schema's mutable arguments, or a
+    library op's `writes`)."""
+    return bool(written_operands(node)) or bool(node.args and node.args[0] in LIBRARY and LIBRARY[node.args[0]].writes)
 
 
 def _groups(members: list[_Member]) -> list[list[_Member]]:
@@ -326,6 +367,9 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
         except Exception as e:
             fallback_fns = None
             why = f"the fallback failed to compile or run ({type(e).__name__}: {str(e).strip()[:200]})"
+        argus_fns, fallback_fns, why = _agreeing(
+            argus_fns, fallback_fns, why, lambda: _run_group(group, [m.ref for m in group], copies[0]),
+            group[-1].node.name)
         with report.phase("swap-in: timing"):
             return decide.measure(argus_fns, fallback_fns, "Inductor across the group (" + " + ".join(
                 fallback_name(m.node) for m in group) + ")", timer, why_no_fallback=why)
@@ -334,6 +378,9 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
 PENDING = "fallback (swap-in pending: Inductor's code runs while Argus's kernel is measured in the background)"
 AT_HINTS = ("swap-in measured at the sizes this dynamic graph was compiled for ({sig}); the graph keeps that verdict "
             "at every size it runs")
+STATEFUL = ("swap-in not measured: a dynamic graph that writes a KV cache (a decode step at batch > 1) keeps the "
+            "template rule; measured, such graphs gave wrong logits on the H200 (2026-11-29, under investigation: "
+            "tests/backend/test_decode_gpu.py)")
 _CLOCK: list[Any] = [None, GPUS]  # measuring_with(): a clock and the devices it measures on (tests)
 
 
@@ -389,6 +436,11 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
                 report.note(node_id, m)
             continue
         members.append(m)
+    if any(m.at_hints for m in members) and any(is_argus_op(n) and _writes(n) for n in gm.graph.nodes):
+        for m in members:  # a decode step at batch > 1: left as before dynamic graphs were measured (STATEFUL)
+            if m.at_hints and m.node_id:
+                report.note(m.node_id, STATEFUL)
+        members = [m for m in members if not m.at_hints]
     decided: list[tuple[str, decide.Verdict]] = []
     verdicts: dict[str, decide.Verdict] = {}  # decided so far in this graph (layers share signatures)
     changed = False
@@ -437,4 +489,5 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
     return decided
 
 
-__all__ = ["swap_in", "measure_node", "compile_alone", "measures", "measuring_with", "FALLBACKS", "PENDING", "AT_HINTS"]
+__all__ = ["swap_in", "measure_node", "compile_alone", "measures", "measuring_with", "FALLBACKS", "PENDING", "AT_HINTS",
+           "STATEFUL"]

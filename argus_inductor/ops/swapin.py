@@ -8,6 +8,10 @@ have compiled anyway). The verdict and both times are stored in the signature's 
 model, so later processes (and other machines of that model) decide without timing. A timing that fails counts
 against its side. On the Triton interpreter times mean nothing: the template rule stands and the report says so.
 
+Both sides must also compute what the op's reference computes: before the timing, each side's output on the first
+operand copy is compared with the reference run eagerly (disagreement()). A side off by more than AGREE is out of the
+choice and the report says why; a fast wrong answer never wins.
+
 ARGUS_SWAPIN: measure (the default), always (Argus's plan, unmeasured), never (Inductor's everywhere).
 """
 from __future__ import annotations
@@ -26,6 +30,9 @@ DECISIVE = 3.0       # a round in which Argus's plan took EXPENSIVE_MS or more a
 EXPENSIVE_MS = 10.0  # ends the timing: the rounds would cost seconds of device time (a float32 GEMM at full precision
 #                      ran 94x slower than SGEMM on the H200, 271 ms a call) for the verdict the first gave, and that
 #                      verdict is Inductor's code, which the rule never regrets. Short calls keep all their rounds.
+AGREE = {"16-bit": 5e-2, "32-bit": 1e-2}  # relative error against the eager reference at which a side is out: far
+#                      above rounding (bf16 outputs read 3e-3 to 2e-2 against it), far below a wrong answer (a
+#                      wrong decode attention read 0.7 to 0.87 in the H200 e2e of 2026-11-29)
 Timer = Callable[[list[Callable[[], Any]], str, int, str | None], tuple[float, str]]
 
 
@@ -130,4 +137,43 @@ def stored(entry: Any, device: str) -> Verdict | None:
     return Verdict.from_dict(d) if isinstance(d, dict) else None
 
 
-__all__ = ["TIE", "Verdict", "choose", "measure", "stored"]
+def _tensors(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+def disagreement(out: Any, ref: Any) -> float:
+    """How far `out` (a tensor, or a tuple of them) is from `ref`: the relative error of the finite values in
+    float32, over all tensors together; infinite where the shapes differ or a value is non-finite on one side and
+    not the same on the other (a NaN for a NaN, an infinity of the same sign)."""
+    import torch
+
+    outs, refs = _tensors(out), _tensors(ref)
+    if len(outs) != len(refs) or any(o.shape != r.shape for o, r in zip(outs, refs)):
+        return float("inf")
+    num = den = 0.0
+    for o, r in zip(outs, refs):
+        o, r = o.detach().float(), r.detach().float()
+        finite = torch.isfinite(r)
+        if not torch.equal(finite, torch.isfinite(o)) or not torch.equal(torch.isnan(o), torch.isnan(r)) or \
+                not torch.equal(o[torch.isinf(r)], r[torch.isinf(r)]):
+            return float("inf")
+        num += float((o[finite] - r[finite]).double().pow(2).sum())
+        den += float(r[finite].double().pow(2).sum())
+    if num == 0.0:
+        return 0.0
+    return (num / den) ** 0.5 if den > 0 else float("inf")
+
+
+def agree_limit(out: Any) -> float:
+    """AGREE for the output's dtype (its widest floating tensor; integer outputs: exact up to the 32-bit limit)."""
+    sizes = [t.element_size() for t in _tensors(out) if t.is_floating_point()]
+    return AGREE["16-bit"] if sizes and max(sizes) <= 2 else AGREE["32-bit"]
+
+
+__all__ = ["AGREE", "TIE", "Verdict", "agree_limit", "choose", "disagreement", "measure", "stored"]

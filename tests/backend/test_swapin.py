@@ -289,3 +289,62 @@ def test_a_moe_behind_its_router_is_measured_on_a_routing_not_on_random_ids(fres
     notes = [n for e in report_mod.entries() for n in e.notes if n.startswith("swap-in")]
     assert any(n.startswith("swap-in: fallback") and "grouped_mm" in n for n in notes), notes
     assert not any("failed" in n for n in notes), notes
+
+
+def test_disagreement_is_the_relative_error_and_infinite_where_the_non_finite_values_differ() -> None:
+    r = torch.tensor([1.0, 2.0, float("nan"), float("-inf")])
+    assert decide.disagreement(r.clone(), r) == 0.0
+    off = r.clone()
+    off[0] = 1.5
+    assert decide.disagreement(off, r) == pytest.approx(0.5 / 5 ** 0.5)
+    assert decide.disagreement((off, r), [r, r]) == pytest.approx(0.5 / 10 ** 0.5)  # tuples: over all tensors
+    for bad in (torch.tensor([1.0, 2.0, 0.0, float("-inf")]), torch.tensor([1.0, 2.0, float("nan"), float("inf")]),
+                torch.tensor([1.0, float("nan"), float("nan"), float("-inf")]), r[:3]):
+        assert decide.disagreement(bad, r) == float("inf")
+    assert decide.agree_limit(r.bfloat16()) == decide.AGREE["16-bit"]
+    assert decide.agree_limit(r) == decide.AGREE["32-bit"]
+
+
+def _wrong(fn, args, kwargs):  # a planted bug on the fallback side: Inductor's code off by a factor
+    return lambda *tensors: fn(*args, **kwargs) * 2
+
+
+def test_a_fallback_whose_output_is_off_the_reference_never_wins(fresh_cache: Path) -> None:
+    """The fallback is faster by the clock but computes something else: it is out of the choice, Argus's plan runs,
+    and the report says why (a fast wrong answer never wins)."""
+    gm, inputs = _graph()
+    decided = swap_in(gm, inputs, "interpret", timer=Clock(2.0, 1.0), compile_fallback=_wrong, devices=("cpu",))
+    assert len(decided) == 2 and {v.winner for _, v in decided} == {"argus"}
+    assert all("the fallback's output is off the reference's (relative error 1" in v.why for _, v in decided)
+    assert len(_argus_nodes(gm)) == 2
+    got = gm(*inputs)
+    torch.testing.assert_close(got[0] if isinstance(got, tuple) else got, _mlp(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_an_argus_plan_whose_output_is_off_the_reference_never_wins(fresh_cache: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: the reference (what the fallback compiles and the check runs) computes twice the op's result, so the
+    Argus plan is the side off it; faster by the clock, it still loses."""
+    real = references.reference_for
+
+    def doubled(target):
+        ref = real(target)
+        return None if ref is None else (lambda *a, **k: ref(*a, **k) * 2)
+
+    monkeypatch.setattr(references, "reference_for", doubled)
+    gm, inputs = _graph()
+    decided = swap_in(gm, inputs, "interpret", timer=Clock(1.0, 2.0), compile_fallback=_eager, devices=("cpu",))
+    assert len(decided) == 2 and {v.winner for _, v in decided} == {"fallback"}
+    assert all("its output is off the reference's" in v.why for _, v in decided), [v.why for _, v in decided]
+    assert _argus_nodes(gm) == []
+
+
+def test_a_group_whose_fallback_is_off_the_reference_keeps_argus(fresh_cache: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from argus_inductor.graph import swapin as swapin_mod
+
+    monkeypatch.setattr(swapin_mod, "_compile_fx", lambda gm, inputs: (lambda *t: [gm(*t) * 2]))
+    gm, inputs = _graph(_chain)
+    decided = swap_in(gm, inputs, "interpret", timer=Clock(2.0, 1.0), devices=("cpu",))
+    assert len(decided) == 2 and {v.winner for _, v in decided} == {"argus"}
+    assert all("the fallback's output is off the reference's" in v.why for _, v in decided)
