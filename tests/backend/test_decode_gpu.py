@@ -5,7 +5,8 @@ then batch 32 (a dynamic graph, compiled once for every batch above 1), compiled
 Why: on the H200 on 2026-11-29 the e2e decode at batch 32 of Llama-3-8B and of Mixtral dims gave logits off for all
 32 sequences (relative error 0.70 and 0.87) once the swap-in measured dynamic graphs; batch 1 was right. In both, the
 batch-32 graph gave its attention and most GEMMs to Inductor. The sides are forced here op class by op class, so the
-failing combination is named by the test that fails."""
+failing combination is named by the test that fails. Such graphs are measured here although the backend now keeps
+them on the template rule (swapin.STATEFUL) until this passes."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ from benchmark_scripts import load
 
 from argus_inductor.graph import swapin
 from argus_inductor.ops import swapin as decide
+from argus_inductor.runtime import reporting as report_mod
 
 pytestmark = pytest.mark.skipif(os.environ.get("ARGUS_TEST_DEVICE") != "cuda" or not torch.cuda.is_available(),
                                 reason="decode steps at e2e sizes on a GPU (ARGUS_TEST_DEVICE=cuda)")
@@ -42,6 +44,7 @@ def _forced(sides: dict[str, str]):
 
 
 SIDES = {
+    "shipped": None,  # as the backend runs now: the batch-32 graph unmeasured (STATEFUL)
     "measured": None,
     "all-fallback": {"*": "fallback"},
     "attention-fallback": {"attention_mask": "fallback", "attention": "fallback"},
@@ -58,6 +61,8 @@ def test_decode_at_batch_1_then_32_matches_eager_whichever_side_each_op_takes(
         node_fn, group_fn = _forced(SIDES[sides])
         monkeypatch.setattr(swapin, "measure_node", node_fn)
         monkeypatch.setattr(swapin, "measure_group", group_fn)
+    if sides != "shipped":
+        monkeypatch.setattr(swapin, "MEASURE_STATEFUL", True)  # the batch-32 graph decided as ea1aa5c decided it
     monkeypatch.setenv("ARGUS_SWAPIN_BACKGROUND", "0")  # every verdict in the compile: the run is deterministic
     model = _model()
     torch._dynamo.reset()
@@ -75,4 +80,5 @@ def test_decode_at_batch_1_then_32_matches_eager_whichever_side_each_op_takes(
                 print(f"{sides} batch {batch} step {i}: worst sequence {float(err.max()):.2e}")
                 if float(err.max()) > 3e-2:
                     failures.append((batch, i, int((err > 3e-2).sum()), float(err.max())))
+    print("sides the output check put out:", [n for e in report_mod.entries() for n in e.notes if "off the" in n])
     assert not failures, f"{sides}: (batch, step, sequences off, worst relative error) {failures}"
