@@ -48,6 +48,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))
+from benchmarks.bytecode import env as bytecode_env  # noqa: E402  (first-call processes read compiled bytecode)
+
 BACKENDS = ("eager", "inductor", "argus")
 ATOL = RTOL = 1e-2
 
@@ -845,36 +848,6 @@ def isolate_first_calls(path: Path, row: dict[str, Any], args: argparse.Namespac
 
 NOT_RUN = "not run"  # a row of --first-call-only not reached yet
 FIRST_CALLS_ONLY = "first calls only"  # a row of --first-call-only whose first calls were timed
-_BYTECODE: dict[str, str] = {}  # the run's bytecode prefix, once made (bytecode_env)
-# what a first call imports: compiled ahead where this Python writes no bytecode of its own
-BYTECODE_PACKAGES = ("torch", "triton", "sympy", "jinja2", "numpy", "z3", "transformers")
-
-
-def bytecode_env(packages: tuple[str, ...] = BYTECODE_PACKAGES, extra: tuple[Path, ...] = (REPO / "argus_inductor",)
-                 ) -> dict[str, str]:
-    """The environment a first-call process needs to read compiled bytecode, where this Python writes none
-    (PYTHONDONTWRITEBYTECODE, as on the lent GPU machines): there every process compiles each module it imports from
-    source, and a first call imports hundreds (on the H200, Argus's first call compiled 352 source files, 1.5 s, and
-    Inductor's 162, 0.5 s; users' installs have bytecode: pip compiles it at install, and Python writes it at the
-    first import). So the packages' bytecode is compiled once a run into a prefix the processes read
-    (PYTHONPYCACHEPREFIX). Empty where Python writes bytecode itself."""
-    if not sys.dont_write_bytecode and not os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        return {}
-    if not _BYTECODE:
-        import importlib.util
-
-        prefix = tempfile.mkdtemp(prefix="argus-kb-bytecode-")
-        dirs = [str(d) for d in extra]
-        for name in packages:
-            spec = importlib.util.find_spec(name)
-            if spec is not None and spec.submodule_search_locations:
-                dirs += list(spec.submodule_search_locations)
-        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *dirs],
-                       env={**os.environ, "PYTHONPYCACHEPREFIX": prefix}, capture_output=True, timeout=900)
-        _BYTECODE["PYTHONPYCACHEPREFIX"] = prefix
-    return dict(_BYTECODE)
-
-
 def first_call_isolated(path: Path, backend: str, args: argparse.Namespace) -> tuple[float | None, float | None]:
     """`backend`'s first call of the problem in a process of its own with empty Inductor, Triton and Argus caches:
     what a user's first run pays (a worker compiles several backends in one process, where one's caches serve the

@@ -334,31 +334,3 @@ def test_first_calls_each_in_a_process_of_their_own(tmp_path: Path, flag: str) -
     assert ("first call alone [1/1] 60_leaky_relu" in proc.stdout) is after
     assert ("correct" in row["backends"]["argus"]) is not only  # --first-call-only: no trials, no timing
     assert data["summary"]["first_call_argus_vs_inductor_median"] > 0
-
-
-def test_first_call_processes_read_bytecode_where_python_writes_none(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as on the lent GPU machines) a first-call process
-    would compile every module it imports from source, which a user's install does not; the runner compiles it
-    ahead into a prefix the processes read. Where Python writes its own, nothing is done."""
-    sys.path.insert(0, str(RUNNER.parent))
-    try:
-        import run  # the runner's module: benchmarks/kernelbench/run.py
-    finally:
-        sys.path.pop(0)
-    pkg = tmp_path / "argus_kb_probe_pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("VALUE = 7\n")
-    monkeypatch.setattr(run, "_BYTECODE", {})
-    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-    monkeypatch.setattr(sys, "dont_write_bytecode", False)
-    assert run.bytecode_env(packages=(), extra=(pkg,)) == {}
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    env = run.bytecode_env(packages=(), extra=(pkg,))
-    assert set(env) == {"PYTHONPYCACHEPREFIX"}
-    code = ("import importlib.util, os, argus_kb_probe_pkg as m; "
-            "print(m.VALUE, os.path.exists(importlib.util.cache_from_source(m.__file__)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path), **env}).stdout.split()
-    assert out == ["7", "True"]  # the child finds the bytecode where it looks for it
-    assert not (pkg / "__pycache__").exists()  # and nothing was written beside the sources
