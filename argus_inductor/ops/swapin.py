@@ -171,7 +171,7 @@ def disagreement(out: Any, ref: Any) -> float:
 
 
 def agree_limit(out: Any) -> float:
-    """AGREE for the output's dtype (its widest floating tensor; integer outputs: exact up to the 32-bit limit)."""
+    """AGREE for the output's dtype: 16-bit where its widest floating tensor is, else (float32, integers) 32-bit."""
     sizes = [t.element_size() for t in _tensors(out) if t.is_floating_point()]
     return AGREE["16-bit"] if sizes and max(sizes) <= 2 else AGREE["32-bit"]
 
