@@ -19,8 +19,9 @@ benchmarks/results/NOTES.md, "Compile time and host overhead").
 The compile-time run takes the graph's own inputs where it has them (a model's weights), except those the op writes
 in place (a KV cache, which gets a stand-in: the run must not write into the model's state); tensors made inside the
 graph get stand-ins: integer ones (routing ids, targets, masks) zeros, which every kernel takes as valid
-indices, floating-point ones random normals. A recording never depends on values (argus_inductor.runtime.replay refuses
-host functions that read them).
+indices, floating-point ones random normals, and a MoE call's expert ids (floats, where a router op packs them
+beside its weights) a routing of distinct experts a token (operands.routing_like). A recording never depends on
+values (argus_inductor.runtime.replay refuses host functions that read them).
 """
 from __future__ import annotations
 

@@ -147,12 +147,27 @@ def same_meta(t: Any, like: torch.Tensor | AtHints) -> bool:
         t.dtype == like.dtype and t.device == like.device and t.storage_offset() == like.storage_offset()
 
 
+def is_moe(target: Any) -> bool:
+    return getattr(target, "name", lambda: "")() == "argus::moe"
+
+
+def routing_like(ids: torch.Tensor | AtHints, experts: int) -> torch.Tensor:
+    """A routing of distinct experts a token with `ids`'s shape, strides, dtype and device. A MoE call's expert ids
+    are never a random stand-in: a router op hands them over as floats packed beside its weights, so a stand-in of
+    normals indexed out of range (a device-side assert in the swap-in's fallback on the H200, reads out of bounds in
+    the kernel)."""
+    t, k = ids.shape
+    out = random_like(ids)
+    out.copy_(torch.rand(t, experts, device=ids.device).topk(min(k, experts), dim=1).indices)
+    return out
+
+
 def real_arguments(node: fx.Node, found: list[tuple[fx.Node, Any]], known: dict[fx.Node, torch.Tensor]
                    ) -> tuple[tuple[Any, ...], dict[str, Any], dict[int, Any]]:
     """`node`'s arguments with a real tensor for each operand node in `found` (static_operands): the graph's own
     input where `known` has one of the same metadata that the op does not write (a model's weights), a random
-    stand-in otherwise (a size found by its hint stays that int); and the real value of each operand node by
-    id(node)."""
+    stand-in otherwise (a size found by its hint stays that int; a MoE call's expert ids a routing, routing_like);
+    and the real value of each operand node by id(node)."""
     written = written_operands(node)  # runs at compile time write these: never into the graph's real inputs
 
     def real_of(n: fx.Node, v: Any) -> Any:
@@ -161,6 +176,11 @@ def real_arguments(node: fx.Node, found: list[tuple[fx.Node, Any]], known: dict[
         return known[n] if n not in written and same_meta(known.get(n), v) else random_like(v)
 
     real = {id(n): real_of(n, v) for n, v in found}
+    ids = node.args[2] if is_moe(node.target) and len(node.args) > 3 else None
+    if isinstance(ids, fx.Node) and id(ids) in real and real[id(ids)] is not known.get(ids):  # a stand-in
+        w1 = real.get(id(node.args[3]))
+        if isinstance(w1, torch.Tensor):
+            real[id(ids)] = routing_like(real[id(ids)], w1.shape[0])
 
     def to_real(a: Any) -> Any:
         return real[id(a)] if isinstance(a, fx.Node) else a

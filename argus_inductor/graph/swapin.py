@@ -35,7 +35,7 @@ from ..ops.library import LIBRARY
 from ..runtime import reporting as report
 from ..runtime import tiers, timing
 from ..runtime.signature import Signature, device_model
-from .operands import random_like, real_arguments, static_operands, written_operands
+from .operands import is_moe, random_like, real_arguments, routing_like, static_operands, written_operands
 from .patterns import is_argus_op
 
 log = logging.getLogger("argus_inductor")
@@ -107,25 +107,11 @@ def _timing_copy(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         return random_like(a) if isinstance(a, torch.Tensor) else a
 
     new = fx.node.map_aggregate(args, fresh)
-    if _is_moe(target):
+    if is_moe(target):
         weights, ids, w1 = new[1], new[2], new[3]
         weights.copy_(torch.softmax(weights.float(), -1))  # in place: a stand-in keeps the operand's strides
         new = (new[0], weights, routing_like(ids, w1.shape[0]), *new[3:])
     return new, {k: fx.node.map_aggregate(v, fresh) for k, v in kwargs.items()}
-
-
-def _is_moe(target: Any) -> bool:
-    return getattr(target, "name", lambda: "")() == "argus::moe"
-
-
-def routing_like(ids: torch.Tensor, experts: int) -> torch.Tensor:
-    """A routing of distinct experts a token with `ids`'s shape, strides, dtype and device. A MoE call's expert ids
-    are never a random stand-in: a router op hands them over as floats packed beside its weights, so a stand-in of
-    normals indexed out of range (a device-side assert in the fallback's count, reads out of bounds in the kernel)."""
-    t, k = ids.shape
-    out = random_like(ids)
-    out.copy_(torch.rand(t, experts, device=ids.device).topk(min(k, experts), dim=1).indices)
-    return out
 
 
 def measure_node(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any], timer: decide.Timer,
@@ -252,10 +238,7 @@ def _eligible(node: fx.Node, devices: tuple[str, ...], known: dict[fx.Node, torc
     at_hints = found is not None and any(not isinstance(v, torch.Tensor) for _, v in found)
     if found is None:
         return "swap-in not measured: a size of its operands is known only at run time (the template rule stands)"
-    args, kwargs, real = real_arguments(node, found, known)
-    ids = node.args[2] if _is_moe(node.target) else None
-    if isinstance(ids, fx.Node) and real[id(ids)] is not known.get(ids):  # stand-in expert ids: a routing
-        args = (*args[:2], routing_like(args[2], args[3].shape[0]), *args[3:])
+    args, kwargs, _ = real_arguments(node, found, known)
     sig = _signature(node, args, kwargs)
     if sig is None:
         return "swap-in not measured: no signature"
@@ -337,7 +320,7 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
     copies = [outside] + [{a: random_like(v) if isinstance(v, torch.Tensor) else v for a, v in outside.items()}
                           for _ in range(timing.rotation(size))]
     for m in group:  # a MoE member's expert ids from outside: a routing in each copy (routing_like)
-        if _is_moe(m.node.target) and m.node.args[2] in outside:
+        if is_moe(m.node.target) and m.node.args[2] in outside:
             for c in copies[1:]:
                 c[m.node.args[2]] = routing_like(c[m.node.args[2]], m.args[3].shape[0])
     with dispatch.unreported():
