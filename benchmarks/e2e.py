@@ -17,8 +17,10 @@ pays its host latency in full. Every phase is time-boxed: a phase that would sta
 is recorded as skipped, so the whole run stays within --budget-s (default 450 s, for an 8-minute slot).
 Writes e2e-<date>[-<tag>].json and .md under --out (default $OUT, else benchmarks/results/) and prints
 the table last. With several GPUs, run one process a GPU (CUDA_VISIBLE_DEVICES, --phases, --backends, --tag) and
-join their JSON with --merge: each model's cells come from the run that measured them. Needs a CUDA GPU and
-transformers (the demo's Llama-like model is used without it).
+join their JSON with --merge: each model's cells come from the run that measured them. The first-call column is
+what a user's install pays: where Python writes no bytecode (the lent GPU machines) the script compiles it and
+restarts itself once reading it (benchmarks/bytecode.py). Needs a CUDA GPU and transformers (the demo's Llama-like
+model is used without it).
 """
 from __future__ import annotations
 
