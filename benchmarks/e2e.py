@@ -395,9 +395,11 @@ def _offs(c: dict[str, Any]) -> str:
 
 
 def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
-    """b's time / a's time: > 1 means a is faster."""
+    """b's time / a's time: > 1 means a is faster; no speed for a wrong answer (a's MISMATCH)."""
     if not a or not b or "ms" not in a or "ms" not in b or not a["ms"]:
         return "-"
+    if not a.get("ok", True):
+        return "wrong answer"
     return f"{b['ms'] / a['ms']:.2f}x"
 
 

@@ -50,3 +50,13 @@ def test_a_backend_one_run_skipped_and_another_measured_is_not_shown_skipped(e2e
     results, backends, _ = e2e.merge([skipped, measured])
     row = results[0]["results"]["argus-all-rows"]
     assert backends == ["argus-all-rows"] and "skipped" not in row and row["prefill 1x2048"] == cell
+
+
+def test_a_wrong_answer_gets_no_speed_ratio(e2e) -> None:
+    """The H200's Llama decode at batch 32 (2026-11-29) gave wrong logits 1.68x faster than max-autotune: the table
+    says it is wrong instead of how fast it was."""
+    md = e2e.table(_doc("llama-decode")["results"], ["eager", "max-autotune", "argus"])
+    row = next(line for line in md.splitlines() if line.startswith("| decode b=32 (per token)"))
+    assert "(MISMATCH)" in row and "| wrong answer | wrong answer |" in row and "1.68x" not in row
+    row1 = next(line for line in md.splitlines() if line.startswith("| decode b=1 (per token)"))
+    assert "| 1.56x |" in row1
