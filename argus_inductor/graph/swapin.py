@@ -401,9 +401,11 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     known = {n: t for n, t in zip(placeholders, example_inputs) if isinstance(t, torch.Tensor)}
     members: list[_Member] = []
+    stateful = False  # an Argus op of the graph writes an operand in place (a KV cache)
     for node in list(gm.graph.nodes):
         if not is_argus_op(node):
             continue
+        stateful = stateful or _writes(node)
         node_id = _node_id(node)
         if not measuring:
             if node_id:
@@ -420,8 +422,7 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
                 report.note(node_id, m)
             continue
         members.append(m)
-    if not MEASURE_STATEFUL and any(m.at_hints for m in members) and \
-            any(is_argus_op(n) and _writes(n) for n in gm.graph.nodes):
+    if stateful and not MEASURE_STATEFUL and any(m.at_hints for m in members):
         for m in members:  # a decode step at batch > 1: left as before dynamic graphs were measured (STATEFUL)
             if m.at_hints and m.node_id:
                 report.note(m.node_id, STATEFUL)
