@@ -40,15 +40,36 @@ def bmm(a: Tensor, b: Tensor, node_id: str = "") -> Tensor:
     return torch.bmm(a, b)
 
 
+def _kv_heads_repeated(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """k and v with each key/value head repeated for its group of query heads (transformers' repeat_kv)."""
+    group = q.shape[1] // k.shape[1]
+    if group == 1:
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float | None, node_id: str = "",
               positions: bool = False) -> Tensor:
+    """SDPA as transformers calls it without a mask: grouped heads through enable_gqa where the head dims are equal
+    and at most 256, through repeated key/value heads otherwise."""
+    if q.shape[1] != k.shape[1] and not k.shape[-1] == v.shape[-1] <= 256:
+        k, v = _kv_heads_repeated(q, k, v)
     gqa = q.shape[1] != k.shape[1]
     return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)
 
 
 def attention_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float | None, node_id: str = "",
                    positions: bool = False) -> Tensor:
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    """SDPA with the mask as transformers calls it (grouped heads as repeated key/value heads, never enable_gqa), with
+    a float mask in q's dtype. On the H200 (torch 2.11.0+cu130), SDPA with bf16 q, k, v and a float32 mask went to
+    cuDNN's attention and came back wrong (relative error 0.1 to 0.27 at a decode step, with or without grouped
+    heads; the same mask in bf16, or the math backend, 2e-3): the batch-32 decode's fallback side gave wrong logits,
+    and the output check, judging by that same call, put the right Argus plan out (tests/backend/test_references.py,
+    tests/backend/test_decode_gpu.py)."""
+    k, v = _kv_heads_repeated(q, k, v)
+    if mask.is_floating_point() and q.is_floating_point():
+        mask = mask.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
 def moe(hidden: Tensor, topk_weights: Tensor, topk_ids: Tensor, w1: Tensor, w2: Tensor, node_id: str = "") -> Tensor:
