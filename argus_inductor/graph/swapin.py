@@ -361,10 +361,6 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
 PENDING = "fallback (swap-in pending: Inductor's code runs while Argus's kernel is measured in the background)"
 AT_HINTS = ("swap-in measured at the sizes this dynamic graph was compiled for ({sig}); the graph keeps that verdict "
             "at every size it runs")
-STATEFUL = ("swap-in not measured: a dynamic graph that writes a KV cache (a decode step at batch > 1) keeps the "
-            "template rule; measured, such graphs gave wrong logits on the H200 (2026-11-29, under investigation: "
-            "tests/backend/test_decode_gpu.py)")
-MEASURE_STATEFUL = False  # True: such graphs are measured anyway (tests/backend/test_decode_gpu.py looks for the cause)
 _CLOCK: list[Any] = [None, GPUS]  # measuring_with(): a clock and the devices it measures on (tests)
 
 
@@ -401,11 +397,9 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     known = {n: t for n, t in zip(placeholders, example_inputs) if isinstance(t, torch.Tensor)}
     members: list[_Member] = []
-    stateful = False  # an Argus op of the graph writes an operand in place (a KV cache)
     for node in list(gm.graph.nodes):
         if not is_argus_op(node):
             continue
-        stateful = stateful or _writes(node)
         node_id = _node_id(node)
         if not measuring:
             if node_id:
@@ -422,11 +416,6 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
                 report.note(node_id, m)
             continue
         members.append(m)
-    if stateful and not MEASURE_STATEFUL and any(m.at_hints for m in members):
-        for m in members:  # a decode step at batch > 1: left as before dynamic graphs were measured (STATEFUL)
-            if m.at_hints and m.node_id:
-                report.note(m.node_id, STATEFUL)
-        members = [m for m in members if not m.at_hints]
     decided: list[tuple[str, decide.Verdict]] = []
     verdicts: dict[str, decide.Verdict] = {}  # decided so far in this graph (layers share signatures)
     changed = False
@@ -475,5 +464,4 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
     return decided
 
 
-__all__ = ["swap_in", "measure_node", "compile_alone", "measures", "measuring_with", "FALLBACKS", "PENDING", "AT_HINTS",
-           "STATEFUL"]
+__all__ = ["swap_in", "measure_node", "compile_alone", "measures", "measuring_with", "FALLBACKS", "PENDING", "AT_HINTS"]
