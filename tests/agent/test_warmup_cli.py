@@ -213,7 +213,7 @@ def test_the_workers_tune_library_signatures_too(tmp_path: Path, monkeypatch: py
         ops.set_active_options(Options.resolve())
     assert spawned == [1], spawned  # one library signature went to the workers
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert len(rows) == 2 and rows[0]["source"].startswith("library: ") and rows[0]["key"] == lib.key(), rows
+    assert len(rows) == 2 and rows[0]["source"].startswith("library: tuned") and rows[0]["key"] == lib.key(), rows
     entry = KernelCache(root).get(lib.key())
     assert entry is not None and entry.verification.get("status") == "verified", entry
     assert rows[1]["source"].split("/")[0] in ("baseline", "offline"), rows
