@@ -11,7 +11,6 @@ from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..dsl import Kernel, Policy
@@ -30,6 +29,7 @@ from ..kernels.pointwise import broadcasts_to
 from ..kernels.policies import attention_fallbacks, attention_policy, fit_attention, gluon_reads
 from ..runtime import reporting as _report
 from ..runtime.signature import Signature, make_signature
+from . import references
 from .core import ELEM_BYTES, SPECS, OpSpec, Plan, epilogue_parts, gluon_fallbacks
 from .dispatch import lowering_note, meta_key, present, run_op
 
@@ -177,12 +177,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float | N
     output in (Z, S, H, D) memory (attention_out). A query row with no visible key (every score -inf, from
     infinite inputs) is zero as SDPA's, or with `nan_rows` NaN, as an attention written out as softmax and matmul
     computes it (softmax_attention; not causal)."""
-    h, hk = q.shape[1], k.shape[1]
 
     def fallback() -> Tensor:
         if nan_rows:
             return softmax_attention(q, k, v, None, scale)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=h != hk)
+        return references.attention(q, k, v, is_causal, scale)
 
     return _attention_run(q, k, v, is_causal, scale, node_id, fallback, positions=positions, nan_rows=nan_rows)
 
@@ -201,12 +200,11 @@ def attention_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float |
     broadcasting to (Z, H, S, T). The kernel reads the mask itself: nothing is decided from its values on the
     host, so the op never synchronizes and can be captured in a CUDA graph. `positions`, `nan_rows`: as
     attention's (a row the mask hides every key from: zero as SDPA's, or NaN with `nan_rows`)."""
-    h, hk = q.shape[1], k.shape[1]
 
     def fallback() -> Tensor:
         if nan_rows:
             return softmax_attention(q, k, v, mask, scale)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=h != hk)
+        return references.attention_mask(q, k, v, mask, scale)  # the mask in q's dtype (see there)
 
     return _attention_run(q, k, v, False, scale, node_id, fallback, mask, positions, nan_rows)
 

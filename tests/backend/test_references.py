@@ -81,3 +81,33 @@ def test_with_a_mask_sdpa_gets_it_in_the_query_dtype_and_no_grouped_heads(monkey
     references.attention_mask(q, k, k.clone(), torch.zeros(1, 1, 1, 40), None)
     references.attention_mask(q, k, k.clone(), torch.ones(1, 1, 1, 40, dtype=torch.bool), None)
     assert calls == [(8, 8, False, torch.bfloat16), (8, 8, False, torch.bool)]
+
+
+def test_the_ops_own_fallback_hands_sdpa_the_mask_the_same_way(fresh_cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where argus::attention_mask itself falls back (ARGUS_ON_MISS=fallback on a miss, a device Argus does not run
+    on), it runs the same reference: the float32 mask reaches SDPA in q's dtype, and the output is right."""
+    from argus_inductor import ops
+    from argus_inductor.config import Options
+
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        calls.append(kw["attn_mask"].dtype)
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(references.F, "scaled_dot_product_attention", spy)
+    ops.set_active_options(Options.resolve({"interpret": True, "on_miss": "fallback"}))
+    ops.forget_plans()
+    try:
+        torch.manual_seed(0)
+        q = torch.randn(1, 4, 1, 16, dtype=torch.bfloat16)
+        k, v = torch.randn(1, 2, 24, 16, dtype=torch.bfloat16), torch.randn(1, 2, 24, 16, dtype=torch.bfloat16)
+        mask = torch.zeros(1, 1, 1, 24)
+        mask[..., 20:] = -math.inf
+        out = torch.ops.argus.attention_mask(q, k, v, mask, None, "g0:t")
+    finally:
+        ops.set_active_options(Options.resolve())
+        ops.forget_plans()
+    assert calls == [torch.bfloat16]
+    assert _rel(out, _math(q, k, v, mask, False)) < 2e-2
