@@ -325,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in ("bench", "warmup"):
-            from .agent.cli import interpreter_without_gpu, set_up
+            from .agent.cli import interpreter_without_gpu
+            from .agent.warmup import set_up
 
             why = interpreter_without_gpu(args.command)
             if why is not None:

@@ -346,19 +346,6 @@ def interpreter_without_gpu(command: str) -> str | None:
     return None
 
 
-def set_up() -> None:
-    """What importing the package sets up for a program, which the `argus` command (whose root import loads no
-    torch) does itself once the interpreter is decided: the Gluon lowerings registered with the DSL and the agent
-    handed to the ops (it tunes a library op's recorded miss)."""
-    import importlib
-
-    from .. import hopper, ops
-
-    del hopper  # imported for what importing it registers
-
-    ops.install_agent(lambda: importlib.import_module("argus_inductor.agent"))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run `argus warmup` on its own: python -m argus_inductor.agent.cli [options]."""
     parser = argparse.ArgumentParser(prog="argus")
@@ -369,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(f"argus warmup: {why}", file=sys.stderr)
         return 2
+    from .warmup import set_up
+
     set_up()
     return int(args.func(args))
 

@@ -268,6 +268,19 @@ def _library_not_done(sig: Any, source: str, error: str = "") -> dict[str, Any]:
     return {**row, "error": error} if error else row
 
 
+def set_up() -> None:
+    """What importing the package sets up for a program, which the `argus` command (whose root import loads no
+    torch) does itself once the interpreter is decided, and each warmup worker process at its start: the Gluon
+    lowerings registered with the DSL and the agent handed to the ops (it tunes a library op's recorded miss)."""
+    import importlib
+
+    from .. import hopper, ops
+
+    del hopper  # imported for what importing it registers
+
+    ops.install_agent(lambda: importlib.import_module("argus_inductor.agent"))
+
+
 # ---- workers --------------------------------------------------------------------------------------------
 
 def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline: float | None, workers: int,
@@ -277,7 +290,6 @@ def _worker(device: str, jobs: Any, results: Any, opts: WarmupOptions, deadline:
     import torch
 
     from . import handset
-    from .cli import set_up
     from .loop import arch_of
 
     # a spawned process imports the package before torch, so nothing handed the agent to the ops: without this, its

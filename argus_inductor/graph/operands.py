@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import fx
 
+from .patterns import is_moe
+
 
 def value_of(arg: Any) -> Any:
     """What a node argument holds at compile time: a fake tensor (or real, for an attribute), or a constant."""
@@ -145,10 +147,6 @@ def written_operands(node: fx.Node) -> set[fx.Node]:
 def same_meta(t: Any, like: torch.Tensor | AtHints) -> bool:
     return isinstance(t, torch.Tensor) and t.shape == like.shape and tuple(t.stride()) == tuple(like.stride()) and \
         t.dtype == like.dtype and t.device == like.device and t.storage_offset() == like.storage_offset()
-
-
-def is_moe(target: Any) -> bool:
-    return getattr(target, "name", lambda: "")() == "argus::moe"
 
 
 def routing_like(ids: torch.Tensor | AtHints, experts: int) -> torch.Tensor:

@@ -108,6 +108,11 @@ def is_argus_op(n: object) -> bool:
     return isinstance(n, fx.Node) and n.op == "call_function" and str(n.target).startswith("argus.")
 
 
+def is_moe(target: Any) -> bool:
+    """Whether `target` is Argus's experts op, argus::moe (its overload or its packet)."""
+    return str(target).split(".")[:2] == ["argus", "moe"]
+
+
 def only_user(n: fx.Node, user: fx.Node) -> bool:
     return list(n.users) == [user]
 

@@ -35,7 +35,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from ..runtime import reporting as report
-from .patterns import SDPA, SDPA_ARGS, Match, alive, as_int, bind, dims_arg, erase_unused, fake_value, known_eq
+from .patterns import SDPA, SDPA_ARGS, Match, alive, as_int, bind, dims_arg, erase_unused, fake_value, is_moe, known_eq
 
 log = logging.getLogger("argus_inductor")
 
@@ -89,10 +89,6 @@ def _name(n: fx.Node) -> str:
     if n.op == "call_method":
         return str(n.target)
     return getattr(n.target, "__name__", str(n.target))
-
-
-def _is_moe(n: fx.Node) -> bool:
-    return n.op == "call_function" and str(n.target).split(".")[:2] == ["argus", "moe"]
 
 
 def _norm_dim(d: Any, rank: int) -> int | None:
@@ -394,7 +390,8 @@ def _rule(n: fx.Node, keep: Keep) -> _Rule | None:
         return _Rule({n.args[0]: keep.at(keep.dim if keep.dim < u else keep.dim - 1)})
     if n.op == "call_function" and n.target in SDPA:
         return _sdpa_rule(n, keep)
-    if _is_moe(n) and keep.dim == 0:  # tokens in, tokens out: hidden (N, H), top-k weights and ids (N, k)
+    if n.op == "call_function" and is_moe(n.target) and keep.dim == 0:
+        # tokens in, tokens out: hidden (N, H), top-k weights and ids (N, k)
         demands = {a: keep for a in n.args[:3] if isinstance(a, fx.Node)}
         for a in n.all_input_nodes:
             demands.setdefault(a, None)

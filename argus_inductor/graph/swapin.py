@@ -35,8 +35,8 @@ from ..ops.library import LIBRARY
 from ..runtime import reporting as report
 from ..runtime import tiers, timing
 from ..runtime.signature import Signature, device_model
-from .operands import is_moe, random_like, real_arguments, routing_like, static_operands, written_operands
-from .patterns import is_argus_op
+from .operands import random_like, real_arguments, routing_like, static_operands, written_operands
+from .patterns import is_argus_op, is_moe
 
 log = logging.getLogger("argus_inductor")
 GPUS = ("cuda", "hip")
