@@ -140,8 +140,8 @@ def measure_node(node: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any], t
         except Exception as e:
             fallback_fns = None
             why = f"the fallback failed to compile or run ({type(e).__name__}: {str(e).strip()[:200]})"
-        argus_fns, fallback_fns, why = _agreeing(argus_fns, fallback_fns, why, lambda: ref(*args, **kwargs),
-                                                 node.name)
+        argus_fns, fallback_fns, why = _agreeing(argus_fns, fallback_fns, why,
+                                                 lambda widen: ref(*widen(args), **widen(kwargs)), node.name)
         with report.phase("swap-in: timing"):
             return decide.measure(argus_fns, fallback_fns, fallback_name(node), timer,
                                   why_no_fallback=why)
@@ -151,28 +151,54 @@ class Disagrees(Exception):
     """A side's output is off the op's reference (decide.disagreement): it is out of the choice."""
 
 
+def _widened(args: Any) -> Any:
+    """`args` with each 16-bit floating tensor as a float32 copy (the rest as they are): what the output check runs
+    the reference on, so that the judge is not the 16-bit library call the fallback side makes."""
+    def wide(a: Any) -> Any:
+        return a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() and a.element_size() < 4 else a
+    return fx.node.map_aggregate(args, wide)
+
+
+def _judge(eager: Callable[[Callable[[Any], Any]], Any], name: str) -> Any:
+    """The reference's output for the output check: run on float32 copies of 16-bit operands where it runs so (on the
+    H200, SDPA on bf16 with a float32 mask went wrong through cuDNN, and the check, judging by that same call, put the
+    right Argus plan out), else at the operands' own precision."""
+    try:
+        return eager(_widened)
+    except Exception as e:  # a reference that takes only 16-bit operands (grouped_mm), or memory: the native run
+        log.debug("argus: swap-in of %s: the reference does not run on float32 copies (%s)", name, e)
+    return eager(lambda a: a)
+
+
 def _agreeing(argus_fns: list[Callable[[], Any]], fallback_fns: list[Callable[[], Any]] | None, why: str,
-              eager: Callable[[], Any], name: str) -> tuple[list[Callable[[], Any]], Any, str]:
+              eager: Callable[[Callable[[Any], Any]], Any], name: str) -> tuple[list[Callable[[], Any]], Any, str]:
     """The sides with each one out whose output on the first operand copy is off the reference run eagerly on it
-    (by more than decide.agree_limit): the fallback as failed (`why` says so), the Argus plan as a call that raises
-    Disagrees. Where the reference itself cannot run eagerly, both stand."""
+    (by more than decide.agree_limit for the sides' output dtype): the fallback as failed (`why` says so), the Argus
+    plan as a call that raises Disagrees. `eager(widen)` runs the reference on widen(the operands); the check runs it
+    on float32 copies of 16-bit operands where it can (_judge). Where the reference cannot run eagerly, both stand."""
     try:
         with report.phase("swap-in: output check"):
-            want = eager()
+            want = _judge(eager, name)
     except Exception as e:
         log.debug("argus: swap-in of %s: no eager reference to check the sides against (%s)", name, e)
         return argus_fns, fallback_fns, why
-    limit = decide.agree_limit(want)
-    if fallback_fns is not None:
-        err = decide.disagreement(fallback_fns[0](), want)
+    outs: dict[str, Any] = {}
+    for side, fns in (("fallback", fallback_fns), ("argus", argus_fns)):
+        try:
+            outs[side] = fns[0]() if fns is not None else None
+        except Exception:  # a side that already failed stays failed
+            outs[side] = None
+    native = outs["fallback"] if outs["fallback"] is not None else outs["argus"]
+    limit = decide.agree_limit(native if native is not None else want)
+    if fallback_fns is not None and outs["fallback"] is not None:
+        err = decide.disagreement(outs["fallback"], want)
         if err > limit:
             log.warning("argus: swap-in of %s: Inductor's compiled fallback is off the op's reference (relative "
                         "error %.3g); Argus's plan is kept", name, err)
             fallback_fns, why = None, f"the fallback's output is off the reference's (relative error {err:.3g})"
-    try:
-        err = decide.disagreement(argus_fns[0](), want)
-    except Exception:  # the Argus side already failed: it stays failed
+    if outs["argus"] is None:  # the Argus side already failed: it stays failed
         return argus_fns, fallback_fns, why
+    err = decide.disagreement(outs["argus"], want)
     if err > limit:
         log.warning("argus: swap-in of %s: Argus's plan is off the op's reference (relative error %.3g); it is not "
                     "used", name, err)
@@ -351,8 +377,8 @@ def measure_group(group: list[_Member], timer: decide.Timer) -> decide.Verdict:
             fallback_fns = None
             why = f"the fallback failed to compile or run ({type(e).__name__}: {str(e).strip()[:200]})"
         argus_fns, fallback_fns, why = _agreeing(
-            argus_fns, fallback_fns, why, lambda: _run_group(group, [m.ref for m in group], copies[0]),
-            group[-1].node.name)
+            argus_fns, fallback_fns, why,
+            lambda widen: _run_group(group, [m.ref for m in group], widen(copies[0])), group[-1].node.name)
         with report.phase("swap-in: timing"):
             return decide.measure(argus_fns, fallback_fns, "Inductor across the group (" + " + ".join(
                 fallback_name(m.node) for m in group) + ")", timer, why_no_fallback=why)

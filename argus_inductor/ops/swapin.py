@@ -9,8 +9,9 @@ model, so later processes (and other machines of that model) decide without timi
 against its side. On the Triton interpreter times mean nothing: the template rule stands and the report says so.
 
 Both sides must also compute what the op's reference computes: before the timing, each side's output on the first
-operand copy is compared with the reference run eagerly (disagreement()). A side off by more than AGREE is out of the
-choice and the report says why; a fast wrong answer never wins.
+operand copy is compared with the reference run eagerly (disagreement()), on float32 copies of 16-bit operands where it
+runs so (graph/swapin.py). A side off by more than AGREE is out of the choice and the report says why; a fast wrong
+answer never wins.
 
 ARGUS_SWAPIN: measure (the default), always (Argus's plan, unmeasured), never (Inductor's everywhere).
 """

@@ -348,3 +348,57 @@ def test_a_group_whose_fallback_is_off_the_reference_keeps_argus(fresh_cache: Pa
     decided = swap_in(gm, inputs, "interpret", timer=Clock(2.0, 1.0), devices=("cpu",))
     assert len(decided) == 2 and {v.winner for _, v in decided} == {"argus"}
     assert all("the fallback's output is off the reference's" in v.why for _, v in decided)
+
+
+def test_a_reference_wrong_only_at_16_bits_cannot_judge_the_argus_plan_out(fresh_cache: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: the reference (what the fallback compiles) is wrong on bf16 operands only, as SDPA handed a float32
+    mask went wrong through cuDNN on the H200. The output check runs the reference on float32 copies, so it judges
+    the right Argus plan right and the fallback wrong: Argus's plan runs, though slower by the clock."""
+    real = references.reference_for
+
+    def wrong_at_16_bits(target):
+        ref = real(target)
+        if ref is None:
+            return None
+
+        def fn(*a, **k):
+            out = ref(*a, **k)
+            return out * 2 if out.dtype == torch.bfloat16 else out
+        return fn
+
+    monkeypatch.setattr(references, "reference_for", wrong_at_16_bits)
+    x, w1, w2 = ((torch.randn(*shape) / 4).bfloat16() for shape in ((8, 32), (48, 32), (16, 48)))
+    gm, inputs = capture(_mlp, x, w1, w2)
+    assert rewrite(gm, ("gemm",))
+    decided = swap_in(gm, inputs, "interpret", timer=Clock(2.0, 1.0), compile_fallback=_eager, devices=("cpu",))
+    assert len(decided) == 2 and {v.winner for _, v in decided} == {"argus"}, [v.why for _, v in decided]
+    assert all("the fallback's output is off the reference's" in v.why for _, v in decided)
+    got = gm(*inputs)
+    torch.testing.assert_close((got[0] if isinstance(got, tuple) else got).float(), _mlp(x.float(), w1.float(),
+                               w2.float()), rtol=3e-2, atol=3e-2)
+
+
+def test_a_reference_that_takes_only_16_bit_operands_judges_at_their_precision(fresh_cache: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference that refuses float32 copies (torch._grouped_mm takes bf16 only) still judges, run on the operands
+    as they are. Planted: it computes twice the op's result, so the Argus plan is the side off it, and loses though
+    faster by the clock."""
+    real = references.reference_for
+
+    def bf16_only_doubled(target):
+        ref = real(target)
+
+        def fn(*a, **k):
+            if any(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in a):
+                raise RuntimeError("expected bfloat16 operands")
+            return ref(*a, **k) * 2
+        return None if ref is None else fn
+
+    monkeypatch.setattr(references, "reference_for", bf16_only_doubled)
+    x, w1, w2 = ((torch.randn(*shape) / 4).bfloat16() for shape in ((8, 32), (48, 32), (16, 48)))
+    gm, inputs = capture(_mlp, x, w1, w2)
+    assert rewrite(gm, ("gemm",))
+    decided = swap_in(gm, inputs, "interpret", timer=Clock(1.0, 2.0), compile_fallback=_eager, devices=("cpu",))
+    assert len(decided) == 2 and {v.winner for _, v in decided} == {"fallback"}
+    assert all("its output is off the reference's" in v.why for _, v in decided), [v.why for _, v in decided]
