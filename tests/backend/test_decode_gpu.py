@@ -8,7 +8,8 @@ op class named the attention's fallback side (the KV cache then read off too, at
 keys come from a wrong attention output): SDPA with bf16 q, k, v and the float32 mask went to cuDNN's attention and
 came back wrong (tests/backend/test_references.py). The same wrong call judged the swap-in's output check, which put
 the right Argus plan out ("relative error inf"). With the mask handed over in q's dtype (ops/references.py), the
-all-fallback case and the measured one (now "shipped") passed on the H200; the other cases were not run again."""
+all-fallback case and the measured one (now "shipped") passed on the H200; the other cases were not run again, and
+the Mixtral cases (its batch 32 was wrong too) have not run yet."""
 from __future__ import annotations
 
 import os
@@ -26,15 +27,19 @@ from argus_inductor.runtime import reporting as report_mod
 pytestmark = pytest.mark.skipif(os.environ.get("ARGUS_TEST_DEVICE") != "cuda" or not torch.cuda.is_available(),
                                 reason="decode steps at e2e sizes on a GPU (ARGUS_TEST_DEVICE=cuda)")
 
-def _model() -> torch.nn.Module:
+def _model(kind: str) -> torch.nn.Module:
+    """Llama-3-8B's head layout at a quarter of its width, 2 layers; or Mixtral's (8 experts, top 2) alike."""
     import transformers
 
-    cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_attention_heads=8,
-                                   num_key_value_heads=2, head_dim=128, num_hidden_layers=2, vocab_size=1024,
-                                   max_position_embeddings=2048)
+    dims = dict(hidden_size=1024, num_attention_heads=8, num_key_value_heads=2, head_dim=128, num_hidden_layers=2,
+                vocab_size=1024, max_position_embeddings=2048)
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval().cuda().to(torch.bfloat16)
-    return model
+    if kind == "mixtral":
+        model = transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            intermediate_size=1408, num_local_experts=8, num_experts_per_tok=2, **dims))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(intermediate_size=2816, **dims))
+    return model.eval().cuda().to(torch.bfloat16)
 
 
 def _forced(sides: dict[str, str]):
@@ -61,16 +66,20 @@ SIDES = {
 }
 
 
-@pytest.mark.parametrize("sides", list(SIDES))
+# Mixtral dims gave wrong logits at batch 32 too (relative error 0.87): the shipped rule and every op to Inductor
+CASES = [("llama", s) for s in SIDES] + [("mixtral", "shipped"), ("mixtral", "all-fallback")]
+
+
+@pytest.mark.parametrize("kind,sides", CASES, ids=[f"{k}-{s}" for k, s in CASES])
 def test_decode_at_batch_1_then_32_matches_eager_whichever_side_each_op_takes(
-        sides: str, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        kind: str, sides: str, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     e2e = load("e2e")  # its decode steps: a 1040-slot StaticCache, positions from 1024 on
     if SIDES[sides] is not None:
         node_fn, group_fn = _forced(SIDES[sides])
         monkeypatch.setattr(swapin, "measure_node", node_fn)
         monkeypatch.setattr(swapin, "measure_group", group_fn)
     monkeypatch.setenv("ARGUS_SWAPIN_BACKGROUND", "0")  # every verdict in the compile: the run is deterministic
-    model = _model()
+    model = _model(kind)
     torch._dynamo.reset()
     mode = "max-autotune-no-cudagraphs" if sides.endswith("no-cudagraphs") else "max-autotune"
     compiled = torch.compile(model, backend="argus", mode=mode, dynamic=not sides.endswith("static"))
@@ -87,10 +96,14 @@ def test_decode_at_batch_1_then_32_matches_eager_whichever_side_each_op_takes(
                 err = ((out - ref).norm(dim=-1) / ref.norm(dim=-1)).flatten()
                 diffs = [(a.float() - b.float()).abs() for a, b in zip(_cache(decoder), ref_cache)]
                 slots = sorted({int(p) for d in diffs for p in (d > 0.1).nonzero()[:, 2].tolist()})
-                print(f"{sides} batch {batch} step {i}: worst sequence {float(err.max()):.2e}, "
+                print(f"{kind} {sides} batch {batch} step {i}: worst sequence {float(err.max()):.2e}, "
                       f"sequences off {int((err > 3e-2).sum())}, KV cache written off by "
                       f"{max(float(d.max()) for d in diffs):.2e} at slots {slots[:8]}")
-                if float(err.max()) > 3e-2:
-                    failures.append((batch, i, int((err > 3e-2).sum()), float(err.max())))
+                off = int((err > 3e-2).sum())
+                # a MoE model: a bf16 rounding before the router may flip a near-tied expert for a sequence, so (as
+                # e2e.py judges) the median sequence must be right and at most a quarter of them off
+                wrong = (float(err.median()) > 3e-2 or off > len(err) // 4) if kind == "mixtral" else off > 0
+                if wrong:
+                    failures.append((batch, i, off, float(err.max())))
     print("sides the output check put out:", [n for e in report_mod.entries() for n in e.notes if "off the" in n])
-    assert not failures, f"{sides}: (batch, step, sequences off, worst relative error) {failures}"
+    assert not failures, f"{kind} {sides}: (batch, step, sequences off, worst relative error) {failures}"
