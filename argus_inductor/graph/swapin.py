@@ -159,14 +159,15 @@ def _widened(args: Any) -> Any:
     return fx.node.map_aggregate(args, wide)
 
 
-def _judge(eager: Callable[[Callable[[Any], Any]], Any], name: str) -> Any:
-    """The reference's output for the output check: run on float32 copies of 16-bit operands where it runs so (on the
-    H200, SDPA on bf16 with a float32 mask went wrong through cuDNN, and the check, judging by that same call, put the
-    right Argus plan out), else at the operands' own precision."""
-    try:
-        return eager(_widened)
-    except Exception as e:  # a reference that takes only 16-bit operands (grouped_mm), or memory: the native run
-        log.debug("argus: swap-in of %s: the reference does not run on float32 copies (%s)", name, e)
+def _judge(eager: Callable[[Callable[[Any], Any]], Any], name: str, widen: bool) -> Any:
+    """The reference's output for the output check: with `widen`, run on float32 copies of 16-bit operands where it
+    runs so (on the H200, SDPA on bf16 with a float32 mask went wrong through cuDNN, and the check, judging by that
+    same call, put the right Argus plan out), else at the operands' own precision."""
+    if widen:
+        try:
+            return eager(_widened)
+        except Exception as e:  # a reference that takes only 16-bit operands (grouped_mm), or memory: the native run
+            log.debug("argus: swap-in of %s: the reference does not run on float32 copies (%s)", name, e)
     return eager(lambda a: a)
 
 
@@ -175,13 +176,9 @@ def _agreeing(argus_fns: list[Callable[[], Any]], fallback_fns: list[Callable[[]
     """The sides with each one out whose output on the first operand copy is off the reference run eagerly on it
     (by more than decide.agree_limit for the sides' output dtype): the fallback as failed (`why` says so), the Argus
     plan as a call that raises Disagrees. `eager(widen)` runs the reference on widen(the operands); the check runs it
-    on float32 copies of 16-bit operands where it can (_judge). Where the reference cannot run eagerly, both stand."""
-    try:
-        with report.phase("swap-in: output check"):
-            want = _judge(eager, name)
-    except Exception as e:
-        log.debug("argus: swap-in of %s: no eager reference to check the sides against (%s)", name, e)
-        return argus_fns, fallback_fns, why
+    on float32 copies of 16-bit operands where it can (_judge), unless a side's output holds indices or flags (an
+    integer or bool tensor: a widened run may break a tie the 16-bit one made). Where the reference cannot run
+    eagerly, both stand."""
     outs: dict[str, Any] = {}
     for side, fns in (("fallback", fallback_fns), ("argus", argus_fns)):
         try:
@@ -189,6 +186,13 @@ def _agreeing(argus_fns: list[Callable[[], Any]], fallback_fns: list[Callable[[]
         except Exception:  # a side that already failed stays failed
             outs[side] = None
     native = outs["fallback"] if outs["fallback"] is not None else outs["argus"]
+    floating = all(t.is_floating_point() for t in _tensors(native))
+    try:
+        with report.phase("swap-in: output check"):
+            want = _judge(eager, name, widen=floating)
+    except Exception as e:
+        log.debug("argus: swap-in of %s: no eager reference to check the sides against (%s)", name, e)
+        return argus_fns, fallback_fns, why
     limit = decide.agree_limit(native if native is not None else want)
     if fallback_fns is not None and outs["fallback"] is not None:
         err = decide.disagreement(outs["fallback"], want)

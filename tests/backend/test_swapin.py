@@ -402,3 +402,21 @@ def test_a_reference_that_takes_only_16_bit_operands_judges_at_their_precision(f
     decided = swap_in(gm, inputs, "interpret", timer=Clock(1.0, 2.0), compile_fallback=_eager, devices=("cpu",))
     assert len(decided) == 2 and {v.winner for _, v in decided} == {"fallback"}
     assert all("its output is off the reference's" in v.why for _, v in decided), [v.why for _, v in decided]
+
+
+def test_an_output_of_indices_is_judged_at_the_operands_precision() -> None:
+    """Indices (a top-k's, an argmax's) from 16-bit values: a float32 run of the reference may break a tie the 16-bit
+    one made, so where a side's output is an integer tensor the reference runs on the operands as they are, and two
+    sides that match it both stand."""
+    from argus_inductor.graph import swapin as swapin_mod
+
+    x, w = torch.ones(1, 2).bfloat16(), torch.tensor([[1.0, 1.0], [0.0, 0.001]]).bfloat16()
+
+    def eager(widen):  # x @ w is (1, 1.001): one value, a tie, once rounded to bf16
+        a, b = widen((x, w))
+        return (a @ b).argmax(-1)
+
+    assert int(eager(lambda a: a)) == 0 and int(eager(swapin_mod._widened)) == 1
+    sides = [lambda: (x @ w).argmax(-1)]
+    argus, fallback, why = swapin_mod._agreeing(sides, list(sides), "", eager, "argmax")
+    assert argus is sides and fallback is not None and why == ""
