@@ -11,7 +11,8 @@ reader), no temporary file of an interrupted write may be left, no entry may hav
 other JSON or JSON-lines file (misses, the agent's experience) must parse. The runs are compared signature by
 signature: the keys each cache holds, the rows' outcomes, and whether they chose the same plan (timing noise may
 pick a different plan of near-equal speed; that is reported, not failed). Writes
-warmup-workers-<date>.{json,md} under --out and exits 1 when an audit or the comparison of keys fails.
+warmup-workers-<date>.{json,md} under --out and exits 1 when an audit or the comparison of keys fails, or a run
+stored a signature untuned for want of the agent (then the runs did not do the same work).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from argus_inductor.ops.plans import NO_AGENT  # noqa: E402
 from argus_inductor.runtime.cache import KernelCache  # noqa: E402
 
 # transformers' config fields of the models benchmarks/e2e.py builds (their dims, num_hidden_layers set here)
@@ -87,6 +89,13 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "same_plan": len(same), "same_keys": ka == kb}
 
 
+def unsearched(rows: list[dict[str, Any]]) -> int:
+    """Rows stored untuned because their process had no agent to search with (a fault of the run's setup, not a
+    result: on two H200s on 2026-11-29 the workers stored every library signature so, and two workers looked 1.8x
+    faster than one for the work they skipped)."""
+    return sum(NO_AGENT in str(r.get("source", "")) for r in rows)
+
+
 def run_warmup(config: Path, tokens: str, workers: int, cache: Path, extra: list[str], log: Path) -> dict[str, Any]:
     """One `argus warmup` process; its wall time, exit status and rows."""
     rows_file = cache.parent / f"{cache.name}-rows.json"
@@ -109,7 +118,7 @@ def run_warmup(config: Path, tokens: str, workers: int, cache: Path, extra: list
     for r in rows:
         sources[str(r.get("source"))] = sources.get(str(r.get("source")), 0) + 1
     return {"workers": workers, "rc": rc, "wall_s": round(wall, 1), "rows": len(rows), "sources": sources,
-            "log_tail": log.read_text()[-2000:]}
+            "unsearched": unsearched(rows), "log_tail": log.read_text()[-2000:]}
 
 
 def table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
@@ -124,6 +133,11 @@ def table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["sources"].items()))
         lines.append(f"| {r['workers']} | {r['wall_s']:.1f} | {base / r['wall_s']:.2f}x | {r['rc']} | {r['rows']} | "
                      f"{outcomes} | {len(a['keys'])} | {whole} |")
+    for r in runs:
+        if r.get("unsearched"):
+            lines.append("")
+            lines.append(f"**{r['workers']} worker(s): {r['unsearched']} signature(s) stored untuned** ({NO_AGENT}): "
+                         "the runs did not do the same work, and their wall times are not comparable.")
     for c in comparisons:
         lines.append("")
         lines.append(f"{c['first']} worker(s) against {c['second']}: {c['shared']} signatures in both caches, "
@@ -193,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                   "comparisons": comparisons}, indent=1))
     (out / f"warmup-workers-{stamp}.md").write_text(md)
     print(md)
-    ok = all(r["audit"]["whole"] for r in runs) and all(c["same_keys"] for c in comparisons)
+    ok = all(r["audit"]["whole"] and not r["unsearched"] for r in runs) and all(c["same_keys"] for c in comparisons)
     return 0 if ok else 1
 
 

@@ -93,3 +93,18 @@ def test_repeated_or_bad_worker_counts_are_usage_errors(ww, tmp_path: Path) -> N
         with pytest.raises(SystemExit) as e:
             ww.main(["--workers", bad, "--work-dir", str(tmp_path)])
         assert e.value.code == 2
+
+
+def test_rows_stored_untuned_for_want_of_the_agent_are_counted_and_fail_the_table(ww) -> None:
+    """The workers of a 2-GPU run stored every library signature untuned (no agent in a spawned process): the rows
+    say so, the script counts them, and the table says the runs did not do the same work."""
+    from argus_inductor.ops.plans import NO_AGENT
+
+    rows = [{"source": f"library: template policy ({NO_AGENT}), verified"}, {"source": "library: tuned, 1.00x"},
+            {"source": "baseline/template"}]
+    assert ww.unsearched(rows) == 1
+    audit = {"keys": [], "whole": True, "unreadable": [], "leftover_tmp": [], "set_aside": [], "unparsable": []}
+    runs = [{"workers": 1, "wall_s": 2.0, "rc": 0, "rows": 3, "sources": {}, "unsearched": 0, "audit": audit},
+            {"workers": 2, "wall_s": 1.0, "rc": 0, "rows": 3, "sources": {}, "unsearched": 1, "audit": audit}]
+    md = ww.table(runs, [])
+    assert "2 worker(s): 1 signature(s) stored untuned" in md and md.count("stored untuned") == 1

@@ -39,6 +39,7 @@ _PLANS: dict[tuple[str, str, str, bool], Plan] = {}
 # (`synthesize(sig, **offered)`) and to search a library op's policies (`tune.search`, `tune.ranked`). Installed by
 # the package root, which sits above both; None: no agent (a miss takes the default plan and says so).
 _AGENT: Callable[[], Any] | None = None
+NO_AGENT = "no agent installed to search policies"  # what a library miss says where nothing handed the ops the agent
 
 
 def install_agent(loader: Callable[[], Any] | None) -> None:
@@ -112,7 +113,7 @@ def tune_library(spec: OpSpec, sig: Signature, target: str, run_plan: Callable[[
     entry None when nothing was stored."""
     tune = getattr(_agent(), "tune", None)
     if tune is None:
-        return None, "no agent installed to search policies"
+        return None, NO_AGENT
 
     opts = active_options()
 
