@@ -161,9 +161,7 @@ def _attention_run(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float |
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float | None) -> Tensor:
     """softmax(q k^T * scale + mask) v as an attention written out computes it (a row whose every score is -inf is
     NaN, where SDPA's is zero), GQA by repeating k and v; a bool mask keeps True."""
-    h, hk = q.shape[1], k.shape[1]
-    if h != hk:
-        k, v = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
+    k, v = references.kv_heads_repeated(q, k, v)
     scores = (q @ k.transpose(-1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
     if mask is not None:
         scores = scores + (torch.where(mask, 0.0, -math.inf) if mask.dtype == torch.bool else mask)
