@@ -96,6 +96,23 @@ def unsearched(rows: list[dict[str, Any]]) -> int:
     return sum(NO_AGENT in str(r.get("source", "")) for r in rows)
 
 
+def with_repo_on_path() -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH, for the processes it starts."""
+    repo = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+
+
+def prime_imports() -> float:
+    """Import what every run imports once, untimed, in a process of its own: the first run would otherwise pay
+    for writing the bytecode and reading the packages from disk that the later runs find ready (on the H200s on
+    2026-11-29, with PYTHONPYCACHEPREFIX set, one worker took 151 s on a fresh machine and 115 s for the same work
+    on one where an earlier call had written that bytecode). Returns the seconds it took."""
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, triton, argus_inductor.cli, argus_inductor.agent.warmup"],
+                   check=False, env=with_repo_on_path())
+    return time.perf_counter() - t
+
+
 def run_warmup(config: Path, tokens: str, workers: int, cache: Path, extra: list[str], log: Path) -> dict[str, Any]:
     """One `argus warmup` process; its wall time, exit status and rows."""
     rows_file = cache.parent / f"{cache.name}-rows.json"
@@ -105,9 +122,7 @@ def run_warmup(config: Path, tokens: str, workers: int, cache: Path, extra: list
     # Each run compiles from nothing: its own empty Triton and Inductor caches. A run that found the kernels an
     # earlier run compiled would skip most of its compile time, and the later run would look faster for it (on
     # the H200 on 2026-11-29, one worker took 240 s cold and 186 s after two runs had filled these caches).
-    repo = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
-           "TRITON_CACHE_DIR": str(cache.parent / f"{cache.name}-triton"),
+    env = {**with_repo_on_path(), "TRITON_CACHE_DIR": str(cache.parent / f"{cache.name}-triton"),
            "TORCHINDUCTOR_CACHE_DIR": str(cache.parent / f"{cache.name}-inductor")}
     t = time.perf_counter()
     with log.open("w") as f:
@@ -173,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = ["--trials", str(args.trials), "--seconds-per-signature", str(args.seconds_per_signature)]
     if args.time_limit:
         extra += ["--time-limit", str(args.time_limit)]
+    print(f"[{time.strftime('%H:%M:%S')}] imports primed, untimed, in {prime_imports():.1f} s", flush=True)
     runs = []
     for n in counts:
         cache = work / f"cache-w{n}"
