@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 import z3
 
-from .tags import FALSE, TRUE, Expr, conj, free_vars, simp, subst
+from .tags import FALSE, TRUE, Expr, app_kind, conj, connect, free_vars, simp, subst
 
 NEGINF, ZERO, ONE, POS, POSINF, FINITE, NAN = "-inf", "0", "1", "positive", "+inf", "finite", "nan"
 ORDER = (NEGINF, ZERO, ONE, POS, POSINF, FINITE, NAN)
@@ -236,14 +236,14 @@ def project(e: Expr, names: frozenset[str] | set[str], positive: bool = True) ->
         hit = _PROJECTED.get(key)
         if hit is not None and hit[0].eq(e):
             return hit[1]
-        if z3.is_and(e) or z3.is_or(e):
-            kids = [go(c, positive) for c in e.children()]
-            out = z3.And(*kids) if z3.is_and(e) else z3.Or(*kids)
-        elif z3.is_not(e):
+        kind = app_kind(e)
+        if kind in (z3.Z3_OP_AND, z3.Z3_OP_OR):
+            out = connect(kind, [go(c, positive) for c in e.children()])
+        elif kind == z3.Z3_OP_NOT:
             out = z3.Not(go(e.arg(0), not positive))
-        elif z3.is_implies(e):
+        elif kind == z3.Z3_OP_IMPLIES:
             out = z3.Or(go(z3.Not(e.arg(0)), positive), go(e.arg(1), positive))
-        elif z3.is_app_of(e, z3.Z3_OP_ITE) and z3.is_bool(e):
+        elif kind == z3.Z3_OP_ITE and z3.is_bool(e):
             c, x, y = e.children()
             out = z3.Or(z3.And(go(c, positive), go(x, positive)), z3.And(go(z3.Not(c), positive), go(y, positive)))
         else:

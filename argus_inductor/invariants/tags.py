@@ -29,10 +29,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import z3
+import z3.z3core as _Z3
 
 Expr = z3.ExprRef
 TRUE = z3.BoolVal(True)
 FALSE = z3.BoolVal(False)
+_TRUE_ID, _FALSE_ID = TRUE.get_id(), FALSE.get_id()
 XV = z3.Int("_x")  # the reduced index in a cover's condition
 _AX = [z3.Int(f"_ax{d}") for d in range(8)]
 _counter = itertools.count()
@@ -62,40 +64,94 @@ def same(a: Expr | None, b: Expr | None) -> bool:
     return a.eq(b) or simp(a).eq(simp(b))
 
 
+def is_true(e: Expr) -> bool:
+    """z3.is_true, by the term's id (z3 shares equal terms, so True has one): z3's own asks for the term's decl
+    through its Python wrappers, about 4 us a call, and the checker asks it of every conjunct it builds."""
+    return e.ctx is TRUE.ctx and _Z3.Z3_get_ast_id(e.ctx.ref(), e.as_ast()) == _TRUE_ID
+
+
+def is_false(e: Expr) -> bool:
+    return e.ctx is FALSE.ctx and _Z3.Z3_get_ast_id(e.ctx.ref(), e.as_ast()) == _FALSE_ID
+
+
+def _connect(make: Callable[..., object], ps: Sequence[Expr]) -> Expr:
+    """And or Or of z3 booleans through z3's C API: z3.And checks and coerces its arguments in Python, about 70 us
+    for six conjuncts against 4 here."""
+    ctx = ps[0].ctx
+    return z3.BoolRef(make(ctx.ref(), len(ps), (z3.Ast * len(ps))(*[p.as_ast() for p in ps])), ctx)
+
+
 def conj(parts: Iterable[Expr]) -> Expr:
-    ps = [p for p in parts if not z3.is_true(p)]
-    if any(z3.is_false(p) for p in ps):
+    ps = [p for p in parts if not is_true(p)]
+    if any(is_false(p) for p in ps):
         return FALSE
     if not ps:
         return TRUE
-    return ps[0] if len(ps) == 1 else z3.And(*ps)
+    return ps[0] if len(ps) == 1 else _connect(_Z3.Z3_mk_and, ps)
+
+
+def connect(kind: int, ps: Sequence[Expr]) -> Expr:
+    """z3.And(*ps) (kind Z3_OP_AND) or z3.Or(*ps) (Z3_OP_OR), the same term, built through the C API."""
+    if not ps:
+        return TRUE if kind == z3.Z3_OP_AND else FALSE
+    return _connect(_Z3.Z3_mk_and if kind == z3.Z3_OP_AND else _Z3.Z3_mk_or, ps)
+
+
+def app_kind(e: Expr) -> int | None:
+    """The kind of the operator at the top of `e` (z3.Z3_OP_AND, ...), None where `e` is not an application (a
+    quantifier, a bound variable): one query, where z3.is_and and its kin build wrappers for each."""
+    ctx, a = e.ctx.ref(), e.as_ast()
+    if _Z3.Z3_get_ast_kind(ctx, a) != z3.Z3_APP_AST:
+        return None
+    return _Z3.Z3_get_decl_kind(ctx, _Z3.Z3_get_app_decl(ctx, a))
 
 
 def conjuncts(e: Expr) -> list[Expr]:
     """Top-level conjuncts of a boolean term."""
-    if z3.is_and(e):
+    if app_kind(e) == z3.Z3_OP_AND:
         out: list[Expr] = []
         for c in e.children():
             out.extend(conjuncts(c))
         return out
-    return [] if z3.is_true(e) else [e]
+    return [] if is_true(e) else [e]
 
 
-_VARS: dict[int, tuple[Expr, frozenset[str]]] = {}
+_VARS: dict[int, tuple[Expr, frozenset[str]]] = {}  # a term's id -> (a term that keeps it alive, its names)
 
 
 def free_vars(e: Expr) -> frozenset[str]:
-    """Names of the constants and uninterpreted functions a term mentions (memoised)."""
-    hit = _VARS.get(e.get_id())
-    if hit is not None and hit[0].eq(e):
+    """Names of the constants and uninterpreted functions a term mentions (memoised for each subterm).
+
+    Walks z3's terms through its C API, not its Python wrappers: a wrapper a subterm (two reference-count calls,
+    a kind query, a decl) made this the checker's costliest walk. A subterm's entry keeps `e`, which owns it, alive,
+    so its id is not given to another term while the entry stands (z3 shares equal terms: one id, one term)."""
+    ctx = e.ctx_ref()
+    root = e.as_ast()
+    hit = _VARS.get(_Z3.Z3_get_ast_id(ctx, root))
+    if hit is not None:
         return hit[1]
+    if len(_VARS) > 1_000_000:
+        _VARS.clear()
+    return _names(ctx, root, e)
+
+
+def _names(ctx: object, a: object, owner: Expr) -> frozenset[str]:
+    key = _Z3.Z3_get_ast_id(ctx, a)
+    hit = _VARS.get(key)
+    if hit is not None:
+        return hit[1]
+    kind = _Z3.Z3_get_ast_kind(ctx, a)
     out: set[str] = set()
-    for c in (e.body(),) if z3.is_quantifier(e) else e.children():
-        out |= free_vars(c)
-    if z3.is_app(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-        out.add(e.decl().name())
+    if kind == z3.Z3_APP_AST:
+        for i in range(_Z3.Z3_get_app_num_args(ctx, a)):
+            out |= _names(ctx, _Z3.Z3_get_app_arg(ctx, a, i), owner)
+        decl = _Z3.Z3_get_app_decl(ctx, a)
+        if _Z3.Z3_get_decl_kind(ctx, decl) == z3.Z3_OP_UNINTERPRETED:
+            out.add(_Z3.Z3_get_symbol_string(ctx, _Z3.Z3_get_decl_name(ctx, decl)))
+    elif kind == z3.Z3_QUANTIFIER_AST:
+        out |= _names(ctx, _Z3.Z3_get_quantifier_body(ctx, a), owner)
     res = frozenset(out)
-    _VARS[e.get_id()] = (e, res)
+    _VARS[key] = (owner, res)
     return res
 
 

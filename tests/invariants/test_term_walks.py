@@ -1,0 +1,53 @@
+"""The checker's own walks over z3 terms (invariants/tags.py), which go through z3's C API for speed, against z3's
+Python API doing the same: the names a term mentions, its top operator, True and False, And and Or. The names
+are memoised by term id, so terms made and dropped by the thousand must never be answered with another's names."""
+from __future__ import annotations
+
+import gc
+import random
+
+import z3
+
+from argus_inductor.invariants.tags import FALSE, TRUE, app_kind, conj, conjuncts, connect, free_vars, is_false, is_true
+
+
+def _names_slowly(e: z3.ExprRef) -> frozenset[str]:
+    out: set[str] = set()
+    for c in (e.body(),) if z3.is_quantifier(e) else e.children():
+        out |= _names_slowly(c)
+    if z3.is_app(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        out.add(e.decl().name())
+    return frozenset(out)
+
+
+def test_names_of_constants_functions_and_quantified_terms() -> None:
+    x, y = z3.Ints("x y")
+    f = z3.Function("uf:idx", z3.IntSort(), z3.IntSort())
+    assert free_vars(z3.And(x + f(y) > 3, y < 2)) == {"x", "y", "uf:idx"}
+    assert free_vars(z3.ForAll([x], x > y)) == {"y"}  # the bound variable is not a name the term mentions
+    assert free_vars(z3.IntVal(3)) == frozenset() and free_vars(TRUE) == frozenset()
+
+
+def test_terms_made_and_dropped_by_the_thousand_get_their_own_names() -> None:
+    rng = random.Random(7)
+    pool = [z3.Int(f"v{i}") for i in range(40)]
+    for _ in range(3000):
+        a, b, c = rng.sample(pool, 3)
+        e = z3.If(a > rng.randint(0, 9), b + c, b * 2) == a if rng.random() < 0.5 else z3.Or(a < b, c > 3)
+        assert free_vars(e) == _names_slowly(e), e
+        del e
+        if rng.random() < 0.01:
+            gc.collect()  # dropped terms free their ids for the next ones z3 makes
+
+
+def test_top_operator_truth_and_connectives_match_z3() -> None:
+    x, y = z3.Ints("x y")
+    parts = [x > 1, y < 2, x != y]
+    assert connect(z3.Z3_OP_AND, parts).eq(z3.And(*parts)) and connect(z3.Z3_OP_OR, parts).eq(z3.Or(*parts))
+    assert connect(z3.Z3_OP_AND, []).eq(TRUE) and connect(z3.Z3_OP_OR, []).eq(FALSE)
+    assert app_kind(z3.And(*parts)) == z3.Z3_OP_AND and app_kind(z3.Not(x > 1)) == z3.Z3_OP_NOT
+    assert app_kind(z3.ForAll([x], x > y)) is None
+    assert is_true(z3.BoolVal(True)) and is_true(z3.simplify(x == x)) and not is_true(x > 1)
+    assert is_false(z3.BoolVal(False)) and not is_false(TRUE) and not is_false(x > 1)
+    assert conj([TRUE, x > 1, TRUE]).eq(x > 1) and conj([x > 1, FALSE]).eq(FALSE) and conj([]).eq(TRUE)
+    assert [c.sexpr() for c in conjuncts(z3.And(x > 1, z3.And(y < 2, TRUE)))] == ["(> x 1)", "(< y 2)"]
