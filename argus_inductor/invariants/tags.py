@@ -67,11 +67,15 @@ def same(a: Expr | None, b: Expr | None) -> bool:
 def is_true(e: Expr) -> bool:
     """z3.is_true, by the term's id (z3 shares equal terms, so True has one): z3's own asks for the term's decl
     through its Python wrappers, about 4 us a call, and the checker asks it of every conjunct it builds."""
-    return e.ctx is TRUE.ctx and _Z3.Z3_get_ast_id(e.ctx.ref(), e.as_ast()) == _TRUE_ID
+    if e.ctx is not TRUE.ctx:  # a term of another context: its ids are its own
+        return z3.is_true(e)
+    return _Z3.Z3_get_ast_id(e.ctx.ref(), e.as_ast()) == _TRUE_ID
 
 
 def is_false(e: Expr) -> bool:
-    return e.ctx is FALSE.ctx and _Z3.Z3_get_ast_id(e.ctx.ref(), e.as_ast()) == _FALSE_ID
+    if e.ctx is not FALSE.ctx:
+        return z3.is_false(e)
+    return _Z3.Z3_get_ast_id(e.ctx.ref(), e.as_ast()) == _FALSE_ID
 
 
 def _connect(make: Callable[..., object], ps: Sequence[Expr]) -> Expr:
@@ -125,33 +129,30 @@ def free_vars(e: Expr) -> frozenset[str]:
     Walks z3's terms through its C API, not its Python wrappers: a wrapper a subterm (two reference-count calls,
     a kind query, a decl) made this the checker's costliest walk. A subterm's entry keeps `e`, which owns it, alive,
     so its id is not given to another term while the entry stands (z3 shares equal terms: one id, one term)."""
-    ctx = e.ctx_ref()
-    root = e.as_ast()
-    hit = _VARS.get(_Z3.Z3_get_ast_id(ctx, root))
-    if hit is not None:
-        return hit[1]
+    if e.ctx is not TRUE.ctx:  # ids are a context's own: the memo holds the checker's (z3's main context)
+        return _names(e.ctx_ref(), e.as_ast(), e, {})
     if len(_VARS) > 1_000_000:
         _VARS.clear()
-    return _names(ctx, root, e)
+    return _names(e.ctx_ref(), e.as_ast(), e, _VARS)
 
 
-def _names(ctx: object, a: object, owner: Expr) -> frozenset[str]:
+def _names(ctx: object, a: object, owner: Expr, memo: dict[int, tuple[Expr, frozenset[str]]]) -> frozenset[str]:
     key = _Z3.Z3_get_ast_id(ctx, a)
-    hit = _VARS.get(key)
+    hit = memo.get(key)
     if hit is not None:
         return hit[1]
     kind = _Z3.Z3_get_ast_kind(ctx, a)
     out: set[str] = set()
     if kind == z3.Z3_APP_AST:
         for i in range(_Z3.Z3_get_app_num_args(ctx, a)):
-            out |= _names(ctx, _Z3.Z3_get_app_arg(ctx, a, i), owner)
+            out |= _names(ctx, _Z3.Z3_get_app_arg(ctx, a, i), owner, memo)
         decl = _Z3.Z3_get_app_decl(ctx, a)
         if _Z3.Z3_get_decl_kind(ctx, decl) == z3.Z3_OP_UNINTERPRETED:
             out.add(_Z3.Z3_get_symbol_string(ctx, _Z3.Z3_get_decl_name(ctx, decl)))
     elif kind == z3.Z3_QUANTIFIER_AST:
-        out |= _names(ctx, _Z3.Z3_get_quantifier_body(ctx, a), owner)
+        out |= _names(ctx, _Z3.Z3_get_quantifier_body(ctx, a), owner, memo)
     res = frozenset(out)
-    _VARS[key] = (owner, res)
+    memo[key] = (owner, res)
     return res
 
 

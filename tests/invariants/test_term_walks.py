@@ -51,3 +51,14 @@ def test_top_operator_truth_and_connectives_match_z3() -> None:
     assert is_false(z3.BoolVal(False)) and not is_false(TRUE) and not is_false(x > 1)
     assert conj([TRUE, x > 1, TRUE]).eq(x > 1) and conj([x > 1, FALSE]).eq(FALSE) and conj([]).eq(TRUE)
     assert [c.sexpr() for c in conjuncts(z3.And(x > 1, z3.And(y < 2, TRUE)))] == ["(> x 1)", "(< y 2)"]
+
+
+def test_a_term_of_another_z3_context_is_not_answered_from_the_main_contexts_memo() -> None:
+    main = z3.Int("m0") + z3.Int("m1") > 2
+    assert free_vars(main) == {"m0", "m1"}
+    other = z3.Context()
+    for i in range(50):  # its ids start where the main context's did: the same numbers, other terms
+        e = z3.Int(f"o{i}", other) * 2 > z3.Int("p", other)
+        assert free_vars(e) == {f"o{i}", "p"}
+    assert is_true(z3.BoolVal(True, other)) and is_false(z3.BoolVal(False, other))
+    assert not is_true(z3.BoolVal(False, other)) and not is_false(z3.Bool("q", other))
