@@ -16,6 +16,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,6 +39,9 @@ class CompileReport:
     wgmma: bool = False              # the PTX issues Hopper's warp-group mma
     descriptors: bool = False        # tensor-descriptor (TMA) copies in the PTX
     warp_specialized: bool = False   # the TTGIR has warp-specialized partitions (not just the loop's request)
+    async_copies: int = 0            # cp.async copies in the PTX (a pipelined load of global into shared memory)
+    vector_loads: int = 0            # ld.global of 2 or 4 elements at once
+    scalar_loads: int = 0            # ld.global of one element (operands whose alignment Triton could not prove)
 
 
 def _strides(shape: list[int]) -> list[int]:
@@ -49,9 +53,11 @@ def _strides(shape: list[int]) -> list[int]:
 
 
 def compile_report(kernel: Any, policy: Policy, shapes: dict[str, int], dtype: str = "bfloat16",
-                   dtypes: dict[str, str] | None = None, arch: str = "sm_90") -> CompileReport:
+                   dtypes: dict[str, str] | None = None, arch: str = "sm_90",
+                   strides: dict[str, tuple[int, ...]] | None = None) -> CompileReport:
     """Compile `kernel` (a dsl Kernel) under `policy` for `arch`, its tensors contiguous with the sizes of `shapes`
-    (every shape symbol), floating tensors of `dtype` unless `dtypes` names theirs."""
+    (every shape symbol) unless `strides` gives a tensor's (in elements: a transposed view), floating tensors of
+    `dtype` unless `dtypes` names theirs."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("this process interprets Triton kernels; run argus_inductor.dsl.precompile in a process "
                            "without TRITON_INTERPRET")
@@ -73,7 +79,7 @@ def compile_report(kernel: Any, policy: Policy, shapes: dict[str, int], dtype: s
         if isinstance(p, TensorParam):
             dt = dtypes.get(p.name) or p.fixed_dtype or (dtype if p.dtype_kind == "float" else "int32")
             kinds[p.name] = _POINTER[dt]
-            for d, st in enumerate(_strides([shapes[s] for s in p.dims])):
+            for d, st in enumerate((strides or {}).get(p.name) or _strides([shapes[s] for s in p.dims])):
                 values[f"{p.name}_stride{d}"] = st
         elif isinstance(p, ScalarParam):
             kinds[p.name] = "fp32" if p.dtype == "float32" else "i32"
@@ -108,16 +114,19 @@ def compile_report(kernel: Any, policy: Policy, shapes: dict[str, int], dtype: s
     ptx = compiled.asm.get("ptx", "") or ""
     ttgir = compiled.asm.get("ttgir", "") or ""
     registers, spills = _resource_usage(compiled.asm.get("cubin"))
+    loads = re.findall(r"\bld\.global[.\w]*", ptx)
+    vector = sum(1 for ld in loads if ".v2" in ld or ".v4" in ld)
     return CompileReport(True, registers=registers, spills=spills,
                          shared_bytes=getattr(compiled.metadata, "shared", None), wgmma="wgmma" in ptx,
                          descriptors="cp.async.bulk.tensor" in ptx,
-                         warp_specialized="ttg.warp_specialize" in ttgir)
+                         warp_specialized="ttg.warp_specialize" in ttgir,
+                         async_copies=len(re.findall(r"\bcp\.async\.c[ag]\b", ptx)),
+                         vector_loads=vector, scalar_loads=len(loads) - vector)
 
 
 def _resource_usage(cubin: bytes | None) -> tuple[int | None, int | None]:
     """Registers per thread and spilled (local) bytes of a cubin, from the cuobjdump Triton ships; None where
     there is no cubin or tool."""
-    import re
     import subprocess
     import tempfile
 

@@ -6,6 +6,13 @@ rounded to a multiple of 16 in turn), against torch.matmul on the same operands,
 A row slow only where K is odd says the rows of A and B (K-contiguous, as nn.Linear stores a weight) are not
 16-byte aligned, so no vector or asynchronous copies; slow everywhere says the policy (few programs, deep stages).
 
+Found without a GPU (argus_inductor.dsl.precompile, the template compiled for sm_90 as launched, B the transpose of a
+K-contiguous weight; tests/dsl/test_precompile.py): at K = 513 every global load is one element (128 a thread a K
+step), no cp.async copy is issued whatever num_stages asks (32 KB of shared memory, against a 128 KB 4-stage ring of
+16-byte copies at K = 512), and the loads hold 255 registers a thread against 130. So each of the 8 programs waits on
+its loads step by step. What the GPU rows are for: how much of the 0.14x that costs, and whether more programs
+(smaller tiles, split-K) hide it.
+
     python benchmarks/probes/odd_gemm.py
 """
 from __future__ import annotations

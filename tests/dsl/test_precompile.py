@@ -40,6 +40,12 @@ out = {}
 for name, (k, pol, shapes) in cases.items():
     out[name] = asdict(compile_report(k, pol, shapes))
 
+# ops.py's odd regime row (127 x 255 x 513, 0.14x cuBLAS on the H200), B an nn.Linear weight's transpose, as launched
+odd = gemm_policy(127, 255, 513, "cuda").with_consts(HAS_BIAS=0, ACT=0)
+for k in (513, 512):
+    out[f"gemm 127x255x{k}"] = asdict(compile_report(gemm_epilogue, odd, dict(M=127, N=255, K=k, NB=1),
+                                                     strides={"B": (1, k)}))
+
 # what the backend's default plans run on MI300X (64 KB of LDS): each ops.py shape's template for the hip target
 from benchmarks.compile_audit import template_kernels
 
@@ -99,3 +105,14 @@ def test_the_command_line_refuses_a_bad_policy_with_a_usage_error() -> None:
                                "argus_inductor.kernels:gemm_epilogue", "--policy", policy, "--shapes", "M=64"],
                               capture_output=True, text=True, cwd=REPO, timeout=300)
         assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_an_odd_k_leaves_the_rows_unaligned_so_no_pipelined_copies(reports):
+    """K = 513: the rows of A and of B's K-contiguous storage start at odd element offsets, so Triton can prove no
+    alignment: every load is one element, in registers (255 a thread), and num_stages buys no cp.async pipeline;
+    K = 512, the same policy: 16-byte cp.async copies into a 4-stage ring. What the 0.14x row pays for."""
+    odd, even = reports["gemm 127x255x513"], reports["gemm 127x255x512"]
+    assert odd["ok"] and even["ok"], (odd["error"], even["error"])
+    assert even["async_copies"] > 0 and even["scalar_loads"] == 0, even
+    assert odd["async_copies"] == 0 and odd["scalar_loads"] > 0, odd
+    assert odd["shared_bytes"] < even["shared_bytes"], (odd, even)
