@@ -701,6 +701,8 @@ def solve(ob: Obligation, background: list[Expr], timeout_ms: int, deadline: flo
         g = ob.exact()
         if g is not None:
             f = g
+    if not ob.split and _presolved_unsat(background, f, timeout_ms):
+        return Outcome(ob, "proved", None, time.perf_counter() - t0)
     s = z3.Solver()
     s.set("timeout", timeout_ms)
     s.add(*background)
@@ -726,6 +728,21 @@ def solve(ob: Obligation, background: list[Expr], timeout_ms: int, deadline: flo
     if r == z3.sat:
         return Outcome(ob, "violated", s.model(), dt)
     return Outcome(ob, "unknown", None, dt, _reason(s, timeout_ms, ob))
+
+
+# Most obligations hold, and z3 proves them faster once their equalities are solved and values propagated; where that
+# does not prove one within a tenth of a second, z3's default solver decides it as before (it finds the models the
+# counterexamples are read from, and on some planted bugs the presolved query runs out of time where it does not).
+_PRESOLVED = z3.Then("simplify", "propagate-values", "solve-eqs", "smt")
+_PRESOLVE_MS = 100
+
+
+def _presolved_unsat(background: list[Expr], f: Expr, timeout_ms: int) -> bool:
+    s = _PRESOLVED.solver()
+    s.set("timeout", min(timeout_ms, _PRESOLVE_MS))
+    s.add(*background)
+    s.add(f)
+    return s.check() == z3.unsat
 
 
 def _reason(s: z3.Solver, timeout_ms: int, ob: Obligation) -> str:
