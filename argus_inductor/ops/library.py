@@ -681,7 +681,10 @@ def launcher(sig: Any, ts: Tensors, a: Args) -> tuple[Callable[[Any, str], Tenso
     """(run_plan, reference) of a library signature on fixed operands: run_plan(plan, target) launches the plan's
     kernels, reference() is torch's output (what ops.tune_library takes). For an op that writes operands in place
     (`writes`) both start from the same contents of those operands (zeros) and return the result followed by the
-    written operands, flat in float32, so a plan that leaves part of a cache unwritten differs from torch."""
+    written operands, flat, so a plan that leaves part of a cache unwritten differs from torch. The flat tensor is of
+    the least precise of their dtypes (each value exact in it, the parts of that dtype at least), so the tolerance
+    its dtype gives is theirs: flat in float32, bf16 KV-cache writes were held to float32's 2e-3, and a bf16
+    rope_cache failed its tuning at 4e-3, one bf16 rounding."""
     op = LIBRARY[sig.op]
 
     def checked(fn: Callable[[], Tensor]) -> Tensor:
@@ -689,8 +692,10 @@ def launcher(sig: Any, ts: Tensors, a: Args) -> tuple[Callable[[Any, str], Tenso
             return fn()
         for i in op.writes:
             ts[i].zero_()  # type: ignore[union-attr]
-        out = fn()
-        return torch.cat([out.float().flatten(), *[ts[i].float().flatten() for i in op.writes]])  # type: ignore
+        parts = [fn(), *[ts[i] for i in op.writes]]
+        floats = [t.dtype for t in parts if t.is_floating_point()]  # type: ignore[union-attr]
+        low = max(floats, key=lambda dt: torch.finfo(dt).eps, default=torch.float32)
+        return torch.cat([t.double().flatten() for t in parts]).to(low)  # type: ignore[union-attr]
 
     def run_plan(plan: Any, target: str) -> Tensor:
         return checked(lambda: op.run(ts, a, {"policies": dict(plan.policies), "kernels": dict(plan.kernels),
