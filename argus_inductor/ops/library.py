@@ -681,10 +681,9 @@ def launcher(sig: Any, ts: Tensors, a: Args) -> tuple[Callable[[Any, str], Tenso
     """(run_plan, reference) of a library signature on fixed operands: run_plan(plan, target) launches the plan's
     kernels, reference() is torch's output (what ops.tune_library takes). For an op that writes operands in place
     (`writes`) both start from the same contents of those operands (zeros) and return the result followed by the
-    written operands, flat, so a plan that leaves part of a cache unwritten differs from torch. The flat tensor is of
-    the least precise of their dtypes (each value exact in it, the parts of that dtype at least), so the tolerance
-    its dtype gives is theirs: flat in float32, bf16 KV-cache writes were held to float32's 2e-3, and a bf16
-    rope_cache failed its tuning at 4e-3, one bf16 rounding."""
+    written operands, flat, so a plan that leaves part of a cache unwritten differs from torch. The flat tensor takes
+    the least precise of their dtypes, so the tolerance its dtype gives is theirs: flat in float32, bf16 KV-cache
+    writes were held to float32's 2e-3, and a bf16 rope_cache failed its tuning at 4e-3, one bf16 rounding."""
     op = LIBRARY[sig.op]
 
     def checked(fn: Callable[[], Tensor]) -> Tensor:
@@ -695,7 +694,8 @@ def launcher(sig: Any, ts: Tensors, a: Args) -> tuple[Callable[[Any, str], Tenso
         parts = [fn(), *[ts[i] for i in op.writes]]
         floats = [t.dtype for t in parts if t.is_floating_point()]  # type: ignore[union-attr]
         low = max(floats, key=lambda dt: torch.finfo(dt).eps, default=torch.float32)
-        return torch.cat([t.double().flatten() for t in parts]).to(low)  # type: ignore[union-attr]
+        wide = torch.float64 if torch.float64 in floats else torch.float32  # joined without rounding any part
+        return torch.cat([t.to(wide).flatten() for t in parts]).to(low)  # type: ignore[union-attr]
 
     def run_plan(plan: Any, target: str) -> Tensor:
         return checked(lambda: op.run(ts, a, {"policies": dict(plan.policies), "kernels": dict(plan.kernels),
