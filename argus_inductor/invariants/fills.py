@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 import z3
 
-from .tags import FALSE, TRUE, Expr, app_kind, conj, connect, free_vars, simp, subst
+from .tags import FALSE, TRUE, Expr, app_kind, conj, connect, free_vars, presolved, simp, subst
 
 NEGINF, ZERO, ONE, POS, POSINF, FINITE, NAN = "-inf", "0", "1", "positive", "+inf", "finite", "nan"
 ORDER = (NEGINF, ZERO, ONE, POS, POSINF, FINITE, NAN)
@@ -280,19 +280,9 @@ def included(a: Classes | None, b: Classes | None, given: Expr = TRUE) -> bool:
     return True
 
 
-# Equalities solved and values propagated before the SMT core: the implications a loop's fixpoint asks (a guard of
-# a dozen conjuncts, most of them definitions of one index in terms of others) took 23 ms each on average and up to
-# 140 ms, near the 200 ms limit past which an implication reads as false; so they take about 1 ms (98 queries of
-# Mixtral's template kernels: 2.16 s -> 0.09 s, the same verdicts).
-_PRESOLVED = z3.Then("simplify", "propagate-values", "solve-eqs", "smt")
-
-
 def _implies(a: Expr, b: Expr) -> bool:
     """Whether a -> b is valid (z3, briefly; False when it cannot tell)."""
-    s = _PRESOLVED.solver()
-    s.set("timeout", 200)
-    s.add(a, z3.Not(b))
-    return s.check() == z3.unsat
+    return presolved(200, a, z3.Not(b))
 
 
 def _fold(o: str, classes: Iterable[str], n: int) -> set[str]:
