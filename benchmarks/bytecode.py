@@ -9,7 +9,9 @@ first-call processes), `reexec()` for a script whose own process makes the first
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 # what a first call imports
 PACKAGES = ("torch", "triton", "sympy", "jinja2", "numpy", "z3", "transformers")
 _PREFIX: dict[str, str] = {}  # the process's bytecode prefix, once made
+# names the prefix a restarted process (reexec) owns and removes at its exit; its children only read it
+_OWNER = "ARGUS_BYTECODE_PREFIX_OWNED"
 
 
 def writes_none() -> bool:
@@ -28,13 +32,15 @@ def writes_none() -> bool:
 
 def env(packages: tuple[str, ...] = PACKAGES, extra: tuple[Path, ...] = (REPO / "argus_inductor",)) -> dict[str, str]:
     """The environment a process needs to read compiled bytecode of `packages` and `extra` (directories), compiled
-    once a process into a prefix; empty where Python writes bytecode itself."""
+    once a process into a prefix (about 200 MB, removed at the process's exit); empty where Python writes bytecode
+    itself."""
     if not writes_none():
         return {}
     if not _PREFIX:
         import importlib.util
 
         prefix = tempfile.mkdtemp(prefix="argus-bytecode-")
+        atexit.register(shutil.rmtree, prefix, ignore_errors=True)
         dirs = [str(d) for d in extra]
         for name in packages:
             spec = importlib.util.find_spec(name)
@@ -51,8 +57,13 @@ def reexec(argv: list[str] | None = None, packages: tuple[str, ...] = PACKAGES,
     """Where this Python writes no bytecode and reads none from a prefix, compile it (env()) and replace this process
     with the same command (`argv`, default sys.argv) reading it; otherwise return. Call it before the first call a
     script times."""
+    owned = os.environ.pop(_OWNER, None)
+    if owned and owned == os.environ.get("PYTHONPYCACHEPREFIX"):  # the restarted process: the prefix goes with it
+        atexit.register(shutil.rmtree, owned, ignore_errors=True)
     if os.environ.get("PYTHONPYCACHEPREFIX") or not writes_none():
         return
     prefix = env(packages, extra)
     print(f"bytecode compiled into {prefix['PYTHONPYCACHEPREFIX']}; restarting to read it", file=sys.stderr, flush=True)
-    os.execve(sys.executable, [sys.executable, *(sys.argv if argv is None else argv)], {**os.environ, **prefix})
+    # (execve runs no exit handlers: the restarted process removes the prefix at its own exit)
+    os.execve(sys.executable, [sys.executable, *(sys.argv if argv is None else argv)],
+              {**os.environ, **prefix, _OWNER: prefix["PYTHONPYCACHEPREFIX"]})

@@ -28,6 +28,7 @@ On the CPU, run with ARGUS_INTERPRET=1 TRITON_INTERPRET=1 set before Python star
 from __future__ import annotations
 
 import argparse
+import atexit
 import concurrent.futures
 import contextlib
 import datetime
@@ -36,6 +37,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -760,13 +762,16 @@ def main(argv: list[str] | None = None) -> int:
         "after the run, alone" if args.first_call_after else \
         "own process, beside other jobs" if args.first_call else "worker"
     done: dict[int, dict[str, Any]] = {}
-    lock = Path(tempfile.gettempdir()) / f"argus-kb-timing-{os.getpid()}.lock"
+    # the run's turn lock and memory pool live in a folder of its own, gone at its exit
+    shared = Path(tempfile.mkdtemp(prefix="argus-kb-run-"))
+    atexit.register(shutil.rmtree, shared, ignore_errors=True)
+    lock = shared / "timing.lock"
     if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
         os.environ["ARGUS_TUNE_LOCK"] = str(lock)
         if gpu:  # and hold no more device memory together than the device has free now (gpu_memory)
             free, _ = torch.cuda.mem_get_info()
             args.memory_budget = int(0.85 * free)
-            args.memory_pool = str(Path(tempfile.gettempdir()) / f"argus-kb-memory-{os.getpid()}.json")
+            args.memory_pool = str(shared / "memory.json")
             meta["memory_budget_gb"] = round(args.memory_budget / 2**30, 1)
 
     def show(i: int, row: dict[str, Any], what: str = "") -> None:

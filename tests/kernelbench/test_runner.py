@@ -46,10 +46,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(problems: Path, out: Path, *extra: str, timeout: int = 240) -> tuple[subprocess.CompletedProcess, dict]:
+def _run(problems: Path, out: Path, *extra: str, timeout: int = 240,
+         tmp: Path | None = None) -> tuple[subprocess.CompletedProcess, dict]:
+    """The runner's table; `tmp`: its temporary folder (TMPDIR)."""
     cmd = [sys.executable, str(RUNNER), str(problems), "--out", str(out), "--name", "kb", "--device", "cpu",
            "--warmup", "0", "--reps", "1", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+    env = _env() if tmp is None else {**_env(), "TMPDIR": str(tmp)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads((out / "kb.json").read_text())
 
@@ -321,7 +324,12 @@ def test_first_calls_each_in_a_process_of_their_own(tmp_path: Path, flag: str) -
     d = tmp_path / "problems" / "level1"
     d.mkdir(parents=True)
     shutil.copy(PROBLEMS / "level1" / "60_leaky_relu.py", d / "60_leaky_relu.py")
-    proc, data = _run(tmp_path / "problems", tmp_path / "out", flag, "--trials", "1", "--jobs", "2")
+    (tmp_path / "tmp").mkdir()
+    proc, data = _run(tmp_path / "problems", tmp_path / "out", flag, "--trials", "1", "--jobs", "2",
+                      tmp=tmp_path / "tmp")
+    # nothing left behind in the temporary folder: the turn lock, the first-call caches and, where Python writes no
+    # bytecode, the 200 MB of compiled bytecode the first calls read are removed when the run ends
+    assert not list((tmp_path / "tmp").glob("argus-*")), list((tmp_path / "tmp").iterdir())
     (row,) = data["rows"]
     assert row["status"] == ("first calls only" if flag == "--first-call-only" else "ok")
     assert row["backends"]["argus"]["first_call_s"] > 0 and row["backends"]["inductor"]["first_call_s"] > 0
