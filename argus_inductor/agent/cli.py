@@ -1,4 +1,5 @@
-"""`argus warmup`: the command-line face of warmup.py (hooked into argus_inductor/cli.py).
+"""`argus warmup`: find, verify and cache a kernel for each shape signature ahead of time, so a model's first call
+finds them (the recorded misses, a model's config, or a shapes file).
 
     argus warmup                                   # the signatures recorded as misses (ARGUS_ON_MISS=default)
     argus warmup --config config.json --tokens 1,16,2048
@@ -67,12 +68,13 @@ def add_warmup_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="a transformers model config: the model is traced on the meta device (no weights) and "
                           "every signature the backend makes for it is warmed (without transformers, or for a "
                           "model it cannot build, the shapes its dims predict)")
-    src.add_argument("--tokens", default="1,16,2048",
+    src.add_argument("--tokens",
                      help="for --config: a prefill of one sequence of each count above 1, and for 1 a decode step "
                           "(default 1,16,2048)")
-    src.add_argument("--context", type=int, default=4096,
-                     help="for --config: positions of the static KV cache a decode step attends over")
-    src.add_argument("--batch", type=int, default=1, help="sequences per decode step for --config")
+    src.add_argument("--context", type=int,
+                     help="for --config: positions of the static KV cache a decode step attends over (default "
+                          "4096)")
+    src.add_argument("--batch", type=int, help="for --config: sequences per decode step (default 1)")
     src.add_argument("--shapes", metavar="shapes.json", help="a JSON list of shapes (the format is below)")
     src.add_argument("--preset", help="a named shape set: fast-kernels (GPU-sized: needs --force without a GPU)")
     src.add_argument("--ops", help="only these ops (comma-separated: gemm,attention,moe,...)")
@@ -107,7 +109,15 @@ def _jobs(args: argparse.Namespace, cache_root: Path) -> list[Any]:
     jobs = []
     ops = {o.strip() for o in args.ops.split(",")} if args.ops else None
     args.traced_library = []
-    if args.config:
+    if not args.config:
+        given = [f"--{k}" for k in ("tokens", "context", "batch") if getattr(args, k) is not None]
+        if given:  # not silently ignored: they describe what a --config model is traced at
+            raise ValueError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --config (the model "
+                             "traced at those sizes)")
+    else:
+        args.tokens = "1,16,2048" if args.tokens is None else args.tokens
+        args.context = 4096 if args.context is None else args.context
+        args.batch = 1 if args.batch is None else args.batch
         try:
             tokens = [int(t) for t in str(args.tokens).split(",") if t.strip()]
         except ValueError:

@@ -84,6 +84,8 @@ def test_a_wrong_shapes_entry_is_named(tmp_path: Path, entry: dict[str, Any], wo
 
 @pytest.mark.parametrize("argv,words", [
     (["--config", "c.json", "--tokens", "1,abc"], ["--tokens", "'1,abc'"]),
+    (["--tokens", "1,16"], ["--tokens goes with --config"]),  # not ignored in silence
+    (["--batch", "4", "--context", "64"], ["--context, --batch go with --config"]),
     (["--ops", "gemmm"], ["--ops gemmm: no such op", "gemm, bmm"]),
     (["--dtype", "float8"], ["--dtype float8", "bfloat16"]),
     (["--time-limit", "0"], ["--time-limit takes a positive number"]),
