@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import z3
 
+from .exprs import to_z3
 from .tags import fresh
 
 
@@ -80,7 +81,8 @@ def parse_assumption(text: str, scope: Scope) -> z3.BoolRef:
         bounds.extend(z3.And(i >= 0, i < scope.shapes[d]) for i, d in zip(idx, t.dims))
         return scope.uf(n)(*idx)
 
-    body = _expr(text, tree, name, element)
+    body = to_z3(tree, name, element,
+                 lambda n: ValueError(f"assumption {text!r}: unsupported expression '{ast.unparse(n)}'"))
     if qvars:
         return z3.ForAll(list(qvars.values()), z3.Implies(z3.And(*bounds) if bounds else z3.BoolVal(True), body))
     return body
@@ -105,55 +107,6 @@ def _named(text: str, call: ast.Call, scope: Scope) -> z3.BoolRef:
     # told, as no obligation over scattered addresses needs it: write-all is not checked through index tensors)
     return z3.And(z3.ForAll([i], z3.Implies(z3.And(i >= 0, i < ext), z3.And(f(i) >= 0, f(i) < ext))),
                   z3.ForAll([i, j], z3.Implies(z3.And(both, f(i) == f(j)), i == j)))
-
-
-def _expr(text: str, tree: ast.expr, name: Any, element: Any) -> Any:
-    def boolean(e: Any) -> Any:
-        return e if z3.is_bool(e) else e != 0
-
-    def ev(node: ast.expr) -> Any:
-        if isinstance(node, ast.Constant) and isinstance(node.value, bool):
-            return z3.BoolVal(node.value)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return z3.IntVal(node.value)
-        if isinstance(node, ast.Name):
-            return name(node.id)
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-            idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            return element(node.value.id, [ev(i) for i in idx])
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "implies" and \
-                len(node.args) == 2:
-            return z3.Implies(boolean(ev(node.args[0])), boolean(ev(node.args[1])))
-        if isinstance(node, ast.BinOp):
-            a, b = ev(node.left), ev(node.right)
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-                   ast.FloorDiv: lambda: a / b, ast.Mod: lambda: a % b}
-            if type(node.op) in ops:
-                return ops[type(node.op)]()
-        if isinstance(node, ast.UnaryOp):
-            x = ev(node.operand)
-            if isinstance(node.op, ast.USub):
-                return -x
-            if isinstance(node.op, ast.Not):
-                return z3.Not(boolean(x))
-        if isinstance(node, ast.BoolOp):
-            xs = [boolean(ev(v)) for v in node.values]
-            return z3.And(*xs) if isinstance(node.op, ast.And) else z3.Or(*xs)
-        if isinstance(node, ast.Compare):
-            cmp = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
-                   ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
-            parts, left = [], ev(node.left)
-            for o, c in zip(node.ops, node.comparators):
-                right = ev(c)
-                if type(o) not in cmp:
-                    break
-                parts.append(cmp[type(o)](left, right))
-                left = right
-            else:
-                return z3.And(*parts) if len(parts) > 1 else parts[0]
-        raise ValueError(f"assumption {text!r}: unsupported expression '{ast.unparse(node)}'")
-
-    return ev(tree)
 
 
 __all__ = ["parse_assumption", "SHAPES"]

@@ -9,8 +9,9 @@ import z3
 
 from ..dsl.ir import Op, TensorParam
 from .base import CheckerError, InterpreterBase
+from .exprs import boolean
 from .obligations import required
-from .readsets import ReadSet, SpecError, alternatives, boolean, evaluate, names_in
+from .readsets import ReadSet, SpecError, alternatives, evaluate, names_in
 from .tags import AVal, Expr, Pieces, conj, fresh, is_pending, lines, member, reduced_dim
 
 

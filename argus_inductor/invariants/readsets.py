@@ -29,8 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import z3
-
+from .exprs import to_z3
 from .tags import Expr, Tag
 
 
@@ -87,63 +86,8 @@ def evaluate(text: str, name: Callable[[str], Any], tag: Callable[[str], Expr],
     """A spec expression as a z3 term: `name` resolves plain names, `tag` the stored value's tags (one alternative
     chosen by the caller), `element` an integer tensor's element."""
     tree = ast.parse(text, mode="eval").body
-
-    def ev(n: ast.expr) -> Any:
-        if isinstance(n, ast.Constant) and isinstance(n.value, bool):
-            return z3.BoolVal(n.value)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
-            return z3.IntVal(n.value)
-        if isinstance(n, ast.Name):
-            return name(n.id)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
-            return tag(f"{n.value.id}.{n.attr}")
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            if n.func.id == "tag" and len(n.args) == 1 and isinstance(n.args[0], ast.Constant):
-                return tag(str(n.args[0].value))
-            if n.func.id == "implies" and len(n.args) == 2:
-                return z3.Implies(boolean(ev(n.args[0])), boolean(ev(n.args[1])))
-        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
-            idx = n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]
-            return element(n.value.id, [ev(i) for i in idx])
-        if isinstance(n, ast.BinOp):
-            a, b = ev(n.left), ev(n.right)
-            ops: dict[type, Callable[[], Any]] = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b,
-                                                  ast.Mult: lambda: a * b, ast.FloorDiv: lambda: a / b,
-                                                  ast.Mod: lambda: a % b}
-            if type(n.op) in ops:
-                return ops[type(n.op)]()
-        if isinstance(n, ast.UnaryOp):
-            x = ev(n.operand)
-            if isinstance(n.op, ast.USub):
-                return -x
-            if isinstance(n.op, ast.Not):
-                return z3.Not(boolean(x))
-        if isinstance(n, ast.BoolOp):
-            xs = [boolean(ev(v)) for v in n.values]
-            return z3.And(*xs) if isinstance(n.op, ast.And) else z3.Or(*xs)
-        if isinstance(n, ast.IfExp):
-            return z3.If(boolean(ev(n.test)), ev(n.body), ev(n.orelse))
-        if isinstance(n, ast.Compare):
-            cmp = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
-                   ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
-            parts, left = [], ev(n.left)
-            for o, c in zip(n.ops, n.comparators):
-                right = ev(c)
-                if type(o) not in cmp:
-                    break
-                parts.append(cmp[type(o)](left, right))
-                left = right
-            else:
-                return z3.And(*parts) if len(parts) > 1 else parts[0]
-        raise SpecError(f"read-set expression {text!r}: unsupported '{ast.unparse(n)}'")
-
-    return ev(tree)
-
-
-def boolean(e: Any) -> Expr:
-    if isinstance(e, bool):
-        return z3.BoolVal(e)
-    return e if z3.is_bool(e) else e != 0
+    return to_z3(tree, name, element, lambda n: SpecError(f"read-set expression {text!r}: unsupported "
+                                                           f"'{ast.unparse(n)}'"), tag=tag)
 
 
 def alternatives(tags: Mapping[str, tuple[Tag, ...]], wanted: Sequence[str]) -> list[dict[str, Tag]]:
