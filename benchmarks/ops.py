@@ -52,11 +52,16 @@ def bench(fn, bytes_per_call: int = 0, make=None) -> float:
     When one call's operands would sit in L2 (< 2x its size), `make()` builds more independent copies of
     the call and the graph runs them in turn, so every call reads from device memory.
     """
-    import triton.testing
-
     fns = [fn]
     if make is not None and 0 < bytes_per_call < 2 * L2_BYTES:
         fns += [make() for _ in range(min(7, math.ceil(2 * L2_BYTES / bytes_per_call)))]
+    return graph_median(fns)
+
+
+def graph_median(fns: list, rep: int = 100) -> float:
+    """Median ms per call of `fns` (the same call on different operands), one CUDA graph running each in turn."""
+    import triton.testing
+
     for f in fns:
         f()
     torch.cuda.synchronize()
@@ -65,7 +70,7 @@ def bench(fn, bytes_per_call: int = 0, make=None) -> float:
         for f in fns:
             f()
 
-    return float(triton.testing.do_bench_cudagraph(run_all, rep=100, return_mode="median")) / len(fns)
+    return float(triton.testing.do_bench_cudagraph(run_all, rep=rep, return_mode="median")) / len(fns)
 
 
 def bench_events(fn) -> float:

@@ -28,38 +28,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from argus_inductor.dsl import Policy  # noqa: E402
 from argus_inductor.kernels import attention, gemm, moe_expert_step  # noqa: E402
 from argus_inductor.kernels.policies import gemm_policy, gemv_policy  # noqa: E402
-from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, eager_moe  # noqa: E402
+from benchmarks.ops import ATTN, GEMM_M, GEMM_NK, MOE, bench_events, eager_moe, graph_median, rel  # noqa: E402
 
 
 def bench(fn, copies: list | None = None) -> float:
     """CUDA-graph median; `copies` are the same call on other operands, run in turn so L2 is cold."""
-    import triton.testing
-
-    fns = [fn] + list(copies or [])
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-
-    def run_all():
-        for f in fns:
-            f()
-
-    return float(triton.testing.do_bench_cudagraph(run_all, rep=60, return_mode="median")) / len(fns)
+    return graph_median([fn, *(copies or [])], rep=60)
 
 
 def graph_us(chains: list) -> float:
     """bench in microseconds: the CUDA-graph median of running every chain once (each on its own copies), per chain."""
     return bench(chains[0], chains[1:]) * 1e3
-
-
-def bench_events(fn) -> float:
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-
-
-def rel(out, ref) -> float:
-    return float((out.float() - ref.float()).norm() / ref.float().norm())
 
 
 def gemm_candidates(m: int) -> list[Policy]:
