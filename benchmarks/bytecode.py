@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("torch", "triton", "sympy", "jinja2", "numpy", "z3", "transformers")
 _PREFIX: dict[str, str] = {}  # the process's bytecode prefix, once made
 # names the prefix a restarted process (reexec) owns and removes at its exit; its children only read it
-_OWNER = "ARGUS_BYTECODE_PREFIX_OWNED"
+_OWNER = "_ARGUS_BYTECODE_OWNED"  # internal: a handshake with the restarted process, no setting
 
 
 def writes_none() -> bool:
