@@ -50,6 +50,18 @@ def _choice(options: tuple[str, ...]) -> Callable[[str, str], str]:
     return parse
 
 
+def _workers(name: str, v: str) -> str | int:
+    v = v.strip()
+    return "auto" if v == "auto" else _number(int)(name, v)
+
+
+def checker_workers(value: str | int) -> int:
+    """The number of proof worker processes ARGUS_CHECKER_WORKERS (or the checker_workers option) asks for."""
+    if value == "auto":
+        return min(4, (os.cpu_count() or 1) // 4)
+    return int(_workers("ARGUS_CHECKER_WORKERS", str(value)))
+
+
 @dataclass(frozen=True)
 class Setting:
     env: str                      # the environment variable
@@ -86,6 +98,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ARGUS_VERIFY_BUDGET", 20.0, _number(float, positive=True), "seconds the checker may spend on one kernel "
             "of a plan; past it the kernel is 'not proved: budget' (undecided: it runs, and warmup tries again)",
             "backend", "verify_budget"),
+    Setting("ARGUS_CHECKER_WORKERS", "auto", _workers, "processes that prove kernels beside the backend's own work "
+            "(auto: a quarter of the CPUs, at most 4; 0 or 1: proved in the calling process)", "backend",
+            "checker_workers"),
     Setting("ARGUS_OPTIMIZE", True, _bool, "rewrite traced MoE experts blocks into one argus::moe call", "backend",
             "optimize"),
     Setting("ARGUS_CUDAGRAPHS", True, _bool, "on a GPU, let Inductor capture the compiled graph in CUDA graphs",
@@ -185,6 +200,7 @@ class Options:
     ops: str = _default("ops")
     verify: bool = _default("verify")
     verify_budget: float = _default("verify_budget")
+    checker_workers: str | int = _default("checker_workers")
     optimize: bool = _default("optimize")
     cudagraphs: bool = _default("cudagraphs")
     cudagraph_copy_mb: float = _default("cudagraph_copy_mb")
@@ -217,6 +233,7 @@ class Options:
             raise ValueError(f"ARGUS_ON_MISS / on_miss must be one of {ON_MISS}, got {opts.on_miss!r}")
         if opts.swapin not in SWAPIN:
             raise ValueError(f"ARGUS_SWAPIN / swapin must be one of {SWAPIN}, got {opts.swapin!r}")
+        checker_workers(opts.checker_workers)  # ValueError naming the setting for a malformed count
         unknown = set(opts.enabled_ops) - set(OPS)
         if unknown:
             raise ValueError(f"ARGUS_OPS names unknown op kinds {sorted(unknown)}; known: {', '.join(OPS)}")

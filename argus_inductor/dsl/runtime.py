@@ -427,12 +427,15 @@ class Kernel:
     is read at its first use (the package's own kernels, kernel())."""
 
     def __init__(self, ir: KernelIR | None = None, *, read: Callable[[], KernelIR] | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, module: str | None = None) -> None:
         if ir is None and (read is None or name is None):
             raise TypeError("Kernel takes an IR, or a reader of one with its name")
         self._ir = ir
         self._read = read
         self.name = ir.name if ir is not None else name
+        # the module that defines it under its name (@kernel of an imported module): another process imports the
+        # same kernel from there (invariants/pool.py proves it in a worker); None for kernels read from text
+        self.module = module
         self._by_policy: dict[tuple[Policy, str], CompiledKernel] = {}
 
     @property
@@ -507,10 +510,11 @@ def kernel(fn: Callable[..., Any]) -> Kernel:
     (argus_inductor.*; every one is read by the test suite) are read at their first use: importing the package's
     kernels reads none of them, which keeps about 0.35 s of reading 49 kernels out of a first call whose graph
     needs none yet (the background swap-in runs Inductor's code first)."""
+    module = getattr(fn, "__module__", None) if "." not in getattr(fn, "__qualname__", ".") else None
     if getattr(fn, "__module__", "").startswith(_PACKAGE + "."):
-        return Kernel(read=lambda: read_function(fn), name=fn.__name__)
+        return Kernel(read=lambda: read_function(fn), name=fn.__name__, module=module)
     try:
-        return Kernel(read_function(fn))
+        return Kernel(read_function(fn), module=module)
     except DSLError as e:
         raise e.with_traceback(None) from None
 

@@ -4,10 +4,14 @@ still stands (entry_current), and the entry `argus warmup` and a synthesis store
 from __future__ import annotations
 
 import builtins
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
+from ..config import checker_workers
 from ..dsl import Kernel, Policy
+from ..invariants.pool import ProofJob, job_for, shared_pool, wait
 from ..runtime import reporting as _report
 from ..runtime.cache import CacheEntry, KernelCache, checksum
 from ..runtime.signature import Signature
@@ -54,28 +58,83 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
         return _verify_plan(spec, sig, kernels, policies, target)
 
 
+def _calls(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: dict[str, Policy],
+           target: str | None) -> list[tuple[str, Kernel, Policy, dict[str, int], list[str]]]:
+    """The checker's calls for a plan: (name, kernel, policy, shapes, assumptions) for each kernel of the plan and
+    each kernel its host runs with a policy of its own (for `target`)."""
+    checks = spec.checks(sig, policies) if spec.checks is not None else \
+        {n: (v, []) for n, v in spec.checked_shapes(sig, policies).items()}
+    runs = {n: (k, policies[n]) for n, k in kernels.items()}
+    if spec.host_kernels is not None:
+        runs.update(spec.host_kernels(sig, policies, target))
+    out = []
+    for name, (k, pol) in runs.items():
+        # a host kernel of the plan's own (a Gluon lowering's Triton fallback) is proved at that kernel's shapes
+        shapes, assumptions = checks.get(name) or checks.get(k.ir.name, ({}, []))
+        out.append((name, k, pol, {s: v for s, v in shapes.items() if s in k.ir.symbols}, list(assumptions)))
+    return out
+
+
+# proofs started ahead in worker processes (prove_ahead), by job; _verify_plan takes a verdict from here when the
+# same call comes, and proves the kernel itself where there is none or its worker failed
+_AHEAD: dict[ProofJob, Future[dict[str, Any]]] = {}
+_AHEAD_LOCK = threading.Lock()
+_TAKEN = [0]  # verdicts verify_plan took from the workers, in this process
+
+
+def proofs_from_workers() -> tuple[int, int]:
+    """(verdicts verify_plan took from the checker's workers so far, proofs sent ahead not yet asked for)."""
+    with _AHEAD_LOCK:
+        return _TAKEN[0], len(_AHEAD)
+
+
+def _job(sig: Signature, k: Kernel, pol: Policy, shapes: dict[str, int], assumptions: list[str]) -> ProofJob | None:
+    return job_for(k, pol, shapes, assumptions, active_options().verify_budget, kernel_reads(k.ir.name, sig.epilogue))
+
+
+def prove_ahead(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: dict[str, Policy],
+                target: str | None = None) -> int:
+    """Start proving the plan's kernels in the checker's worker processes (ARGUS_CHECKER_WORKERS), so that a later
+    verify_plan of the same plan finds the verdicts made; the number of kernels sent (0 without workers)."""
+    opts = active_options()
+    pool = shared_pool(checker_workers(opts.checker_workers)) if opts.verify else None
+    if pool is None:
+        return 0
+    sent = 0
+    for _, k, pol, shapes, assumptions in _calls(spec, sig, kernels, policies, target):
+        job = _job(sig, k, pol, shapes, assumptions)
+        with _AHEAD_LOCK:
+            if job is None or job in _AHEAD:
+                continue
+            _AHEAD[job] = pool.submit(job)
+        sent += 1
+    return sent
+
+
 def _verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: dict[str, Policy],
                  target: str | None) -> dict[str, Any]:
     fn = _verifier()
     if fn is None:
         return {"status": "not verified", "reason": "argus_inductor.invariants provides no verify()"}
-    checks = spec.checks(sig, policies) if spec.checks is not None else \
-        {n: (v, []) for n, v in spec.checked_shapes(sig, policies).items()}
     results: dict[str, Any] = {}
     problems = undecided = 0
-    runs = {n: (k, policies[n]) for n, k in kernels.items()}
-    if spec.host_kernels is not None:
-        runs.update(spec.host_kernels(sig, policies, target))
-    for name, (k, pol) in runs.items():
-        # a host kernel of the plan's own (a Gluon lowering's Triton fallback) is proved at that kernel's shapes
-        shapes, assumptions = checks.get(name) or checks.get(k.ir.name, ({}, []))
-        want = {s: v for s, v in shapes.items() if s in k.ir.symbols}
-        try:
-            r = fn(k, pol, want, assumptions=assumptions, budget_s=active_options().verify_budget,
-                   reads=kernel_reads(k.ir.name, sig.epilogue))
-            js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
-        except Exception as e:  # the checker is young: its failure is a result, not a crash
-            js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}
+    budget = active_options().verify_budget
+    for name, k, pol, want, assumptions in _calls(spec, sig, kernels, policies, target):
+        job = _job(sig, k, pol, want, assumptions)
+        with _AHEAD_LOCK:
+            ahead = _AHEAD.pop(job, None) if job is not None else None
+        # a worker's verdict on the same call; a worker that failed or ran far past the budget: proved here
+        js = wait(ahead, 2 * budget + 30) if ahead is not None else None
+        if js is not None:
+            with _AHEAD_LOCK:
+                _TAKEN[0] += 1
+        else:
+            try:
+                r = fn(k, pol, want, assumptions=assumptions, budget_s=budget,
+                       reads=kernel_reads(k.ir.name, sig.epilogue))
+                js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
+            except Exception as e:  # the checker is young: its failure is a result, not a crash
+                js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}
         results[name] = js
         if not js.get("ok"):
             problems += builtins.max(1, len(js.get("violations", [])) + len(js.get("errors", [])))

@@ -248,6 +248,36 @@ def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> 
     return plan
 
 
+def prove_ahead(sigs: list[Signature], target: str) -> int:
+    """Start proving, in the checker's worker processes, the plans these signatures will be proved with: a cache
+    entry's (proved again at its first load) or, on a miss under ARGUS_ON_MISS=default, the nearest-or-template plan
+    (proved when its entry is stored). Nothing runs and nothing is recorded: a miss under synthesize or fallback,
+    and a plan this process already holds, send nothing. The number of kernels sent."""
+    opts = active_options()
+    if not opts.verify:
+        return 0
+    cache = kernel_cache(opts)
+    sent = 0
+    for sig in dict.fromkeys(sigs):
+        try:
+            spec = spec_for(sig)
+            with LOCK:
+                held = any(m[0] == sig.key() for m in _PLANS)
+            if held:
+                continue
+            entry = cache.get(sig.key())
+            if entry is not None and not entries.proved_here(sig, entry):
+                plan = plan_from_entry(spec, sig, entry, "cache", "")
+            elif entry is None and opts.on_miss == "default":
+                plan = _default_plan(spec, sig, target, cache)
+            else:
+                continue
+            sent += entries.prove_ahead(spec, sig, plan.kernels, plan.policies, target)
+        except Exception:  # only a head start: the proof itself comes when the plan is used
+            continue
+    return sent
+
+
 def forget_plan(sig: Signature) -> None:
     """Drop `sig`'s remembered plan (its next call reads the cache again)."""
     with LOCK:
