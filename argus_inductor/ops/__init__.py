@@ -52,7 +52,7 @@ from .dispatch import (
     run_op,
     tensor_key,
 )
-from .entries import CHECKER_VERSION, entry_current, make_entry, verify_plan, warm
+from .entries import CHECKER_VERSION, entry_current, make_entry, mark_proved, verify_plan, warm
 from .library import HOST_FUNCTIONS, LIBRARY
 from .moe import moe_reference
 from .plans import forget_plans, install_agent, plan_for, prove_ahead, tune_library
@@ -61,6 +61,7 @@ __all__ = [
     "CHECKER_VERSION", "DSL_HEADER", "DTYPES", "HOST_FUNCTIONS", "LIBRARY", "SPECS", "SUPPORTED_ARCHS", "OpSpec",
     "Plan", "SignatureRecorded", "active_options", "attention_out", "call_key", "capturing_recordings", "dsl_source",
     "entry_current", "forget_plans", "fp32_precision", "install_agent", "kernel_cache", "library_kernels",
-    "make_entry", "moe_reference", "plan_for", "plan_from_entry", "prove_ahead", "recording_signatures", "replay_hot",
-    "run_op", "set_active_options", "spec_for", "target_for", "tensor_key", "tune_library", "verify_plan", "warm",
+    "make_entry", "mark_proved", "moe_reference", "plan_for", "plan_from_entry", "prove_ahead", "recording_signatures",
+    "replay_hot", "run_op", "set_active_options", "spec_for", "target_for", "tensor_key", "tune_library", "verify_plan",
+    "warm",
 ]

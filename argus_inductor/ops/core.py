@@ -220,6 +220,7 @@ class Plan:
     detail: str = ""
     notes: list[str] = field(default_factory=list)
     policy: dict[str, Any] = field(default_factory=dict)  # the policy dict it was made from (CacheEntry.policy)
+    verification: dict[str, Any] | None = None  # a miss's plan: the checker's verdict at its signature (plan_for)
 
     def label(self) -> str:
         return f"{self.source} ({self.detail})" if self.detail else self.source

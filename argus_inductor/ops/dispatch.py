@@ -20,7 +20,7 @@ from ..runtime import checks
 from ..runtime import reporting as _report
 from ..runtime.signature import Signature, device_arch
 from .core import DTYPES, FORGET, LOCK, Plan, active_options, kernel_cache, say_once, target_for
-from .plans import forget_plan, plan_for
+from .plans import forget_plan, plan_for, refusal
 
 log = logging.getLogger("argus_inductor")
 
@@ -152,7 +152,8 @@ def run_op(node_id: str, sig_fn: Callable[[], Signature], kernel_fn: Callable[[P
         else:
             plan = plan_for(sig, target, {"reference": fallback_fn, "tensors": tensors, "run": kernel_fn})
             if plan is None:
-                reason = "fallback (cache miss, ARGUS_ON_MISS=fallback)"
+                refused = refusal(sig)
+                reason = f"fallback ({refused})" if refused else "fallback (cache miss, ARGUS_ON_MISS=fallback)"
         with LOCK:
             if len(_RESOLVED) > 4096:
                 _forget_calls()

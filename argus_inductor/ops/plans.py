@@ -35,6 +35,7 @@ from .core import (
 from .entries import make_entry, proved_by_older_checker
 
 _PLANS: dict[tuple[str, str, str, bool], Plan] = {}
+_REFUSED: dict[str, str] = {}  # signature key -> why the checker refused the plan a miss would have run
 # () -> the agent (argus_inductor.agent): what ARGUS_ON_MISS=synthesize asks to synthesize a signature
 # (`synthesize(sig, **offered)`) and to search a library op's policies (`tune.search`, `tune.ranked`). Installed by
 # the package root, which sits above both; None: no agent (a miss takes the default plan and says so).
@@ -210,7 +211,8 @@ def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> 
     memo = (sig.key(), opts.on_miss, opts.cache_dir)
     with LOCK:
         hit = _PLANS.get(memo)
-    if hit is not None:
+        refused = sig.key() in _REFUSED
+    if hit is not None or refused:
         return hit
     spec = spec_for(sig)
     cache = kernel_cache(opts)
@@ -243,9 +245,37 @@ def plan_for(sig: Signature, target: str, ctx: dict[str, Any] | None = None) -> 
             cache.record_miss(sig)
             if note:
                 plan.notes.append(note)
+            if not _proved_before_it_runs(spec, sig, plan, target):
+                return None
     with LOCK:
         _PLANS[memo] = plan
     return plan
+
+
+def _proved_before_it_runs(spec: OpSpec, sig: Signature, plan: Plan, target: str) -> bool:
+    """Prove a miss's plan (the nearest solved policy or the template, on the library's kernels) at `sig`'s shapes
+    before its first run, as a cache entry is proved when first read; False (the aten op runs, said once) where the
+    checker finds a violation. The verdict rides on the plan (the swap-in stores it with the entry); an undecided
+    one runs, with a note."""
+    if not active_options().verify:
+        return True
+    plan.verification = entries.verify_plan(spec, sig, plan.kernels, plan.policies, target)
+    status = plan.verification.get("status")
+    if status == "violations":
+        why = f"the invariant checker rejects the {plan.detail} ({verification_summary(plan.verification)})"
+        say_once(f"argus: {sig.short()}: {why}; Inductor's op runs")
+        with LOCK:
+            _REFUSED[sig.key()] = why
+        return False
+    if status != "verified":
+        plan.notes.append(f"not proved: {verification_summary(plan.verification)}")
+    return True
+
+
+def refusal(sig: Signature) -> str | None:
+    """Why `sig` runs the aten op because the checker refused the plan its miss would have run (None: it did not)."""
+    with LOCK:
+        return _REFUSED.get(sig.key())
 
 
 def prove_ahead(sigs: list[Signature], target: str) -> int:
@@ -283,12 +313,14 @@ def forget_plan(sig: Signature) -> None:
     with LOCK:
         for memo in [m for m in _PLANS if m[0] == sig.key()]:
             del _PLANS[memo]
+        _REFUSED.pop(sig.key(), None)
 
 
 def forget_plans() -> None:
     """Drop the in-process memo of plans (the next call of each signature reads the cache again)."""
     with LOCK:
         _PLANS.clear()
+        _REFUSED.clear()
         forget_memos()
 
 

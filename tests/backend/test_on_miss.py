@@ -272,28 +272,31 @@ def test_an_entry_an_older_checker_proved_is_proved_again_once(fresh_cache: Path
     its policy to a neighbour; a sound old entry is proved again, kept, and used from the cache."""
     _use()
     emb, sig = _old_checker_entry(64)
-    proofs = []
+    proofs = []  # (BD, BR) of each plan proved: the entry's, or the template (128, 4) a miss runs
     real = ops.verify_plan
-    monkeypatch.setattr(entries, "verify_plan", lambda *a, **k: proofs.append(1) or real(*a, **k))
+    monkeypatch.setattr(entries, "verify_plan", lambda *a, **k: proofs.append(
+        (a[3]["rotary_table_rows"].const("BD"), a[3]["rotary_table_rows"].const("BR"))) or real(*a, **k))
     with caplog.at_level(logging.WARNING, logger="argus_inductor"):
         out = torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot")
     torch.testing.assert_close(out, torch.stack([emb.cos(), emb.sin()]), rtol=1e-5, atol=1e-5)
-    assert "fails the invariant checker" in caplog.text and len(proofs) == 1
+    # the entry, rejected; then the miss's template, proved before it runs
+    assert "fails the invariant checker" in caplog.text and proofs == [(64, 4), (128, 4)]
     assert not report_mod.entries()[-1].source.startswith("cache"), report_mod.entries()[-1].source
     stored = ops.kernel_cache().get(sig.key())
     assert stored.verification["status"] == "violations" and stored.verification["checker"] == ops.CHECKER_VERSION
     assert ops.kernel_cache().nearest(sig) is None, "a rejected entry is not lent"
     ops.forget_plans()
     torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot")
-    assert len(proofs) == 1, "proved again in a later process"
+    assert proofs[2:] == [(128, 4)], "the rejected entry proved again in a later process"
 
     emb, sig = _old_checker_entry(128)
+    del proofs[:]
     out = torch.ops.argus.library("rotary_table", [emb], "{}", "t:rot2")
     torch.testing.assert_close(out, torch.stack([emb.cos(), emb.sin()]), rtol=1e-5, atol=1e-5)
     assert report_mod.entries()[-1].source.startswith("cache"), report_mod.entries()[-1].source
     stored = ops.kernel_cache().get(sig.key())
     assert stored.verification["status"] == "verified" and stored.verification["checker"] == ops.CHECKER_VERSION
-    assert len(proofs) == 2
+    assert proofs == [(128, 4)]  # the entry, once; a cache hit runs no template
 
 
 def test_warmup_makes_again_what_the_checker_rejects(fresh_cache: Path) -> None:
@@ -312,3 +315,29 @@ def test_warmup_makes_again_what_the_checker_rejects(fresh_cache: Path) -> None:
     rows = warmup(from_misses(misses), WarmupOptions(cache_root=fresh_cache, policy="offline", trials=0))
     assert rows and rows[0]["source"] != "cache (already there)", rows
     assert ops.entry_current(ops.kernel_cache().get(sig.key()))
+
+
+def test_a_miss_runs_its_plan_only_once_the_checker_proved_it(fresh_cache: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miss's plan (the template here) is proved at the call's shapes before its first run, and one the checker
+    rejects never runs: the aten op does, and the report says why. Planted: the library's GEMM kernel with its
+    K loop starting one block late (an incomplete reduction)."""
+    from argus_inductor.dsl import kernels_from_source
+
+    _use()
+    out, ref = _linear(6)
+    assert _source() == "default (template policy)" and report_mod.phases().get("checker", 0) > 0
+    spec = ops.SPECS["gemm"]
+    real = {k.name: k for k in (*spec.kernels, *spec.helpers)}["gemm_epilogue"]
+    text = ops.dsl_source([real])
+    late = text.replace("range(0, K, BK", "range(BK, K, BK")
+    assert late.count("range(BK, K, BK") == 2
+    bad = kernels_from_source(late)["gemm_epilogue"]
+    library = plans.library_kernels
+    monkeypatch.setattr(plans, "library_kernels",
+                        lambda s, names: {n: bad if n == "gemm_epilogue" else k for n, k in library(s, names).items()})
+    _use()
+    report_mod.clear()
+    out, ref = _linear(7, node="t:lin2")
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)  # the aten op's result
+    assert _source("t:lin2").startswith("fallback (the invariant checker rejects the template policy"), _source("t:lin2")
