@@ -156,11 +156,15 @@ class ProofPool:
         return fut
 
     def close(self) -> None:
+        """Stop the workers now (a proof in flight fails: nobody waits for it at exit)."""
         for _ in self.workers:
             self.jobs.put(None)
         for w in self.workers:
-            w.thread.join(timeout=10)
-            w.stop()
+            proc = w.proc
+            if proc is not None:
+                proc.kill()
+        for w in self.workers:
+            w.thread.join(timeout=5)
 
 
 _POOL: list[ProofPool] = []
@@ -187,8 +191,10 @@ def _close() -> None:
 
 
 def wait(fut: Future[dict[str, Any]], timeout_s: float) -> dict[str, Any] | None:
-    """A job's result, or None where its worker failed or it took longer than `timeout_s` from now (the caller then
-    proves the kernel itself)."""
+    """A job's result, or None where no worker has started it yet (it is taken back: the caller, idle otherwise,
+    proves the kernel itself), its worker failed, or it took longer than `timeout_s` from now."""
+    if fut.cancel():
+        return None
     try:
         return fut.result(timeout=timeout_s)
     except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +52,10 @@ def test_a_worker_gives_the_verdict_the_caller_gives(tmp_path: Path, monkeypatch
         assert k.module == mod.__name__
         futures[mod.__name__] = pool.submit(job_for(k, policy, CASE.shapes, CASE.assumptions, 20.0, ()))
     for mod in (ok, bad):
-        got = wait(futures[mod.__name__], 120)
-        assert got is not None, f"the worker failed on {mod.__name__}"
+        got = futures[mod.__name__].result(timeout=120)
         _same(got, verify(getattr(mod, CASE.kernel), policy, CASE.shapes, assumptions=CASE.assumptions,
                           budget_s=20.0).to_json())
-    proved, refuted = wait(futures["argus_pool_ok"], 1), wait(futures["argus_pool_bad"], 1)
+    proved, refuted = futures["argus_pool_ok"].result(), futures["argus_pool_bad"].result()
     assert proved["proved"] and not refuted["ok"]
     assert any(MUTANT.expected_line(CASE.source) in [v["line"], *v["related"]] for v in refuted["violations"]), refuted
 
@@ -67,12 +67,33 @@ def test_a_job_the_worker_cannot_prove_fails_alone(tmp_path: Path, monkeypatch: 
     job = job_for(k, CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ())
     # the kernel under that name is not the one the caller read (its source changed since): refused
     other = job.__class__(**{**job.__dict__, "digest": "0" * 24})
-    assert wait(pool.submit(other), 120) is None
+    with pytest.raises(RuntimeError, match="is not the kernel the caller read"):
+        pool.submit(other).result(timeout=120)
     # a module whose import ends the worker process: the job fails, and the next job gets a new worker
     (tmp_path / "argus_pool_dies.py").write_text("import os\nos._exit(3)\n")
     dies = job.__class__(**{**job.__dict__, "module": "argus_pool_dies"})
-    assert wait(pool.submit(dies), 120) is None
-    assert wait(pool.submit(job), 120)["proved"]
+    with pytest.raises(RuntimeError, match="exited"):
+        pool.submit(dies).result(timeout=120)
+    assert pool.submit(job).result(timeout=120)["proved"]
+
+
+def test_a_job_no_worker_has_started_is_taken_back_by_its_caller(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """wait() on a job still queued takes it back (the caller proves the kernel rather than wait idle); on one a
+    worker runs, it waits for the verdict."""
+    ok = _module(tmp_path, monkeypatch, "argus_pool_ok3", CASE.source)
+    job = job_for(getattr(ok, CASE.kernel), CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ())
+    one = ProofPool(1, idle_s=20)
+    try:
+        first, second = one.submit(job), one.submit(job)  # the worker takes the first and starts its process
+        for _ in range(1000):
+            if first.running():
+                break
+            time.sleep(0.01)
+        assert wait(second, 120) is None and second.cancelled()
+        assert wait(first, 120)["proved"]
+    finally:
+        one.close()
 
 
 def test_a_kernel_read_from_text_is_proved_by_its_caller() -> None:
