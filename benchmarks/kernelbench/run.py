@@ -766,6 +766,8 @@ def main(argv: list[str] | None = None) -> int:
     shared = Path(tempfile.mkdtemp(prefix="argus-kb-run-"))
     atexit.register(shutil.rmtree, shared, ignore_errors=True)
     lock = shared / "timing.lock"
+    if args.jobs > 1:  # the jobs share the CPUs: their checkers' worker processes too (one job alone: "auto")
+        os.environ.setdefault("ARGUS_CHECKER_WORKERS", str((os.cpu_count() or 1) // (4 * args.jobs)))
     if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
         os.environ["ARGUS_TUNE_LOCK"] = str(lock)
         if gpu:  # and hold no more device memory together than the device has free now (gpu_memory)
