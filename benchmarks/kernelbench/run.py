@@ -766,7 +766,8 @@ def main(argv: list[str] | None = None) -> int:
     shared = Path(tempfile.mkdtemp(prefix="argus-kb-run-"))
     atexit.register(shutil.rmtree, shared, ignore_errors=True)
     lock = shared / "timing.lock"
-    if args.jobs > 1:  # the jobs share the CPUs: their checkers' worker processes too (one job alone: "auto")
+    args.checker_workers_alone = os.environ.get("ARGUS_CHECKER_WORKERS", "auto")
+    if args.jobs > 1:  # the jobs share the CPUs: their checkers' worker processes too (a first call alone: "auto")
         os.environ.setdefault("ARGUS_CHECKER_WORKERS", str((os.cpu_count() or 1) // (4 * args.jobs)))
     if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
         os.environ["ARGUS_TUNE_LOCK"] = str(lock)
@@ -864,6 +865,8 @@ def first_call_isolated(path: Path, backend: str, args: argparse.Namespace) -> t
                "ARGUS_CACHE_DIR": f"{tmp}/argus",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                **bytecode_env()}
+        if args.first_call_after or args.first_call_only:  # alone on the machine: the checker's workers as a user's
+            env["ARGUS_CHECKER_WORKERS"] = getattr(args, "checker_workers_alone", "auto")
         code = FIRST_CALL.format(runner=str(HERE), path=str(path), device=args.device, ops=args.argus_ops,
                                  backend=backend, isolate=bool(args.isolate_timing))
         try:
