@@ -450,8 +450,8 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
                 report.note(node_id, m)
             continue
         members.append(m)
-    if members:  # the checker's worker processes prove the plans while the groups are measured one by one
-        ops.prove_ahead([m.sig for m in members], target)
+    if members and not defer:  # the checker's workers prove the plans while the groups are measured one by one
+        ops.prove_ahead([m.sig for m in members], target)  # (deferred: when the background measures them)
     decided: list[tuple[str, decide.Verdict]] = []
     verdicts: dict[str, decide.Verdict] = {}  # decided so far in this graph (layers share signatures)
     changed = False
