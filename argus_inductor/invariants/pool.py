@@ -95,8 +95,10 @@ class _Worker:
         root = str(Path(__file__).resolve().parents[2])  # the folder argus_inductor is imported from
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *(p for p in sys.path if p)]),
                "CUDA_VISIBLE_DEVICES": ""}  # the checker needs no GPU
+        trace = os.environ.get("ARGUS_VERIFY_TRACE") not in (None, "", "0")  # the checker's trace: to our stderr
         return subprocess.Popen([sys.executable, "-m", "argus_inductor.invariants.worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, bufsize=1)
+                                stdout=subprocess.PIPE, stderr=None if trace else subprocess.DEVNULL, text=True,
+                                env=env, bufsize=1)
 
     def _serve(self) -> None:
         while True:
