@@ -267,7 +267,9 @@ def _proved_before_it_runs(spec: OpSpec, sig: Signature, plan: Plan, target: str
         with LOCK:
             _REFUSED[sig.key()] = why
         return False
-    if status != "verified":
+    if status == "verified":
+        plan.detail = f"{plan.detail}, verified"  # the report's "default (template policy, verified)"
+    else:
         plan.notes.append(f"not proved: {verification_summary(plan.verification)}")
     return True
 

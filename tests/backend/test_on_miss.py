@@ -40,7 +40,7 @@ def test_default_records_misses_and_warmup_turns_them_into_cache_hits(fresh_cach
     _use()
     out, ref = _linear(6)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    assert _source() == "default (template policy)"
+    assert _source() == "default (template policy, verified)"
     cache = ops.kernel_cache()
     missed = cache.misses()
     assert len(missed) == 1 and not missed[0]["solved"]
@@ -86,7 +86,7 @@ def test_default_takes_a_nearest_policy_only_from_the_same_regime(fresh_cache: P
     assert other.source == "default" and "nearest solved gemm(K=4096,N=4096,M=1025-2048)" in other.detail
     assert other.policies["gemm_epilogue"].num_stages == 4 and other.policies["gemm_epilogue"].group_m == 4
     row = ops.plan_for(sig(1), "cuda")
-    assert row.source == "default" and row.detail == "template policy"
+    assert row.source == "default" and row.detail == "template policy, verified"
     p = row.policies["gemm_epilogue"]
     assert (p.const("GEMV"), p.const("BM"), p.const("BN")) == (1, 1, 1)
 
@@ -114,7 +114,7 @@ def test_synthesize_without_an_agent_falls_back_to_default_with_a_note(fresh_cac
     out, ref = _linear(6)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     e = next(iter(report_mod.entries()))
-    assert e.source == "default (template policy)" and "agent not available" in e.notes[0]
+    assert e.source == "default (template policy, verified)" and "agent not available" in e.notes[0]
     assert "agent not available" in report_mod.report()
     assert len(ops.kernel_cache().misses()) == 1
 
@@ -149,7 +149,7 @@ def test_failing_agent_is_reported_and_default_runs(fresh_cache: Path, monkeypat
     with caplog.at_level(logging.WARNING, logger="argus_inductor"):
         out, ref = _linear(6)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    assert _source() == "default (template policy)"
+    assert _source() == "default (template policy, verified)"
     assert "LLM endpoint unreachable" in next(iter(report_mod.entries())).notes[0]
 
 
@@ -188,7 +188,7 @@ def test_cached_agent_written_dsl_runs_and_unusable_entries_are_misses(fresh_cac
     with caplog.at_level(logging.WARNING, logger="argus_inductor"):
         out, ref = _linear(6)
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-    assert _source() == "default (template policy)"
+    assert _source() == "default (template policy, verified)"
     assert any("cannot be read as a plan" in r.getMessage() for r in caplog.records)
 
 
@@ -326,7 +326,7 @@ def test_a_miss_runs_its_plan_only_once_the_checker_proved_it(fresh_cache: Path,
 
     _use()
     out, ref = _linear(6)
-    assert _source() == "default (template policy)" and report_mod.phases().get("checker", 0) > 0
+    assert _source() == "default (template policy, verified)" and report_mod.phases().get("checker", 0) > 0
     spec = ops.SPECS["gemm"]
     real = {k.name: k for k in (*spec.kernels, *spec.helpers)}["gemm_epilogue"]
     text = ops.dsl_source([real])
