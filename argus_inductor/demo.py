@@ -108,11 +108,12 @@ def next_steps(on_cpu: bool) -> str:
     pending = [m for m in cache.misses() if not m["solved"]]
     lines = ["", "next:"]
     if pending:
-        lines.append(f"  {len(pending)} signature(s) ran without a cached kernel (the template policy served them);\n"
-                     f"  they are recorded in {cache.misses_file} (`argus cache misses` lists them). Run\n"
+        lines.append(f"  {len(pending)} signature(s) ran without a cached kernel (the template policy served\n"
+                     f"  them, proved at their shapes first); they are recorded in {cache.misses_file}\n"
+                     "  (`argus cache misses` lists them). Run\n"
                      f"      {_argus_command()} warmup\n"
-                     "  to search and prove a kernel for each (a minute or so on a CPU), then the demo again:\n"
-                     "  each of them is then a verified cache hit.")
+                     "  to search a faster policy for each and store it with its proof (a minute or so on a\n"
+                     "  CPU), then the demo again: each of them is then a verified cache hit.")
     else:
         lines.append(f"  every signature ran a cached kernel ({cache.root}); `argus cache` lists them.")
     if on_cpu:
