@@ -510,7 +510,9 @@ def kernel(fn: Callable[..., Any]) -> Kernel:
     (argus_inductor.*; every one is read by the test suite) are read at their first use: importing the package's
     kernels reads none of them, which keeps about 0.35 s of reading 49 kernels out of a first call whose graph
     needs none yet (the background swap-in runs Inductor's code first)."""
-    module = getattr(fn, "__module__", None) if "." not in getattr(fn, "__qualname__", ".") else None
+    module = getattr(fn, "__module__", None)  # importable by name elsewhere: not a script's, not a nested function
+    if module == "__main__" or "." in getattr(fn, "__qualname__", "."):
+        module = None
     if getattr(fn, "__module__", "").startswith(_PACKAGE + "."):
         return Kernel(read=lambda: read_function(fn), name=fn.__name__, module=module)
     try:

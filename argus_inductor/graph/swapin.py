@@ -236,9 +236,10 @@ def _store(sig: Signature, slot: str | None, verdict: decide.Verdict, target: st
             plan = ops.plan_for(sig, target)
             if plan is None:
                 return
-            # with the verdict plan_for proved it with before its first run (ARGUS_VERIFY=0: none, and none here)
+            # with the verdict plan_for proved it with before its first run (none: make_entry proves it, as
+            # ARGUS_VERIFY says)
             entry = ops.make_entry(sig, plan.policy or None, "default", target, kernels=plan.kernels,
-                                   verification=plan.verification, verify=plan.verification is not None)
+                                   verification=plan.verification)
             if plan.verification is not None:
                 ops.mark_proved(sig, entry)
         elif slot is None:

@@ -283,8 +283,8 @@ def refusal(sig: Signature) -> str | None:
 def prove_ahead(sigs: list[Signature], target: str) -> int:
     """Start proving, in the checker's worker processes, the plans these signatures will be proved with: a cache
     entry's (proved again at its first load) or, on a miss under ARGUS_ON_MISS=default, the nearest-or-template plan
-    (proved when its entry is stored). Nothing runs and nothing is recorded: a miss under synthesize or fallback,
-    and a plan this process already holds, send nothing. The number of kernels sent."""
+    (proved before its first run). Nothing runs and nothing is recorded: a miss under synthesize or fallback, and a
+    plan this process already holds, send nothing. The number of kernels sent."""
     opts = active_options()
     if not opts.verify:
         return 0
