@@ -1,5 +1,5 @@
 """The checker's own walks over z3 terms (invariants/tags.py), which go through z3's C API for speed, against z3's
-Python API doing the same: the names a term mentions, its top operator, True and False, And and Or. The names
+Python API doing the same: the names a term mentions, its top operator, True and False, And and Or, substitution. The names
 are memoised by term id, so terms made and dropped by the thousand must never be answered with another's names."""
 from __future__ import annotations
 
@@ -8,7 +8,18 @@ import random
 
 import z3
 
-from argus_inductor.invariants.tags import FALSE, TRUE, app_kind, conj, conjuncts, connect, free_vars, is_false, is_true
+from argus_inductor.invariants.tags import (
+    FALSE,
+    TRUE,
+    app_kind,
+    conj,
+    conjuncts,
+    connect,
+    free_vars,
+    is_false,
+    is_true,
+    subst,
+)
 
 
 def _names_slowly(e: z3.ExprRef) -> frozenset[str]:
@@ -62,3 +73,21 @@ def test_a_term_of_another_z3_context_is_not_answered_from_the_main_contexts_mem
         assert free_vars(e) == {f"o{i}", "p"}
     assert is_true(z3.BoolVal(True, other)) and is_false(z3.BoolVal(False, other))
     assert not is_true(z3.BoolVal(False, other)) and not is_false(z3.Bool("q", other))
+
+
+def test_substitution_is_z3s_term_and_kind() -> None:
+    x, y = z3.Ints("x y")
+    b = z3.Bool("b")
+    f = z3.Function("uf:t", z3.IntSort(), z3.IntSort())
+    cases = [((x * 3 + y) % 7 - f(x), [(x, z3.IntVal(4)), (y, x + 1)]), (x, [(x, z3.IntVal(5))]),
+             (z3.And(b, x < y), [(b, TRUE), (y, z3.IntVal(2))]), (x + y, [])]
+    for e, pairs in cases:
+        got, want = subst(e, pairs), z3.substitute(e, *pairs) if pairs else e
+        assert got.eq(want) and type(got) is type(want), (got, want)
+    assert subst(x, [(x, z3.IntVal(5))]).as_long() == 5  # a numeral comes back as one
+    try:
+        subst(x, [(x, TRUE)])
+    except z3.Z3Exception:
+        pass
+    else:
+        raise AssertionError("a pair of two sorts must be refused, as z3.substitute refuses it")
