@@ -123,12 +123,14 @@ class _Worker:
                 if not line:
                     raise RuntimeError("the proof worker exited")
                 reply = json.loads(line)
-                if "error" in reply:
-                    raise RuntimeError(reply["error"])
-                fut.set_result(reply["result"])
-            except Exception as e:  # the caller proves the kernel itself
+            except Exception as e:  # the worker is gone or out of step: a new one for the next job
                 self.stop()
                 fut.set_exception(e)
+                continue
+            if "error" in reply:  # a job this worker cannot prove; the worker itself is fine
+                fut.set_exception(RuntimeError(reply["error"]))
+            else:
+                fut.set_result(reply["result"])
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None

@@ -100,3 +100,19 @@ def test_a_kernel_read_from_text_is_proved_by_its_caller() -> None:
     k = kernels_from_source(CASE.source)[CASE.kernel]
     assert k.module is None
     assert job_for(k, CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ()) is None
+
+
+def test_a_refused_job_keeps_its_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job the worker refuses (another kernel under the name) is that job's failure, not the worker's: the same
+    process proves the next one."""
+    ok = _module(tmp_path, monkeypatch, "argus_pool_ok4", CASE.source)
+    job = job_for(getattr(ok, CASE.kernel), CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ())
+    one = ProofPool(1, idle_s=20)
+    try:
+        assert one.submit(job).result(timeout=120)["proved"]
+        pid = one.workers[0].proc.pid
+        with pytest.raises(RuntimeError, match="is not the kernel"):
+            one.submit(job.__class__(**{**job.__dict__, "digest": "1" * 24})).result(timeout=120)
+        assert one.submit(job).result(timeout=120)["proved"] and one.workers[0].proc.pid == pid
+    finally:
+        one.close()
