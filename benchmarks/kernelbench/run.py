@@ -767,10 +767,10 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(shutil.rmtree, shared, ignore_errors=True)
     lock = shared / "timing.lock"
     args.checker_workers_alone = os.environ.get("ARGUS_CHECKER_WORKERS", "auto")
-    if args.jobs > 1:  # the jobs share the CPUs: their checkers' worker processes too (a first call alone: "auto")
-        os.environ.setdefault("ARGUS_CHECKER_WORKERS", str((os.cpu_count() or 1) // (4 * args.jobs)))
     if args.jobs > 1:  # the workers' GPU phases and Argus's own timing (--on-miss synthesize) take turns on it
         os.environ["ARGUS_TUNE_LOCK"] = str(lock)
+        # and the jobs share the CPUs: their checkers' worker processes too (a first call timed alone gets "auto")
+        os.environ.setdefault("ARGUS_CHECKER_WORKERS", str((os.cpu_count() or 1) // (4 * args.jobs)))
         if gpu:  # and hold no more device memory together than the device has free now (gpu_memory)
             free, _ = torch.cuda.mem_get_info()
             args.memory_budget = int(0.85 * free)
