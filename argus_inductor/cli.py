@@ -268,7 +268,10 @@ def _config(args: argparse.Namespace) -> int:
         for s in config.SETTINGS:
             if s.group == group:
                 where = "set" if os.environ.get(s.env, "").strip() else "default"
-                print(f"  {s.env:<26} {str(values[s.env]):<20} ({where})  {s.meaning}")
+                shown = str(values[s.env])
+                if s.env == "ARGUS_CHECKER_WORKERS" and shown == "auto":  # what auto comes to on this machine
+                    shown = f"auto ({config.checker_workers('auto')} here)"
+                print(f"  {s.env:<26} {shown:<20} ({where})  {s.meaning}")
     return 0
 
 

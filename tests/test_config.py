@@ -73,3 +73,16 @@ def test_every_option_has_one_setting_with_its_default() -> None:
     assert {f.name for f in fields(config.Options)} == set(by_option)
     for f in fields(config.Options):
         assert f.default == by_option[f.name].default, f.name
+
+
+def test_argus_config_says_what_auto_comes_to_here(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from argus_inductor.cli import main
+
+    monkeypatch.delenv("ARGUS_CHECKER_WORKERS", raising=False)
+    assert main(["config"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "ARGUS_CHECKER_WORKERS" in ln)
+    assert f"auto ({config.checker_workers('auto')} here)" in line
+    monkeypatch.setenv("ARGUS_CHECKER_WORKERS", "3")
+    assert main(["config"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "ARGUS_CHECKER_WORKERS" in ln)
+    assert " 3 " in line and "(set)" in line
