@@ -455,6 +455,7 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
         ops.prove_ahead([m.sig for m in members], target)  # (deferred: when the background measures them)
     decided: list[tuple[str, decide.Verdict]] = []
     verdicts: dict[str, decide.Verdict] = {}  # decided so far in this graph (layers share signatures)
+    runs_now: list[Signature] = []  # deferred: the members whose stored verdict runs their plan from the first call
     changed = False
     for group in _groups(members):
         if tiers.closing():  # the process is exiting: what is left stays as it is (its op, unmeasured)
@@ -495,6 +496,10 @@ def swap_in(gm: fx.GraphModule, example_inputs: Sequence[Any], target: str, time
                 changed = True
                 if m.node_id:
                     report.settle(m.node_id, m.sig.short(), f"fallback (swap-in: {verdict.fallback} was faster)")
+            elif defer:
+                runs_now.append(m.sig)
+    if runs_now:  # deferred, but a stored verdict runs these plans at the first call: proved while Inductor compiles
+        ops.prove_ahead(runs_now, target)
     if changed:
         gm.graph.lint()
         gm.recompile()

@@ -69,3 +69,40 @@ def test_the_number_of_workers_is_read_with_a_clear_error() -> None:
             checker_workers(bad)
     with pytest.raises(ValueError, match="checker_workers|ARGUS_CHECKER_WORKERS"):
         Options.resolve({"checker_workers": "many"})
+
+
+STORED = """
+import sys, torch, torch.nn as nn
+sys.path.insert(0, {tests!r})
+import argus_inductor
+from argus_inductor.graph.swapin import measuring_with
+from argus_inductor.ops import entries
+from backend.test_swapin import Clock
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 48), nn.GELU(), nn.Linear(48, 16)).eval()
+x = torch.randn(8, 32)
+with measuring_with(Clock(1.0, 2.0), ("cpu",)), torch.no_grad():
+    f = torch.compile(model, backend="argus", options={{"ops": "gemm"}})
+    torch.testing.assert_close(f(x), model(x), rtol=1e-4, atol=1e-4)
+    assert argus_inductor.settle(timeout=600)
+print("PROOFS", *entries.proofs_from_workers())
+"""
+
+
+def test_a_stored_verdict_s_plans_are_proved_by_the_workers_while_the_first_call_compiles(tmp_path: Path) -> None:
+    """A process that finds the verdicts stored (Argus won) runs those plans from its first call, so it proves
+    their cache entries again first: the deferred swap-in sends them to the workers. The first process measured
+    (in the background) and stored the verdicts; the second takes its proofs from the workers."""
+    import os
+    import subprocess
+    import sys
+
+    code = STORED.format(tests=str(Path(__file__).resolve().parents[1]))
+    env = {**os.environ, "ARGUS_CACHE_DIR": str(tmp_path / "cache"), "ARGUS_INTERPRET": "1", "TRITON_INTERPRET": "1"}
+    runs = []
+    for workers in ("0", "2"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True,
+                             env={**env, "ARGUS_CHECKER_WORKERS": workers}).stdout
+        runs.append([int(v) for v in next(ln for ln in out.splitlines() if ln.startswith("PROOFS")).split()[1:]])
+    (first_taken, _), (taken, left) = runs
+    assert first_taken == 0 and taken >= 2 and left == 0, runs
