@@ -59,9 +59,9 @@ def verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel],
 
 
 def _calls(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: dict[str, Policy],
-           target: str | None) -> list[tuple[str, Kernel, Policy, dict[str, int], list[str]]]:
-    """The checker's calls for a plan: (name, kernel, policy, shapes, assumptions) for each kernel of the plan and
-    each kernel its host runs with a policy of its own (for `target`)."""
+           target: str | None) -> list[tuple[str, Kernel, Policy, dict[str, int], list[str], tuple[Any, ...]]]:
+    """The checker's calls for a plan: (name, kernel, policy, shapes, assumptions, read sets) for each kernel of the
+    plan and each kernel its host runs with a policy of its own (for `target`)."""
     checks = spec.checks(sig, policies) if spec.checks is not None else \
         {n: (v, []) for n, v in spec.checked_shapes(sig, policies).items()}
     runs = {n: (k, policies[n]) for n, k in kernels.items()}
@@ -71,7 +71,8 @@ def _calls(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: d
     for name, (k, pol) in runs.items():
         # a host kernel of the plan's own (a Gluon lowering's Triton fallback) is proved at that kernel's shapes
         shapes, assumptions = checks.get(name) or checks.get(k.ir.name, ({}, []))
-        out.append((name, k, pol, {s: v for s, v in shapes.items() if s in k.ir.symbols}, list(assumptions)))
+        out.append((name, k, pol, {s: v for s, v in shapes.items() if s in k.ir.symbols}, list(assumptions),
+                    kernel_reads(k.ir.name, sig.epilogue)))
     return out
 
 
@@ -88,10 +89,6 @@ def proofs_from_workers() -> tuple[int, int]:
         return _TAKEN[0], len(_AHEAD)
 
 
-def _job(sig: Signature, k: Kernel, pol: Policy, shapes: dict[str, int], assumptions: list[str]) -> ProofJob | None:
-    return job_for(k, pol, shapes, assumptions, active_options().verify_budget, kernel_reads(k.ir.name, sig.epilogue))
-
-
 def prove_ahead(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], policies: dict[str, Policy],
                 target: str | None = None) -> int:
     """Start proving the plan's kernels in the checker's worker processes (ARGUS_CHECKER_WORKERS), so that a later
@@ -101,8 +98,8 @@ def prove_ahead(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], polici
     if pool is None:
         return 0
     sent = 0
-    for _, k, pol, shapes, assumptions in _calls(spec, sig, kernels, policies, target):
-        job = _job(sig, k, pol, shapes, assumptions)
+    for _, k, pol, shapes, assumptions, reads in _calls(spec, sig, kernels, policies, target):
+        job = job_for(k, pol, shapes, assumptions, opts.verify_budget, reads)
         with _AHEAD_LOCK:
             if job is None or job in _AHEAD:
                 continue
@@ -119,9 +116,9 @@ def _verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], polic
     results: dict[str, Any] = {}
     problems = undecided = 0
     budget = active_options().verify_budget
-    for name, k, pol, want, assumptions in _calls(spec, sig, kernels, policies, target):
-        job = _job(sig, k, pol, want, assumptions)
-        with _AHEAD_LOCK:
+    for name, k, pol, want, assumptions, reads in _calls(spec, sig, kernels, policies, target):
+        with _AHEAD_LOCK:  # (no job is built, its source hashed, where nothing was sent ahead)
+            job = job_for(k, pol, want, assumptions, budget, reads) if _AHEAD else None
             ahead = _AHEAD.pop(job, None) if job is not None else None
         # a worker's verdict on the same call; a worker that failed or ran far past the budget: proved here
         js = wait(ahead, 2 * budget + 30) if ahead is not None else None
@@ -130,8 +127,7 @@ def _verify_plan(spec: OpSpec, sig: Signature, kernels: dict[str, Kernel], polic
                 _TAKEN[0] += 1
         else:
             try:
-                r = fn(k, pol, want, assumptions=assumptions, budget_s=budget,
-                       reads=kernel_reads(k.ir.name, sig.epilogue))
+                r = fn(k, pol, want, assumptions=assumptions, budget_s=budget, reads=reads)
                 js = r.to_json() if hasattr(r, "to_json") else {"ok": bool(getattr(r, "ok", r))}
             except Exception as e:  # the checker is young: its failure is a result, not a crash
                 js = {"ok": False, "errors": [f"checker raised {type(e).__name__}: {e}"]}

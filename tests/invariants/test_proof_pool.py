@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from argus_inductor.dsl import kernels_from_source
 from argus_inductor.invariants import verify
-from argus_inductor.invariants.pool import ProofPool, job_for, wait
+from argus_inductor.invariants.pool import ProofJob, ProofPool, job_for, wait
 
 from .suite import CASES
 
@@ -26,6 +27,12 @@ def _module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: 
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop(name, None)
     return importlib.import_module(name)
+
+
+def _job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> ProofJob:
+    """The job proving CASE's correct kernel, defined in a module `name` of its own."""
+    mod = _module(tmp_path, monkeypatch, name, CASE.source)
+    return job_for(getattr(mod, CASE.kernel), CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ())
 
 
 def _same(got: dict[str, Any], want: dict[str, Any]) -> None:
@@ -62,16 +69,14 @@ def test_a_worker_gives_the_verdict_the_caller_gives(tmp_path: Path, monkeypatch
 
 def test_a_job_the_worker_cannot_prove_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    pool: ProofPool) -> None:
-    ok = _module(tmp_path, monkeypatch, "argus_pool_ok2", CASE.source)
-    k = getattr(ok, CASE.kernel)
-    job = job_for(k, CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ())
+    job = _job(tmp_path, monkeypatch, "argus_pool_ok2")
     # the kernel under that name is not the one the caller read (its source changed since): refused
-    other = job.__class__(**{**job.__dict__, "digest": "0" * 24})
+    other = replace(job, digest="0" * 24)
     with pytest.raises(RuntimeError, match="is not the kernel the caller read"):
         pool.submit(other).result(timeout=120)
     # a module whose import ends the worker process: the job fails, and the next job gets a new worker
     (tmp_path / "argus_pool_dies.py").write_text("import os\nos._exit(3)\n")
-    dies = job.__class__(**{**job.__dict__, "module": "argus_pool_dies"})
+    dies = replace(job, module="argus_pool_dies")
     with pytest.raises(RuntimeError, match="exited"):
         pool.submit(dies).result(timeout=120)
     assert pool.submit(job).result(timeout=120)["proved"]
@@ -81,8 +86,7 @@ def test_a_job_no_worker_has_started_is_taken_back_by_its_caller(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """wait() on a job still queued takes it back (the caller proves the kernel rather than wait idle); on one a
     worker runs, it waits for the verdict."""
-    ok = _module(tmp_path, monkeypatch, "argus_pool_ok3", CASE.source)
-    job = job_for(getattr(ok, CASE.kernel), CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ())
+    job = _job(tmp_path, monkeypatch, "argus_pool_ok3")
     one = ProofPool(1, idle_s=20)
     try:
         first, second = one.submit(job), one.submit(job)  # the worker takes the first and starts its process
@@ -105,14 +109,13 @@ def test_a_kernel_read_from_text_is_proved_by_its_caller() -> None:
 def test_a_refused_job_keeps_its_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job the worker refuses (another kernel under the name) is that job's failure, not the worker's: the same
     process proves the next one."""
-    ok = _module(tmp_path, monkeypatch, "argus_pool_ok4", CASE.source)
-    job = job_for(getattr(ok, CASE.kernel), CASE.make_policy(), CASE.shapes, CASE.assumptions, 20.0, ())
+    job = _job(tmp_path, monkeypatch, "argus_pool_ok4")
     one = ProofPool(1, idle_s=20)
     try:
         assert one.submit(job).result(timeout=120)["proved"]
         pid = one.workers[0].proc.pid
         with pytest.raises(RuntimeError, match="is not the kernel"):
-            one.submit(job.__class__(**{**job.__dict__, "digest": "1" * 24})).result(timeout=120)
+            one.submit(replace(job, digest="1" * 24)).result(timeout=120)
         assert one.submit(job).result(timeout=120)["proved"] and one.workers[0].proc.pid == pid
     finally:
         one.close()
